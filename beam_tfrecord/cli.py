@@ -1,0 +1,45 @@
+"""The `beam-tfrecord` command: one entry point, one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Subcommand name -> module exposing `add_arguments(parser)` and `run(args, extra) -> int`.
+# Modules are imported only when their command runs, so `inspect` never pays for importing Beam.
+_COMMANDS = {
+    "build": ("beam_tfrecord.build_command", "convert a folder of images into TFRecord shards"),
+    "inspect": ("beam_tfrecord.inspect_command", "show the records of TFRecord files"),
+    "verify": ("beam_tfrecord.verify_command", "check every record of TFRecord files"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    from beam_tfrecord import __version__
+
+    parser = argparse.ArgumentParser(prog="beam-tfrecord", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module_name, help_text) in _COMMANDS.items():
+        module = importlib.import_module(module_name)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(sub_parser)
+        sub_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the process exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    # Only `build` passes unknown flags on (to Beam's PipelineOptions); the others refuse them.
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "build":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return int(args._module.run(args, extra) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
