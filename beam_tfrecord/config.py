@@ -1,0 +1,379 @@
+"""Build configuration: one frozen dataclass, loaded from YAML and flags, validated before anything runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "DEFAULT_EXTENSIONS",
+    "BuildConfig",
+    "ConfigError",
+    "format_size",
+    "parse_classes",
+    "parse_size",
+    "parse_splits",
+]
+
+DEFAULT_EXTENSIONS: tuple[str, ...] = (
+    ".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff",
+)  # fmt: skip
+
+_SIZE_UNITS = {
+    "": 1, "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+}  # fmt: skip
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
+# Split names end up in file names, so keep them to characters that are safe on every filesystem.
+_SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+_RATIO_TOLERANCE = 1e-6
+
+
+class ConfigError(ValueError):
+    """A setting is invalid. `setting` names it as the user spelled it on the command line."""
+
+    def __init__(self, setting: str, message: str):
+        self.setting = setting
+        super().__init__(f"--{setting.replace('_', '-')}: {message}")
+
+
+def parse_size(value: str | int, setting: str = "size") -> int:
+    """Parses `100MB`, `64 MiB`, `1.5GB` or a plain byte count into bytes (KB = 1000, KiB = 1024)."""
+    if isinstance(value, bool):
+        raise ConfigError(setting, f"expected a size such as 100MB, got {value!r}")
+    if isinstance(value, int):
+        size = value
+    else:
+        match = _SIZE_RE.match(str(value))
+        unit = match.group(2).upper() if match else None
+        if not match or unit not in _SIZE_UNITS:
+            raise ConfigError(
+                setting,
+                f"expected a size such as 100MB or 64MiB (units B, KB, MB, GB, KiB, MiB, GiB), "
+                f"got {value!r}",
+            )
+        size = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if size <= 0:
+        raise ConfigError(setting, f"must be positive, got {value!r}")
+    return size
+
+
+def format_size(num_bytes: float) -> str:
+    """Formats a byte count for people: `1.5 MB`."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(num_bytes) < 1000 or unit == "TB":
+            return f"{num_bytes:.0f} {unit}" if unit == "B" else f"{num_bytes:.1f} {unit}"
+        num_bytes /= 1000
+    raise AssertionError("unreachable")
+
+
+def parse_splits(value: str | Mapping[str, Any]) -> tuple[tuple[str, float], ...]:
+    """Parses `train=0.8,validation=0.1,test=0.1` (or a mapping) into ordered (name, ratio) pairs."""
+    if isinstance(value, Mapping):
+        items = [(str(k), v) for k, v in value.items()]
+    else:
+        items = []
+        for part in str(value).split(","):
+            if not part.strip():
+                continue
+            name, sep, ratio = part.partition("=")
+            if not sep:
+                raise ConfigError("splits", f"expected name=ratio, got {part.strip()!r}")
+            items.append((name.strip(), ratio.strip()))
+    if not items:
+        raise ConfigError("splits", "at least one split is needed, e.g. train=1")
+    splits: list[tuple[str, float]] = []
+    for name, raw in items:
+        if not _SPLIT_NAME_RE.match(name):
+            raise ConfigError(
+                "splits",
+                f"split name {name!r} must be letters, digits, '_' or '.' (it is used in file names)",
+            )
+        try:
+            ratio = float(raw)
+        except (TypeError, ValueError):
+            raise ConfigError("splits", f"ratio of {name!r} is not a number: {raw!r}") from None
+        if not math.isfinite(ratio) or ratio < 0:
+            raise ConfigError("splits", f"ratio of {name!r} must be between 0 and 1, got {raw!r}")
+        if name in dict(splits):
+            raise ConfigError("splits", f"split {name!r} is named twice")
+        splits.append((name, ratio))
+    total = sum(ratio for _, ratio in splits)
+    if abs(total - 1.0) > _RATIO_TOLERANCE:
+        raise ConfigError("splits", f"ratios must sum to 1, they sum to {total:g}")
+    return tuple(splits)
+
+
+def parse_classes(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """Parses `a,b,c`, `@classes.txt` (one class a line) or a list into the fixed class order."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value.startswith("@"):
+            import fsspec
+
+            path = value[1:]
+            try:
+                with fsspec.open(path, "rt", encoding="utf-8") as f:
+                    names = [line.strip() for line in f]
+            except (OSError, ValueError) as err:
+                raise ConfigError("classes", f"cannot read class list {path!r}: {err}") from None
+        else:
+            names = [name.strip() for name in value.split(",")]
+    else:
+        names = [str(name).strip() for name in value]
+    names = [name for name in names if name]
+    if not names:
+        raise ConfigError("classes", f"the class list is empty: {value!r}")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ConfigError("classes", f"class {name!r} is listed twice")
+        seen.add(name)
+    return tuple(names)
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Everything a build depends on. Equal configs over equal inputs give byte-identical shards.
+
+    Attributes:
+        inputs: fsspec glob patterns (`**` is recursive); a plain directory means every file below it.
+        output: the output folder, any fsspec URL.
+        name: dataset name used in shard file names; defaults to the output folder's name.
+        extensions: file suffixes to take (case-insensitive); hidden files and folders are never taken.
+        labels: `dir` (the parent folder's name), `regex:PATTERN` or `none`.
+        classes: the fixed class list (ids in this order), or None for the sorted distinct labels.
+        splits: (name, ratio) pairs summing to 1.
+        seed: salts split assignment and shuffling.
+        min_shard_size / max_shard_size: shard size bounds in bytes.
+        overwrite: replace an earlier build in `output`.
+        resume: keep shards an interrupted run of the same build already finished.
+        validate: `decode`, `header` or `none` (how hard each image is checked).
+        color: `rgb`, `gray` or `keep` (the channels every written image decodes to).
+        max_pixels: images with more pixels are refused (decompression bombs).
+        jpeg_quality: quality for images that must be re-encoded and were lossy.
+        background: RGB colour that transparent pixels are flattened onto.
+        exif_orientation: apply EXIF orientation (TensorFlow ignores it).
+        max_skipped_fraction: fail the build (after writing the report) when more inputs are skipped.
+        planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
+    """
+
+    inputs: tuple[str, ...]
+    output: str
+    name: str | None = None
+    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
+    labels: str = "dir"
+    classes: tuple[str, ...] | None = None
+    splits: tuple[tuple[str, float], ...] = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
+    seed: int = 0
+    min_shard_size: int = 100 * 10**6
+    max_shard_size: int = 200 * 10**6
+    overwrite: bool = False
+    resume: bool = False
+    validate: str = "decode"
+    color: str = "rgb"
+    max_pixels: int = 89_478_485
+    jpeg_quality: int = 95
+    background: tuple[int, int, int] = (255, 255, 255)
+    exif_orientation: bool = True
+    max_skipped_fraction: float | None = None
+    planning_bucket_records: int = 200_000
+
+    def __post_init__(self) -> None:
+        if isinstance(self.inputs, str):
+            object.__setattr__(self, "inputs", (self.inputs,))
+        object.__setattr__(self, "inputs", tuple(str(p) for p in self.inputs))
+        if not self.inputs or any(not p.strip() for p in self.inputs):
+            raise ConfigError("input", "at least one input pattern is needed")
+        if not self.output or not str(self.output).strip():
+            raise ConfigError("output", "an output folder is needed")
+        object.__setattr__(self, "output", str(self.output).rstrip("/") or "/")
+        if self.name is None:
+            object.__setattr__(self, "name", _default_name(self.output))
+        if not self.name or not _SPLIT_NAME_RE.match(self.name.replace("-", "_")):
+            raise ConfigError("name", f"{self.name!r} must be letters, digits, '-', '_' or '.'")
+        exts = tuple(
+            e.lower() if e.startswith(".") else "." + e.lower()
+            for e in (
+                self.extensions.split(",") if isinstance(self.extensions, str) else self.extensions
+            )
+            if e.strip()
+        )
+        if not exts:
+            raise ConfigError("extensions", "at least one extension is needed")
+        object.__setattr__(self, "extensions", exts)
+        self._validate_labels()
+        if isinstance(self.classes, (str, list)):
+            object.__setattr__(self, "classes", parse_classes(self.classes))
+        if self.classes is not None and self.labels == "none":
+            raise ConfigError("classes", "a class list needs --labels dir or regex:PATTERN")
+        if not isinstance(self.splits, tuple) or any(not isinstance(s, tuple) for s in self.splits):
+            object.__setattr__(self, "splits", parse_splits(self.splits))
+        else:
+            parse_splits(dict(self.splits))  # validates a programmatic value the same way
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError("seed", f"must be an integer, got {self.seed!r}")
+        object.__setattr__(
+            self, "min_shard_size", parse_size(self.min_shard_size, "min_shard_size")
+        )
+        object.__setattr__(
+            self, "max_shard_size", parse_size(self.max_shard_size, "max_shard_size")
+        )
+        if self.min_shard_size > self.max_shard_size:
+            raise ConfigError(
+                "min_shard_size",
+                f"{format_size(self.min_shard_size)} is above --max-shard-size "
+                f"{format_size(self.max_shard_size)}",
+            )
+        _check_choice("validate", self.validate, ("decode", "header", "none"))
+        _check_choice("color", self.color, ("rgb", "gray", "keep"))
+        if (
+            isinstance(self.max_pixels, bool)
+            or not isinstance(self.max_pixels, int)
+            or self.max_pixels <= 0
+        ):
+            raise ConfigError("max_pixels", f"must be a positive integer, got {self.max_pixels!r}")
+        if (
+            isinstance(self.jpeg_quality, bool)
+            or not isinstance(self.jpeg_quality, int)
+            or not 1 <= self.jpeg_quality <= 100
+        ):
+            raise ConfigError(
+                "jpeg_quality", f"must be an integer from 1 to 100, got {self.jpeg_quality!r}"
+            )
+        background = self.background
+        if isinstance(background, str):
+            background = _parse_color(background)
+        background = tuple(background)
+        if len(background) != 3 or any(
+            isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= 255 for c in background
+        ):
+            raise ConfigError(
+                "background", f"must be three integers 0-255, got {self.background!r}"
+            )
+        object.__setattr__(self, "background", background)
+        if self.max_skipped_fraction is not None and not 0 <= self.max_skipped_fraction <= 1:
+            raise ConfigError(
+                "max_skipped_fraction",
+                f"must be between 0 and 1, got {self.max_skipped_fraction!r}",
+            )
+        if self.planning_bucket_records < 1:
+            raise ConfigError("planning_bucket_records", "must be at least 1")
+        if self.overwrite and self.resume:
+            raise ConfigError(
+                "resume", "--resume keeps finished shards; it cannot go with --overwrite"
+            )
+
+    def _validate_labels(self) -> None:
+        labels = str(self.labels)
+        if labels in ("dir", "none"):
+            return
+        if not labels.startswith("regex:"):
+            raise ConfigError("labels", f"expected dir, none or regex:PATTERN, got {labels!r}")
+        pattern = labels[len("regex:") :]
+        try:
+            compiled = re.compile(pattern)
+        except re.error as err:
+            raise ConfigError("labels", f"regex {pattern!r} does not compile: {err}") from None
+        if compiled.groups == 0:
+            raise ConfigError(
+                "labels",
+                f"regex {pattern!r} has no capture group; mark the label with (...) or (?P<label>...)",
+            )
+
+    @property
+    def split_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.splits)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved settings as plain JSON-able data (for the manifest)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["splits"] = dict(self.splits)
+        data["inputs"] = list(self.inputs)
+        data["extensions"] = list(self.extensions)
+        data["classes"] = list(self.classes) if self.classes is not None else None
+        data["background"] = list(self.background)
+        return data
+
+    @classmethod
+    def setting_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> BuildConfig:
+        """Builds a config from a mapping whose keys may use `-` or `_` (YAML files, merged flags)."""
+        known = set(cls.setting_names())
+        aliases = {"input": "inputs"}
+        values: dict[str, Any] = {}
+        for key, value in settings.items():
+            norm = aliases.get(key.replace("-", "_"), key.replace("-", "_"))
+            if norm not in known:
+                raise ConfigError(
+                    key, f"unknown setting {key!r}; known: {', '.join(sorted(known))}"
+                )
+            values[norm] = value
+        for required in ("inputs", "output"):
+            if values.get(required) in (None, "", [], ()):
+                raise ConfigError(
+                    "input" if required == "inputs" else required,
+                    f"is required (give --{'input' if required == 'inputs' else required} or set it in --config)",
+                )
+        if isinstance(values.get("inputs"), list):
+            values["inputs"] = tuple(values["inputs"])
+        if isinstance(values.get("extensions"), list):
+            values["extensions"] = tuple(values["extensions"])
+        if isinstance(values.get("background"), list):
+            values["background"] = tuple(values["background"])
+        if isinstance(values.get("splits"), (str, Mapping)):
+            values["splits"] = parse_splits(values["splits"])
+        if "classes" in values:
+            values["classes"] = parse_classes(values["classes"])
+        for int_key in ("seed", "max_pixels", "jpeg_quality", "planning_bucket_records"):
+            if isinstance(values.get(int_key), str):
+                try:
+                    values[int_key] = int(values[int_key])
+                except ValueError:
+                    raise ConfigError(
+                        int_key, f"must be an integer, got {values[int_key]!r}"
+                    ) from None
+        if isinstance(values.get("max_skipped_fraction"), str):
+            try:
+                values["max_skipped_fraction"] = float(values["max_skipped_fraction"])
+            except ValueError:
+                raise ConfigError(
+                    "max_skipped_fraction",
+                    f"must be a number, got {values['max_skipped_fraction']!r}",
+                ) from None
+        try:
+            return cls(**values)
+        except (
+            TypeError
+        ) as err:  # a YAML value of the wrong shape, e.g. a mapping where a string goes
+            raise ConfigError("config", str(err)) from None
+
+
+def _default_name(output: str) -> str:
+    tail = output.rstrip("/").rsplit("/", 1)[-1]
+    tail = tail.split("://", 1)[-1] or "dataset"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", tail) or "dataset"
+
+
+def _check_choice(setting: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ConfigError(setting, f"expected one of {', '.join(choices)}, got {value!r}")
+
+
+def _parse_color(value: str) -> tuple[int, ...]:
+    text = value.strip().lstrip("#")
+    if re.fullmatch(r"[0-9A-Fa-f]{6}", text):
+        return tuple(int(text[i : i + 2], 16) for i in (0, 2, 4))
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError("background", f"expected #RRGGBB or R,G,B, got {value!r}") from None
