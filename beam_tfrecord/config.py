@@ -255,7 +255,8 @@ class BuildConfig:
             isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= 255 for c in background
         ):
             raise ConfigError(
-                "background", f"must be three integers 0-255, got {self.background!r}"
+                "background",
+                f"expected #RRGGBB or R,G,B with values 0-255, got {self.background!r}",
             )
         object.__setattr__(self, "background", background)
         if self.max_skipped_fraction is not None and not 0 <= self.max_skipped_fraction <= 1:

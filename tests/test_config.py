@@ -1,0 +1,165 @@
+"""Config: sizes, splits, classes, YAML plus flags, and a clear error naming every bad setting."""
+
+import argparse
+
+import pytest
+
+from beam_tfrecord.build_command import add_arguments, config_from_args
+from beam_tfrecord.config import BuildConfig, ConfigError, parse_classes, parse_size, parse_splits
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args, extra = parser.parse_known_args(list(argv))
+    assert not extra, extra
+    return args
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("100MB", 100_000_000),
+        ("200 MB", 200_000_000),
+        ("64MiB", 64 * 2**20),
+        ("1.5GB", 1_500_000_000),
+        ("2gib", 2 * 2**30),
+        ("512", 512),
+        ("10KB", 10_000),
+        ("7KiB", 7 * 1024),
+        (4096, 4096),
+    ],
+)
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "MB", "10XB", "-5MB", "0", "1e3MB", "ten MB", True])
+def test_parse_size_refuses(text):
+    with pytest.raises(ConfigError, match="size"):
+        parse_size(text, "max_shard_size")
+
+
+def test_parse_splits():
+    assert parse_splits("train=0.8,validation=0.1,test=0.1") == (
+        ("train", 0.8),
+        ("validation", 0.1),
+        ("test", 0.1),
+    )
+    assert parse_splits({"a": 0.5, "b": 0.5}) == (("a", 0.5), ("b", 0.5))
+    assert parse_splits("all=1") == (("all", 1.0),)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("train=0.8,test=0.1", "sum to 1, they sum to 0.9"),
+        ("train=1.2,test=-0.2", "ratio of 'test' must be between 0 and 1"),
+        ("train=abc", "not a number: 'abc'"),
+        ("train", "expected name=ratio, got 'train'"),
+        ("tr/ain=1", "split name 'tr/ain'"),
+        ("a=0.5,a=0.5", "named twice"),
+        ("", "at least one split"),
+    ],
+)
+def test_parse_splits_refuses(text, message):
+    with pytest.raises(ConfigError, match="--splits") as err:
+        parse_splits(text)
+    assert message in str(err.value)
+
+
+def test_parse_classes(tmp_path):
+    assert parse_classes("cat, dog,bird") == ("cat", "dog", "bird")
+    listing = tmp_path / "classes.txt"
+    listing.write_text("zebra\n\nant\n")
+    assert parse_classes(f"@{listing}") == ("zebra", "ant")
+    with pytest.raises(ConfigError, match="listed twice"):
+        parse_classes("a,b,a")
+    with pytest.raises(ConfigError, match="cannot read class list"):
+        parse_classes(f"@{tmp_path / 'missing.txt'}")
+
+
+def test_defaults_and_name_from_output():
+    config = BuildConfig(inputs=("data/**",), output="gs://bucket/datasets/flowers-v2/")
+    assert config.name == "flowers-v2"
+    assert config.output == "gs://bucket/datasets/flowers-v2"
+    assert config.min_shard_size == 100 * 10**6 and config.max_shard_size == 200 * 10**6
+    assert config.split_names == ("train", "validation", "test")
+    assert config.validate == "decode" and config.color == "rgb"
+    assert ".jpg" in config.extensions and ".png" in config.extensions
+
+
+def test_yaml_then_flags_flags_win(tmp_path):
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text(
+        "input: [a/**, b/*.png]\noutput: out/x\nseed: 7\nsplits: {train: 0.5, test: 0.5}\n"
+        "min-shard-size: 1MB\nmax_shard_size: 3MB\nclasses: [b, a]\n"
+    )
+    config = config_from_args(
+        _args("--config", str(yaml_file), "--seed", "9", "--max-shard-size", "4MB")
+    )
+    assert config.inputs == ("a/**", "b/*.png")
+    assert config.seed == 9
+    assert config.splits == (("train", 0.5), ("test", 0.5))
+    assert (config.min_shard_size, config.max_shard_size) == (10**6, 4 * 10**6)
+    assert config.classes == ("b", "a")
+    flags_only = config_from_args(
+        _args("--input", "x/**", "--input", "y/**", "--output", "o", "--overwrite")
+    )
+    assert flags_only.inputs == ("x/**", "y/**") and flags_only.overwrite
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "flags", "setting", "message"),
+    [
+        ("output: o\n", [], "--input", "is required"),
+        ("input: [a]\n", [], "--output", "is required"),
+        ("input: [a]\noutput: o\nlabels: 'regex:([a-z'\n", [], "--labels", "does not compile"),
+        ("input: [a]\noutput: o\nlabels: 'regex:[a-z]+'\n", [], "--labels", "no capture group"),
+        ("input: [a]\noutput: o\nlabels: folder\n", [], "--labels", "expected dir, none or regex"),
+        ("input: [a]\noutput: o\n", ["--splits", "train=0.9,test=0.2"], "--splits", "sum to 1"),
+        (
+            "input: [a]\noutput: o\n",
+            ["--splits", "train=1.1,test=-0.1"],
+            "--splits",
+            "between 0 and 1",
+        ),
+        ("input: [a]\noutput: o\n", ["--min-shard-size", "300MB"], "--min-shard-size", "is above"),
+        ("input: [a]\noutput: o\ncolour: rgb\n", [], "--colour", "unknown setting"),
+        ("input: [a]\noutput: o\nvalidate: full\n", [], "--validate", "expected one of"),
+        ("input: [a]\noutput: o\njpeg_quality: 0\n", [], "--jpeg-quality", "1 to 100"),
+        ("input: [a]\noutput: o\nbackground: '#12'\n", [], "--background", "R,G,B"),
+        (
+            "input: [a]\noutput: o\nmax_skipped_fraction: 2\n",
+            [],
+            "--max-skipped-fraction",
+            "between 0",
+        ),
+        ("input: [a]\noutput: o\nclasses: []\n", [], "--classes", "empty"),
+        ("input: [a]\noutput: o\nlabels: none\nclasses: [a]\n", [], "--classes", "needs --labels"),
+        ("input: [a]\noutput: o\n", ["--overwrite", "--resume"], "--resume", "cannot go with"),
+        ("- a\n- b\n", [], "--config", "must hold a mapping"),
+        ("input: [a\n", [], "--config", "cannot be read"),
+    ],
+)
+def test_bad_settings_name_the_setting(tmp_path, yaml_text, flags, setting, message):
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text(yaml_text)
+    with pytest.raises(ConfigError) as err:
+        config_from_args(_args("--config", str(yaml_file), *flags))
+    assert str(err.value).startswith(setting + ":"), str(err.value)
+    assert message in str(err.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match=r"--config: .* does not exist"):
+        config_from_args(_args("--config", str(tmp_path / "nope.yaml")))
+
+
+def test_to_dict_is_json_ready():
+    import json
+
+    config = BuildConfig(inputs=("a/**",), output="o", classes=("x", "y"))
+    data = json.loads(json.dumps(config.to_dict()))
+    assert data["splits"] == {"train": 0.8, "validation": 0.1, "test": 0.1}
+    assert data["classes"] == ["x", "y"] and data["inputs"] == ["a/**"]
