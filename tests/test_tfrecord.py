@@ -1,0 +1,313 @@
+"""Tests for the TFRecord framing: writer, reader, compression and damage reports."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import pickle
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from beam_tfrecord.tfrecord import (
+    CorruptRecordError,
+    TFRecordReader,
+    TFRecordWriter,
+    framed_size,
+    masked_crc32c,
+    open_writer,
+    read_records,
+)
+
+# Three records whose frames start at 0, 26 and 62; the file is 108 bytes.
+RECORDS = [b"a" * 10, b"b" * 20, b"c" * 30]
+OFFSETS = [0, 26, 62]
+
+
+def _framed(records: list[bytes]) -> bytes:
+    buffer = io.BytesIO()
+    writer = TFRecordWriter(buffer)
+    for record in records:
+        writer.write(record)
+    return buffer.getvalue()
+
+
+def _file(tmp_path: Path, data: bytes, name: str = "data.tfrecord") -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_masked_crc32c_matches_tensorflow_constants():
+    # CRC32C("") is 0, so its masked form is the mask delta itself.
+    assert masked_crc32c(b"") == 0xA282EAD8
+    # The header CRC of a zero-length record, as TensorFlow writes it (29 03 98 07).
+    assert masked_crc32c(bytes(8)) == 0x07980329
+    assert masked_crc32c(bytearray(b"foo")) == masked_crc32c(memoryview(b"xfoo")[1:])
+
+
+def test_frame_layout():
+    frame = _framed([b"foo"])
+    length, length_crc = struct.unpack_from("<QI", frame)
+    assert (length, length_crc) == (3, masked_crc32c(struct.pack("<Q", 3)))
+    assert frame[12:15] == b"foo"
+    assert struct.unpack_from("<I", frame, 15)[0] == masked_crc32c(b"foo")
+    assert len(frame) == framed_size(3) == TFRecordWriter.framed_size(3) == 19
+
+
+def test_writer_counts_and_accepts_any_bytes_like():
+    buffer = io.BytesIO()
+    writer = TFRecordWriter(buffer)
+    sizes = [
+        writer.write(b"ab"),
+        writer.write(bytearray(b"cd")),
+        # A memoryview of 2-byte items: its length counts items, the frame must count bytes.
+        writer.write(memoryview(b"efgh").cast("H")),
+    ]
+    assert sizes == [18, 18, 20]
+    assert writer.records_written == 3
+    assert writer.bytes_written == 56 == len(buffer.getvalue())
+    assert list(read_records(io.BytesIO(buffer.getvalue()))) == [b"ab", b"cd", b"efgh"]
+    # The writer does not own the stream.
+    assert not buffer.closed
+
+
+def test_writer_rejects_str():
+    with pytest.raises(TypeError, match="bytes-like, got str"):
+        TFRecordWriter(io.BytesIO()).write("text")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "compression", "check"),
+    [
+        ("a.tfrecord", "auto", lambda data: data == _framed(RECORDS)),
+        ("a.tfrecord.gz", "auto", lambda data: data[:2] == b"\x1f\x8b"),
+        ("a.tfrecord.gzip", "auto", lambda data: data[:2] == b"\x1f\x8b"),
+        ("a.tfrecord.zz", "auto", lambda data: zlib.decompress(data) == _framed(RECORDS)),
+        ("a.zlib", "auto", lambda data: zlib.decompress(data) == _framed(RECORDS)),
+        ("a.tfrecord", "gzip", lambda data: gzip.decompress(data) == _framed(RECORDS)),
+        ("a.tfrecord", "ZLIB", lambda data: zlib.decompress(data) == _framed(RECORDS)),
+        ("a.gz", "NONE", lambda data: data == _framed(RECORDS)),
+        ("a.gz", None, lambda data: data == _framed(RECORDS)),
+    ],
+)
+def test_open_writer_compression(tmp_path, name, compression, check):
+    url = str(tmp_path / name)
+    with open_writer(url, compression) as writer:
+        for record in RECORDS:
+            writer.write(record)
+    assert writer.records_written == 3
+    assert check((tmp_path / name).read_bytes())
+    assert list(read_records(url, compression)) == RECORDS
+
+
+def test_gzip_output_is_deterministic(tmp_path):
+    outputs = []
+    for name in ("one.tfrecord.gz", "two.tfrecord.gz"):
+        with open_writer(str(tmp_path / name)) as writer:
+            writer.write(b"same")
+        outputs.append((tmp_path / name).read_bytes())
+    assert outputs[0] == outputs[1]
+    header = outputs[0][:10]
+    assert header[3] & 0x08 == 0, "FNAME flag set: the file name is in the header"
+    assert header[4:8] == bytes(4), "mtime is not zero"
+
+
+def test_open_writer_on_an_fsspec_url():
+    url = "memory://beam-tfrecord-tests/records.tfrecord.gz"
+    with open_writer(url) as writer:
+        writer.write(b"in memory")
+    assert list(read_records(url)) == [b"in memory"]
+
+
+def test_unknown_compression_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="'BROTLI'"), open_writer(str(tmp_path / "x"), "BROTLI"):
+        pass
+    with pytest.raises(ValueError, match="'lz4'"):
+        TFRecordReader(str(tmp_path / "x"), "lz4")
+
+
+def test_with_offsets(tmp_path):
+    url = _file(tmp_path, _framed(RECORDS))
+    assert list(read_records(url, with_offsets=True)) == list(zip(OFFSETS, RECORDS, strict=True))
+
+
+def test_offsets_count_the_uncompressed_stream(tmp_path):
+    url = str(tmp_path / "x.tfrecord.gz")
+    with open_writer(url) as writer:
+        for record in RECORDS:
+            writer.write(record)
+    assert [offset for offset, _ in read_records(url, with_offsets=True)] == OFFSETS
+
+
+def test_empty_file_has_no_records(tmp_path):
+    assert list(read_records(_file(tmp_path, b""))) == []
+    assert list(read_records(io.BytesIO())) == []
+
+
+def test_missing_file_raises_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        list(read_records(str(tmp_path / "nope.tfrecord")))
+
+
+@pytest.mark.parametrize("compression", ["NONE", "GZIP", "ZLIB"])
+def test_sniffs_compression_of_a_non_seekable_stream(tmp_path, compression):
+    suffix = {"NONE": "", "GZIP": ".gz", "ZLIB": ".zz"}[compression]
+    with open_writer(str(tmp_path / f"x.tfrecord{suffix}")) as writer:
+        for record in RECORDS:
+            writer.write(record)
+    # A pipe cannot seek back after sniffing; the sniffed bytes must be replayed.
+    with subprocess.Popen(
+        ["cat", str(tmp_path / f"x.tfrecord{suffix}")], stdout=subprocess.PIPE
+    ) as cat:
+        assert cat.stdout is not None
+        assert list(read_records(cat.stdout)) == RECORDS
+
+
+def test_stream_is_read_from_its_current_position_and_left_open():
+    stream = io.BytesIO(b"junk" + _framed(RECORDS))
+    stream.seek(4)
+    assert list(read_records(stream, with_offsets=True)) == list(zip(OFFSETS, RECORDS, strict=True))
+    assert not stream.closed
+
+
+# --- damage -------------------------------------------------------------------------------
+
+
+def _flip(data: bytes, index: int) -> bytes:
+    return data[:index] + bytes([data[index] ^ 0x01]) + data[index + 1 :]
+
+
+GOOD = _framed(RECORDS)
+DAMAGE = {
+    # name: (damaged bytes, record offset, damage offset, reason, records before, salvaged)
+    "truncated header": (GOOD[: 62 + 5], 62, 62, "truncated header (5 of 12 bytes)", 2, 2),
+    "truncated payload": (GOOD[: 62 + 12 + 10], 62, 62, "truncated payload (10 of 30 bytes)", 2, 2),
+    "truncated footer": (GOOD[: 62 + 12 + 30 + 2], 62, 62, "truncated footer (2 of 4 bytes)", 2, 2),
+    "bad length CRC": (_flip(GOOD, 26 + 9), 26, 26, "bad length CRC", 1, 1),
+    "corrupt length": (_flip(GOOD, 26 + 0), 26, 26, "bad length CRC", 1, 1),
+    "bad data CRC": (
+        _flip(GOOD, 26 + 12 + 3),
+        26,
+        38,
+        "bad data CRC (payload at byte offset 38)",
+        1,
+        2,  # the third record is still intact and readable
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_damage_raises_with_path_and_offset(tmp_path, case):
+    data, offset, damage_offset, reason, before, _ = DAMAGE[case]
+    url = _file(tmp_path, data)
+    records = []
+    with pytest.raises(CorruptRecordError) as caught:
+        records.extend(read_records(url))
+    error = caught.value
+    assert (error.path, error.offset, error.damage_offset, error.reason) == (
+        url,
+        offset,
+        damage_offset,
+        reason,
+    )
+    assert str(error) == f"{url}: corrupt record at byte offset {offset}: {reason}"
+    assert records == RECORDS[:before]
+    assert isinstance(error, OSError)
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_skip_damaged_salvages_and_reports(tmp_path, case, caplog):
+    data, offset, _, reason, _, salvaged = DAMAGE[case]
+    url = _file(tmp_path, data)
+    reader = TFRecordReader(url, skip_damaged=True)
+    with caplog.at_level(logging.WARNING, logger="beam_tfrecord.tfrecord"):
+        records = list(reader)
+    assert len(records) == reader.records_read == salvaged
+    assert [(d.offset, d.reason) for d in reader.damage] == [(offset, reason)]
+    assert f"{url}: corrupt record at byte offset {offset}" in caplog.text
+    # read_records is the same reader without the report.
+    assert list(read_records(url, skip_damaged=True)) == records
+
+
+def test_skip_damaged_keeps_going_past_several_bad_data_crcs(tmp_path):
+    data = _flip(_flip(GOOD, 12), 62 + 12)
+    reader = TFRecordReader(_file(tmp_path, data), skip_damaged=True, with_offsets=True)
+    assert list(reader) == [(26, RECORDS[1])]
+    assert [d.offset for d in reader.damage] == [0, 62]
+
+
+def test_damage_in_a_stream_names_the_stream():
+    stream = io.BytesIO(GOOD[:-1])
+    with pytest.raises(CorruptRecordError, match=r"<BytesIO>: corrupt record at byte offset 62"):
+        list(read_records(stream))
+
+
+@pytest.mark.parametrize(
+    ("name", "cut"),
+    [("cut.tfrecord.gz", 10), ("cut.tfrecord.zz", 10), ("garbage.tfrecord.gz", None)],
+)
+def test_broken_compressed_stream_is_a_corrupt_record_error(tmp_path, name, cut):
+    url = str(tmp_path / name)
+    with open_writer(url) as writer:
+        for record in RECORDS * 50:
+            writer.write(record)
+    data = (tmp_path / name).read_bytes()
+    data = data[:-cut] if cut else data[:10] + b"\xff" * 40
+    (tmp_path / name).write_bytes(data)
+    with pytest.raises(
+        CorruptRecordError, match=f"^{url}: corrupt record at byte offset"
+    ) as caught:
+        list(read_records(url))
+    assert "stream" in caught.value.reason
+    reader = TFRecordReader(url, skip_damaged=True)
+    list(reader)
+    assert len(reader.damage) == 1
+
+
+def test_corrupt_record_error_pickles():
+    error = CorruptRecordError("gs://b/x.tfrecord", 26, "bad data CRC", damage_offset=38)
+    copy = pickle.loads(pickle.dumps(error))
+    assert (copy.path, copy.offset, copy.reason, copy.damage_offset, str(copy)) == (
+        error.path,
+        error.offset,
+        error.reason,
+        error.damage_offset,
+        str(error),
+    )
+
+
+# --- round trips --------------------------------------------------------------------------
+
+_records = st.lists(st.binary(max_size=300), max_size=20)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=_records)
+def test_round_trip_through_a_stream(records):
+    assert list(read_records(io.BytesIO(_framed(records)))) == records
+
+
+@pytest.mark.parametrize("compression", ["NONE", "GZIP", "ZLIB"])
+def test_round_trip_through_files(tmp_path_factory, compression):
+    directory = tmp_path_factory.mktemp(compression)
+
+    @settings(max_examples=40, deadline=None)
+    @given(records=_records)
+    def round_trip(records):
+        url = str(directory / "records.tfrecord")
+        with open_writer(url, compression) as writer:
+            for record in records:
+                writer.write(record)
+        assert writer.bytes_written == sum(framed_size(len(r)) for r in records)
+        assert list(read_records(url, compression)) == records
+        # and with the compression sniffed from the content, the suffix saying nothing
+        assert list(read_records(url)) == records
+
+    round_trip()
