@@ -1,0 +1,190 @@
+"""`beam-tfrecord build`: settings from a YAML file and flags (flags win); other flags go to Beam."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from beam_tfrecord.config import BuildConfig, ConfigError, format_size
+
+__all__ = ["add_arguments", "config_from_args", "run"]
+
+# Flags whose value is a setting of BuildConfig, with the setting's name.
+_VALUE_FLAGS = {
+    "input": "inputs",
+    "extensions": "extensions",
+    "output": "output",
+    "name": "name",
+    "labels": "labels",
+    "classes": "classes",
+    "splits": "splits",
+    "seed": "seed",
+    "min_shard_size": "min_shard_size",
+    "max_shard_size": "max_shard_size",
+    "validate": "validate",
+    "color": "color",
+    "max_pixels": "max_pixels",
+    "jpeg_quality": "jpeg_quality",
+    "background": "background",
+    "max_skipped_fraction": "max_skipped_fraction",
+    "planning_bucket_records": "planning_bucket_records",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.allow_abbrev = False  # an abbreviation could swallow one of Beam's flags
+    parser.epilog = (
+        "Flags not listed here go to Beam's PipelineOptions (--runner, --direct_num_workers, ...)."
+    )
+    parser.add_argument("--config", metavar="FILE", help="YAML file of settings; flags override it")
+    group = parser.add_argument_group("what to read")
+    group.add_argument(
+        "--input", action="append", metavar="PATTERN", help="fsspec glob, ** recursive; repeatable"
+    )
+    group.add_argument("--extensions", help="comma-separated suffixes to take (case-insensitive)")
+    group = parser.add_argument_group("what to write")
+    group.add_argument("--output", metavar="DIR", help="output folder, any fsspec URL")
+    group.add_argument(
+        "--name", help="dataset name in shard file names (default: the output folder's name)"
+    )
+    group.add_argument(
+        "--labels",
+        metavar="dir|regex:PATTERN|none",
+        help="where class names come from (default dir)",
+    )
+    group.add_argument("--classes", metavar="a,b,c|@FILE", help="fix the class list and its order")
+    group.add_argument(
+        "--splits", metavar="NAME=RATIO,...", help="default train=0.8,validation=0.1,test=0.1"
+    )
+    group.add_argument("--seed", type=int, help="salts split assignment and shuffling (default 0)")
+    group.add_argument(
+        "--min-shard-size", help="default 100MB (units B, KB, MB, GB, KiB, MiB, GiB)"
+    )
+    group.add_argument("--max-shard-size", help="default 200MB")
+    group.add_argument(
+        "--overwrite",
+        action="store_true",
+        default=None,
+        help="replace an earlier build in --output",
+    )
+    group.add_argument(
+        "--resume",
+        action="store_true",
+        default=None,
+        help="keep shards an interrupted run finished",
+    )
+    group = parser.add_argument_group("image checks")
+    group.add_argument("--validate", choices=["decode", "header", "none"], help="default decode")
+    group.add_argument(
+        "--color",
+        choices=["rgb", "gray", "keep"],
+        help="channels written images decode to (default rgb)",
+    )
+    group.add_argument("--max-pixels", type=int, help="refuse larger images (decompression bombs)")
+    group.add_argument("--jpeg-quality", type=int, help="for re-encoded lossy images (default 95)")
+    group.add_argument("--background", help="colour alpha is flattened onto: #RRGGBB or R,G,B")
+    group.add_argument(
+        "--no-exif-orientation", dest="exif_orientation", action="store_false", default=None,
+        help="do not apply EXIF orientation",
+    )  # fmt: skip
+    group.add_argument(
+        "--max-skipped-fraction", type=float, help="fail when more of the inputs are skipped"
+    )
+    group.add_argument("--planning-bucket-records", type=int, help=argparse.SUPPRESS)
+
+
+def _load_yaml(path: str) -> dict[str, Any]:
+    import fsspec
+    import yaml
+
+    try:
+        with fsspec.open(path, "r", encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError("config", f"{path!r} does not exist") from None
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError("config", f"{path!r} cannot be read: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            "config", f"{path!r} must hold a mapping of settings, not {type(data).__name__}"
+        )
+    return data
+
+
+def config_from_args(args: argparse.Namespace) -> BuildConfig:
+    """Merges defaults, the YAML file and the flags (in that order of precedence) into a config."""
+    settings: dict[str, Any] = _load_yaml(args.config) if args.config else {}
+    for flag, setting in _VALUE_FLAGS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            settings.pop(setting, None)
+            settings.pop(flag, None)
+            settings[setting] = value
+    for flag in ("overwrite", "resume", "exif_orientation"):
+        if getattr(args, flag) is not None:
+            settings[flag] = getattr(args, flag)
+    return BuildConfig.from_settings(settings)
+
+
+def _print_summary(result, config: BuildConfig, out=sys.stdout) -> None:
+    manifest = result.manifest
+    inputs = manifest["inputs"]
+    print(
+        f"Built {manifest['name']!r} in {config.output}: {inputs['written']} of {inputs['listed']} images "
+        f"in {result.seconds:.1f} s",
+        file=out,
+    )
+    width = max((len(name) for name in manifest["splits"]), default=5)
+    for name, split in manifest["splits"].items():
+        shards = split["shards"]
+        print(
+            f"  {name:<{width}}  {split['examples']:>9} examples  {shards:>5} shard{'s' if shards != 1 else ' '}"
+            f"  {format_size(split['bytes']):>10}",
+            file=out,
+        )
+    print(f"  classes: {len(manifest['classes'])} (labels.txt)", file=out)
+    if inputs["modified"]:
+        print(
+            f"  {inputs['modified']} images were re-encoded so TensorFlow decodes them (report.jsonl)",
+            file=out,
+        )
+    if inputs["skipped"]:
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in inputs["skipped_by_reason"].items())
+        print(
+            f"WARNING: {inputs['skipped']} of {inputs['listed']} inputs were NOT written ({reasons}); "
+            f"see {config.output.rstrip('/')}/report.jsonl",
+            file=out,
+        )
+
+
+def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("beam_tfrecord").setLevel(logging.INFO)
+    prog = "beam-tfrecord build"
+    try:
+        config = config_from_args(args)
+        from beam_tfrecord.pipeline import build  # Beam is imported only once the config is sound
+
+        result = build(config, extra)
+    except ConfigError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
+    _print_summary(result, config)
+    if (
+        config.max_skipped_fraction is not None
+        and result.skipped_fraction > config.max_skipped_fraction
+    ):
+        print(
+            f"{prog}: error: {result.skipped_fraction:.1%} of the inputs were skipped, more than "
+            f"--max-skipped-fraction {config.max_skipped_fraction:g}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

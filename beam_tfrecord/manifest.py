@@ -1,0 +1,175 @@
+"""The files that describe a build: manifest.json, labels.txt and report.jsonl, and the cleanup after it."""
+
+from __future__ import annotations
+
+import datetime
+import fnmatch
+import json
+import platform
+import posixpath
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import metadata
+from typing import Any
+
+import fsspec
+
+from beam_tfrecord.catalog import ReportEntry
+from beam_tfrecord.labels import ClassMap
+from beam_tfrecord.shard_writer import ShardResult, is_temporary
+
+__all__ = [
+    "LABELS_FILE",
+    "MANIFEST_FILE",
+    "REPORT_FILE",
+    "build_manifest",
+    "discard_manifest",
+    "is_build_file",
+    "publish_text",
+    "read_manifest",
+    "remove_stale_files",
+    "write_build_files",
+]
+
+MANIFEST_FILE = "manifest.json"
+LABELS_FILE = "labels.txt"
+REPORT_FILE = "report.jsonl"
+_SHARD_GLOB = "*.tfrecord-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]*"
+_METADATA_FILES = (MANIFEST_FILE, LABELS_FILE, REPORT_FILE)
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in ("beam-tfrecord", "apache-beam", "protobuf", "Pillow", "fsspec", "crc32c"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return versions
+
+
+def build_manifest(
+    *,
+    config: Mapping[str, Any],
+    split_names: Sequence[str],
+    classes: ClassMap,
+    shards: Iterable[ShardResult],
+    report: Iterable[ReportEntry],
+    listed: int,
+) -> dict[str, Any]:
+    """The manifest of a finished build, from what its shards and report hold."""
+    order = {name: i for i, name in enumerate(split_names)}
+    shards = sorted(shards, key=lambda r: (order.get(r.split, len(order)), r.split, r.index))
+    splits: dict[str, Any] = {
+        name: {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}} for name in split_names
+    }
+    for shard in shards:
+        split = splits.setdefault(
+            shard.split, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
+        )
+        split["examples"] += shard.examples
+        split["bytes"] += shard.bytes
+        split["shards"] += 1
+        counts = Counter(split["class_counts"])
+        counts.update(dict(shard.class_counts))
+        split["class_counts"] = {name: counts[name] for name in classes.names if counts[name]}
+    report = list(report)
+    skipped = [r for r in report if r.action == "skipped"]
+    written = sum(s["examples"] for s in splits.values())
+    return {
+        "format": "beam-tfrecord/1",
+        "name": config.get("name"),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": _versions(),
+        "seed": config.get("seed"),
+        "config": dict(config),
+        "classes": list(classes.names),
+        "inputs": {
+            "listed": listed,
+            "written": written,
+            "skipped": len(skipped),
+            "skipped_by_reason": dict(sorted(Counter(r.reason for r in skipped).items())),
+            "modified": sum(1 for r in report if r.action == "modified"),
+        },
+        "splits": splits,
+        "shards": [
+            {
+                "file": s.file_name,
+                "split": s.split,
+                "index": s.index,
+                "examples": s.examples,
+                "bytes": s.bytes,
+                "sha256": s.sha256,
+            }
+            for s in shards
+        ],
+    }
+
+
+def publish_text(url: str, text: str) -> None:
+    """Writes a small text file so that a reader sees the old file or the new one, never a part."""
+    fs, path = fsspec.core.url_to_fs(url)
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        temp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.tmp-publish")
+        with fs.open(temp, "w", encoding="utf-8") as f:
+            f.write(text)
+        fs.mv(temp, path)
+    else:
+        fs.pipe_file(path, text.encode("utf-8"))
+
+
+def write_build_files(
+    output_dir: str, manifest: Mapping[str, Any], classes: ClassMap, report: Iterable[ReportEntry]
+) -> None:
+    """Writes labels.txt, report.jsonl and, last, manifest.json: a manifest means a finished build."""
+    lines = sorted(report, key=lambda r: r.sort_key)
+    publish_text(posixpath.join(output_dir, LABELS_FILE), classes.to_text())
+    publish_text(
+        posixpath.join(output_dir, REPORT_FILE), "".join(r.to_json() + "\n" for r in lines)
+    )
+    publish_text(
+        posixpath.join(output_dir, MANIFEST_FILE),
+        json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
+    )
+
+
+def discard_manifest(output_dir: str) -> None:
+    """Removes a finished build's manifest, if any, before its folder is rebuilt."""
+    fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, MANIFEST_FILE))
+    if fs.exists(path):
+        fs.rm(path)
+
+
+def read_manifest(output_dir: str) -> dict[str, Any]:
+    with fsspec.open(posixpath.join(output_dir, MANIFEST_FILE), "r", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def is_build_file(file_name: str) -> bool:
+    """Whether a file in an output folder is one a build writes (shards, their temporaries, metadata)."""
+    return (
+        file_name in _METADATA_FILES
+        or is_temporary(file_name)
+        or fnmatch.fnmatch(file_name, _SHARD_GLOB)
+    )
+
+
+def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
+    """Removes the shards and temporaries of earlier or failed attempts that this build did not write.
+
+    Only files a build writes are touched; anything else a user keeps in the folder stays.
+    """
+    fs, path = fsspec.core.url_to_fs(output_dir)
+    keep = set(keep) | set(_METADATA_FILES)
+    removed = []
+    try:
+        names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
+    except FileNotFoundError:
+        return removed
+    for name in sorted(names):
+        if name not in keep and is_build_file(name):
+            fs.rm(posixpath.join(path, name))
+            removed.append(name)
+    return removed

@@ -1,0 +1,184 @@
+"""The image-to-TFRecord build: the pipeline graph, the checks before it, and the run around it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.images import ImagePolicy
+from beam_tfrecord.labels import LabelRule
+from beam_tfrecord.manifest import (
+    build_manifest,
+    discard_manifest,
+    read_manifest,
+    remove_stale_files,
+    write_build_files,
+)
+from beam_tfrecord.preflight import preflight
+from beam_tfrecord.preparation import Preparer
+from beam_tfrecord.transforms import (
+    METRICS_NAMESPACE,
+    CheckImages,
+    LabelImages,
+    ListImages,
+    PlanShards,
+    WriteShards,
+)
+
+__all__ = ["BuildResult", "ConvertImages", "build", "image_policy", "preparer"]
+
+_LOG = logging.getLogger(__name__)
+
+
+def image_policy(config: BuildConfig) -> ImagePolicy:
+    return ImagePolicy(
+        validate=config.validate,
+        color=config.color,
+        max_pixels=config.max_pixels,
+        background=config.background,
+        jpeg_quality=config.jpeg_quality,
+        apply_exif_orientation=config.exif_orientation,
+    )
+
+
+def preparer(config: BuildConfig) -> Preparer:
+    return Preparer(
+        label_rule=LabelRule(config.labels),
+        fixed_classes=config.classes,
+        splits=config.splits,
+        seed=config.seed,
+        policy=image_policy(config),
+        max_record_size=config.max_shard_size,
+    )
+
+
+def _finalize(results, report, classes, listed, config_dict, split_names, output_dir):
+    """Runs once, after every shard is written: metadata files last, then stale files go."""
+    manifest = build_manifest(
+        config=config_dict,
+        split_names=split_names,
+        classes=classes,
+        shards=results,
+        report=report,
+        listed=listed,
+    )
+    write_build_files(output_dir, manifest, classes, report)
+    removed = remove_stale_files(output_dir, keep=[s["file"] for s in manifest["shards"]])
+    if removed:
+        _LOG.info(
+            "removed %d stale files of an earlier build: %s", len(removed), ", ".join(removed[:5])
+        )
+    return manifest["inputs"]
+
+
+class ConvertImages(beam.PTransform):
+    """The whole build: list, label, check, plan and write, then the manifest, labels and report.
+
+    Applied to a pipeline's root. Returns a dict of the PCollections tests and callers may watch:
+    `entries`, `shards` (ShardResult), `report` (ReportEntry) and `summary`.
+    """
+
+    def __init__(self, config: BuildConfig):
+        super().__init__()
+        self._config = config
+
+    def expand(self, pbegin):
+        config = self._config
+        prep = preparer(config)
+        sources = pbegin | "ListImages" >> ListImages(config.inputs, config.extensions)
+        labeled = sources | "LabelImages" >> LabelImages(prep)
+        checked = labeled["labeled"] | "CheckImages" >> CheckImages(prep, labeled["classes"])
+        planned = checked["entries"] | "PlanShards" >> PlanShards(
+            config.min_shard_size, config.max_shard_size, config.planning_bucket_records
+        )
+        written = planned["shards"] | "WriteShards" >> WriteShards(
+            config.output, config.name, image_policy(config), planned["plan"], resume=config.resume
+        )
+        report = (
+            labeled["report"],
+            checked["report"],
+            written["report"],
+        ) | "Report" >> beam.Flatten()
+        listed = sources | "CountListed" >> beam.combiners.Count.Globally()
+        summary = (
+            pbegin
+            | "Finalize" >> beam.Create([None])
+            | "WriteManifest"
+            >> beam.Map(
+                lambda _, results, report, classes, listed: _finalize(
+                    results,
+                    report,
+                    classes,
+                    listed,
+                    config.to_dict(),
+                    config.split_names,
+                    config.output,
+                ),
+                results=pvalue.AsList(written["results"]),
+                report=pvalue.AsList(report),
+                classes=pvalue.AsSingleton(labeled["classes"]),
+                listed=pvalue.AsSingleton(listed),
+            )
+        )
+        return {
+            "entries": checked["entries"],
+            "shards": written["results"],
+            "report": report,
+            "summary": summary,
+        }
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What a finished build says about itself: its manifest, and the Beam counters it kept."""
+
+    manifest: dict[str, Any]
+    counters: dict[str, int]
+    seconds: float
+
+    @property
+    def skipped_fraction(self) -> float:
+        inputs = self.manifest["inputs"]
+        return inputs["skipped"] / inputs["listed"] if inputs["listed"] else 0.0
+
+
+def build(config: BuildConfig, beam_args: Sequence[str] = ()) -> BuildResult:
+    """Checks the config against the world, runs the build and waits for it.
+
+    Args:
+        config: the build.
+        beam_args: flags for Beam's PipelineOptions (`--runner`, `--direct_num_workers`, ...).
+
+    Raises:
+        ConfigError: the config cannot work (before anything is written).
+    """
+    preflight(config)
+    if config.overwrite:
+        # A folder half-way through being replaced must not claim to be a finished build.
+        discard_manifest(config.output)
+    options = PipelineOptions(list(beam_args))
+    started = time.monotonic()
+    pipeline = beam.Pipeline(options=options)
+    _ = pipeline | "ConvertImages" >> ConvertImages(config)
+    result = pipeline.run()
+    result.wait_until_finish()
+    counters = {}
+    try:
+        query = result.metrics().query(
+            beam.metrics.MetricsFilter().with_namespace(METRICS_NAMESPACE)
+        )
+        for counter in query["counters"]:
+            counters[counter.key.metric.name] = (
+                counters.get(counter.key.metric.name, 0) + counter.committed
+            )
+    except (NotImplementedError, AttributeError, KeyError):  # some runners report no metrics
+        pass
+    return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)

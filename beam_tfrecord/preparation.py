@@ -1,0 +1,139 @@
+"""Turning a listed file into planned metadata: its label, split, shuffle key, image check and record size."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import fsspec
+
+from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
+from beam_tfrecord.images import ImageError, ImagePolicy, NeedFullData, check_image
+from beam_tfrecord.labels import LabelRule
+from beam_tfrecord.listing import SourceFile
+from beam_tfrecord.records import image_record_size
+from beam_tfrecord.splits import assign_split, shuffle_key
+
+__all__ = ["HEADER_BYTES", "Preparer", "read_source"]
+
+# Enough for the headers of nearly every image; the rare one with a larger EXIF block is re-read whole.
+HEADER_BYTES = 64 * 1024
+
+
+def read_source(url: str, length: int | None = None) -> bytes:
+    """Reads a whole source file, or its first `length` bytes.
+
+    Raises:
+        FileNotFoundError: the file is gone.
+        OSError: it cannot be read.
+    """
+    fs, path = fsspec.core.url_to_fs(url)
+    if length is None:
+        return fs.cat_file(path)
+    return fs.cat_file(path, start=0, end=length)
+
+
+@dataclass(frozen=True)
+class Preparer:
+    """The per-image planning logic of a build, as plain picklable data.
+
+    Attributes:
+        label_rule: how labels are derived.
+        fixed_classes: the class list when the user fixed it, else None.
+        splits: (name, ratio) pairs.
+        seed: the build's seed.
+        policy: how images are checked and normalized.
+        max_record_size: records larger than this cannot fit in any shard.
+    """
+
+    label_rule: LabelRule
+    fixed_classes: tuple[str, ...] | None
+    splits: Sequence[tuple[str, float]]
+    seed: int
+    policy: ImagePolicy
+    max_record_size: int
+
+    def label(self, source: SourceFile) -> str | ReportEntry | None:
+        """The source's label, None when labels are off, or the report entry saying why it has none."""
+        if not self.label_rule.enabled:
+            return None
+        label = self.label_rule.label(source.url, source.relpath)
+        if label is None:
+            return ReportEntry(
+                source.url, source.relpath, Reason.NO_LABEL,
+                f"--labels {self.label_rule.spec} finds no label in {source.relpath!r}",
+            )  # fmt: skip
+        if self.fixed_classes is not None and label not in self.fixed_classes:
+            return ReportEntry(
+                source.url, source.relpath, Reason.UNKNOWN_CLASS,
+                f"label {label!r} is not in --classes", label=label,
+            )  # fmt: skip
+        return label
+
+    def prepare(
+        self, source: SourceFile, label: str | None, class_id: int | None
+    ) -> ImageEntry | ReportEntry:
+        """Checks the image and returns its planned entry, or the report entry saying why it is left out."""
+        split = assign_split(source.relpath, self.splits, self.seed)
+
+        def skipped(reason: str, message: str) -> ReportEntry:
+            return ReportEntry(
+                source.url, source.relpath, reason, message, split=split, label=label
+            )
+
+        try:
+            info = self._check(source)
+        except ImageError as err:
+            return skipped(err.code, err.message)
+        except FileNotFoundError:
+            return skipped(Reason.VANISHED, "the file was listed but is gone")
+        except OSError as err:
+            return skipped(Reason.READ_ERROR, f"cannot read: {err}")
+        encoded_size = info.encoded_size if info.encoded_size is not None else source.size
+        record_size = image_record_size(
+            encoded_size,
+            image_format=info.format,
+            height=info.height,
+            width=info.width,
+            channels=info.channels,
+            filename=source.relpath,
+            label=class_id,
+            label_text=label,
+        )
+        if record_size > self.max_record_size:
+            return skipped(
+                Reason.TOO_LARGE,
+                f"its record is {record_size} bytes, over --max-shard-size {self.max_record_size}",
+            )
+        return ImageEntry(
+            url=source.url,
+            relpath=source.relpath,
+            source_size=source.size,
+            split=split,
+            shuffle_key=shuffle_key(source.relpath, self.seed),
+            label=label,
+            class_id=class_id,
+            image_format=info.format,
+            height=info.height,
+            width=info.width,
+            channels=info.channels,
+            reencode=info.reencode,
+            encoded_size=encoded_size,
+            record_size=record_size,
+            notes=tuple(info.notes),
+        )
+
+    def _check(self, source: SourceFile):
+        if source.size == 0:
+            # Still read it: a file listed as empty may have been written since, and a vanished
+            # file must be reported as vanished.
+            data = read_source(source.url)
+            return check_image(data, self.policy, size=len(data))
+        if self.policy.validate != "decode" and source.size > HEADER_BYTES:
+            head = read_source(source.url, HEADER_BYTES)
+            try:
+                return check_image(head, self.policy, size=source.size)
+            except NeedFullData:
+                pass
+        data = read_source(source.url)
+        return check_image(data, self.policy, size=len(data))

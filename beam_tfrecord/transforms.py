@@ -1,0 +1,318 @@
+"""The Beam shell: composite PTransforms that wire the pure planning and writing code together.
+
+Only metadata (paths, sizes, labels, keys) crosses a shuffle. Image bytes are read by the worker
+that checks an image and by the worker that writes its shard, and never leave either.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+import apache_beam as beam
+from apache_beam import pvalue
+from apache_beam.metrics import Metrics
+
+from beam_tfrecord.catalog import ReportEntry
+from beam_tfrecord.images import ImagePolicy
+from beam_tfrecord.labels import ClassMap
+from beam_tfrecord.listing import SourceFile, expand_pattern
+from beam_tfrecord.preparation import Preparer
+from beam_tfrecord.shard_writer import ShardSpec, write_shard
+from beam_tfrecord.sharding import (
+    SplitStats,
+    bucket_of,
+    bucket_offsets,
+    num_buckets,
+    num_shards,
+    place_records,
+    shard_file_name,
+)
+
+__all__ = [
+    "METRICS_NAMESPACE",
+    "CheckImages",
+    "LabelImages",
+    "ListImages",
+    "PlanShards",
+    "WriteShards",
+]
+
+METRICS_NAMESPACE = "beam_tfrecord"
+REPORT = "report"
+
+_LOG = logging.getLogger(__name__)
+
+
+def _counter(name: str):
+    return Metrics.counter(METRICS_NAMESPACE, name)
+
+
+class _ExpandPatternFn(beam.DoFn):
+    def __init__(self, extensions: Sequence[str]):
+        self._extensions = tuple(extensions)
+        self._listed = _counter("images_listed")
+
+    def process(self, pattern: str) -> Iterable[SourceFile]:
+        for source in expand_pattern(pattern, self._extensions):
+            self._listed.inc()
+            yield source
+
+
+def _first_match(url_and_sources: tuple[str, Iterable[SourceFile]]) -> SourceFile:
+    # Overlapping patterns can match one file twice; it is one input, kept under its smallest relpath.
+    _, sources = url_and_sources
+    return min(sources)
+
+
+class ListImages(beam.PTransform):
+    """Lists the image files that glob patterns match, each file once."""
+
+    def __init__(self, patterns: Sequence[str], extensions: Sequence[str]):
+        super().__init__()
+        self._patterns = list(patterns)
+        self._extensions = tuple(extensions)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "Patterns" >> beam.Create(self._patterns)
+            # Each pattern is listed by whichever worker takes it, not by the launcher.
+            | "SpreadPatterns" >> beam.Reshuffle()
+            | "Expand" >> beam.ParDo(_ExpandPatternFn(self._extensions))
+            | "KeyByUrl" >> beam.Map(lambda s: (s.url, s))
+            | "GroupByUrl" >> beam.GroupByKey()
+            | "OnePerFile" >> beam.Map(_first_match)
+        )
+
+
+class _LabelFn(beam.DoFn):
+    def __init__(self, preparer: Preparer):
+        self._preparer = preparer
+        self._skipped = _counter("images_skipped")
+
+    def process(self, source: SourceFile):
+        label = self._preparer.label(source)
+        if isinstance(label, ReportEntry):
+            self._skipped.inc()
+            yield pvalue.TaggedOutput(REPORT, label)
+        else:
+            yield (source, label)
+
+
+class LabelImages(beam.PTransform):
+    """Derives each image's class name and the class map.
+
+    Returns a dict: `labeled` (SourceFile, label) pairs, `classes` a one-element PCollection holding
+    the ClassMap, and `report` the inputs that got no label.
+    """
+
+    def __init__(self, preparer: Preparer):
+        super().__init__()
+        self._preparer = preparer
+
+    def expand(self, sources):
+        results = sources | "Label" >> beam.ParDo(_LabelFn(self._preparer)).with_outputs(
+            REPORT, main="labeled"
+        )
+        fixed = self._preparer.fixed_classes
+        if fixed is not None or not self._preparer.label_rule.enabled:
+            classes = sources.pipeline | "FixedClasses" >> beam.Create([ClassMap(fixed or ())])
+        else:
+            classes = (
+                results.labeled
+                | "Labels" >> beam.Map(lambda pair: pair[1])
+                | "DistinctLabels" >> beam.Distinct()
+                | "AllLabels" >> beam.combiners.ToList()
+                | "ClassMap" >> beam.Map(ClassMap.from_labels)
+            )
+        return {"labeled": results.labeled, "classes": classes, "report": results[REPORT]}
+
+
+class _PrepareFn(beam.DoFn):
+    def __init__(self, preparer: Preparer):
+        self._preparer = preparer
+        self._skipped = _counter("images_skipped")
+        self._reencoded = _counter("images_to_reencode")
+
+    def process(self, element: tuple[SourceFile, str | None], classes: ClassMap):
+        source, label = element
+        class_id = classes.id_of(label) if label is not None else None
+        result = self._preparer.prepare(source, label, class_id)
+        if isinstance(result, ReportEntry):
+            self._skipped.inc()
+            yield pvalue.TaggedOutput(REPORT, result)
+            return
+        if result.reencode:
+            self._reencoded.inc()
+            yield pvalue.TaggedOutput(
+                REPORT,
+                ReportEntry(
+                    result.url, result.relpath, "normalized",
+                    "re-encoded so that TensorFlow decodes it as stated: " + ", ".join(result.notes),
+                    action="modified", split=result.split, label=label, notes=result.notes,
+                ),
+            )  # fmt: skip
+        yield result
+
+
+class CheckImages(beam.PTransform):
+    """Checks each labeled image and turns it into a planned ImageEntry (metadata only).
+
+    Returns a dict: `entries` and `report` (skipped inputs, and images the build had to change).
+    """
+
+    def __init__(self, preparer: Preparer, classes):
+        super().__init__()
+        self._preparer = preparer
+        self._classes = classes
+
+    def expand(self, labeled):
+        results = labeled | "Check" >> beam.ParDo(
+            _PrepareFn(self._preparer), classes=pvalue.AsSingleton(self._classes)
+        ).with_outputs(REPORT, main="entries")
+        return {"entries": results.entries, "report": results[REPORT]}
+
+
+def _merge_stats(stats: Iterable[SplitStats]) -> SplitStats:
+    merged = SplitStats()
+    for s in stats:
+        merged = merged.merge(s)
+    return merged
+
+
+class _PlanBucketFn(beam.DoFn):
+    def process(self, element, plan):
+        (split, bucket), entries = element
+        split_plan = plan[split]
+        start = split_plan["bucket_offsets"][bucket]
+        for shard, entry in place_records(
+            ((e.sort_key, e.record_size, e) for e in entries),
+            start,
+            split_plan["bytes"],
+            split_plan["shards"],
+        ):
+            yield (split, shard), entry
+
+
+def _split_plans(
+    split_stats: dict, bucket_bytes: dict, bucket_records: int, bounds: tuple[int, int]
+) -> dict:
+    """Per split: total bytes, shard count, bucket count and each bucket's start offset."""
+    plans = {}
+    for split, stats in split_stats.items():
+        buckets = num_buckets(stats.records, bucket_records)
+        per_bucket = {b: n for (s, b), n in bucket_bytes.items() if s == split}
+        plans[split] = {
+            "records": stats.records,
+            "bytes": stats.bytes,
+            "max_record": stats.max_record,
+            "shards": num_shards(stats.bytes, stats.max_record, *bounds),
+            "buckets": buckets,
+            "bucket_offsets": bucket_offsets(per_bucket, buckets),
+        }
+    return plans
+
+
+class PlanShards(beam.PTransform):
+    """Places every planned image in a shard of its split, on metadata only.
+
+    Records are ordered by shuffle key and cut into shards of nearly equal bytes. Planning is
+    spread over key-range buckets of at most `bucket_records` records, so no worker holds more
+    than one bucket's metadata, however large the split.
+
+    Returns a dict: `shards`, ((split, shard index), [ImageEntry]) pairs, and `plan`, a one-element
+    PCollection with each split's plan (records, bytes, shard count).
+    """
+
+    def __init__(self, min_shard_size: int, max_shard_size: int, bucket_records: int):
+        super().__init__()
+        self._bounds = (min_shard_size, max_shard_size)
+        self._bucket_records = bucket_records
+
+    def expand(self, entries):
+        split_stats = (
+            entries
+            | "SizeOfEach"
+            >> beam.Map(lambda e: (e.split, SplitStats(1, e.record_size, e.record_size)))
+            | "SizeOfSplit" >> beam.CombinePerKey(_merge_stats)
+            | "StatsDict" >> beam.combiners.ToDict()
+        )
+        bucket_records = self._bucket_records
+        keyed = entries | "Bucket" >> beam.Map(
+            lambda e, stats: (
+                (
+                    e.split,
+                    bucket_of(e.shuffle_key, num_buckets(stats[e.split].records, bucket_records)),
+                ),
+                e,
+            ),
+            stats=pvalue.AsSingleton(split_stats),
+        )
+        bucket_bytes = (
+            keyed
+            | "SizeOfEachInBucket" >> beam.Map(lambda kv: (kv[0], kv[1].record_size))
+            | "SizeOfBucket" >> beam.CombinePerKey(sum)
+            | "BucketDict" >> beam.combiners.ToDict()
+        )
+        bounds = self._bounds
+        plan = split_stats | "SplitPlans" >> beam.Map(
+            lambda stats, buckets: _split_plans(stats, buckets, bucket_records, bounds),
+            buckets=pvalue.AsSingleton(bucket_bytes),
+        )
+        shards = (
+            keyed
+            | "GroupBuckets" >> beam.GroupByKey()
+            | "PlaceInShards" >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan))
+            | "GroupShards" >> beam.GroupByKey()
+        )
+        return {"shards": shards, "plan": plan}
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(self, output_dir: str, name: str, policy: ImagePolicy, resume: bool):
+        self._output_dir = output_dir
+        self._name = name
+        self._policy = policy
+        self._resume = resume
+        self._written = _counter("images_written")
+        self._skipped = _counter("images_skipped")
+        self._bytes = _counter("bytes_written")
+        self._shards = _counter("shards_written")
+
+    def process(self, element, plan):
+        (split, index), entries = element
+        shards = plan[split]["shards"]
+        spec = ShardSpec(
+            self._output_dir,
+            shard_file_name(self._name, split, index, shards),
+            split,
+            index,
+            shards,
+        )
+        result, skipped = write_shard(spec, entries, self._policy, resume=self._resume)
+        self._written.inc(result.examples)
+        self._bytes.inc(result.bytes)
+        self._shards.inc()
+        for entry in skipped:
+            self._skipped.inc()
+            yield pvalue.TaggedOutput(REPORT, entry)
+        yield result
+
+
+class WriteShards(beam.PTransform):
+    """Writes each planned shard by one worker, streaming its images from source to file.
+
+    Returns a dict: `results` (ShardResult per shard) and `report` (images that could not be written).
+    """
+
+    def __init__(self, output_dir: str, name: str, policy: ImagePolicy, plan, resume: bool = False):
+        super().__init__()
+        self._fn = _WriteShardFn(output_dir, name, policy, resume)
+        self._plan = plan
+
+    def expand(self, shards):
+        results = shards | "Write" >> beam.ParDo(
+            self._fn, plan=pvalue.AsSingleton(self._plan)
+        ).with_outputs(REPORT, main="results")
+        return {"results": results.results, "report": results[REPORT]}

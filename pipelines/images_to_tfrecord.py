@@ -1,0 +1,25 @@
+"""Converts a folder of images into sharded TFRecord files: the same job as `beam-tfrecord build`.
+
+    python -m pipelines.images_to_tfrecord --config configs/sample.yaml --overwrite
+    python -m pipelines.images_to_tfrecord --input 'gs://bucket/images/**' --output gs://bucket/ds \
+        --runner DataflowRunner --project P --region R --temp_location gs://bucket/tmp \
+        --setup_file ./setup.py
+
+Flags this job does not know go to Beam's PipelineOptions.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from beam_tfrecord.cli import main
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Runs the build with command-line style arguments; returns the exit status."""
+    return main(["build", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,262 @@
+"""The whole build through the real DirectRunner, on generated images with small shard bounds."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import re
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.util import assert_that, equal_to
+from imagegen import make_collection
+
+from beam_tfrecord.config import BuildConfig, ConfigError
+from beam_tfrecord.example import decode_example
+from beam_tfrecord.pipeline import ConvertImages, build
+from beam_tfrecord.splits import assign_split
+from beam_tfrecord.tfrecord import read_records
+
+pytestmark = pytest.mark.slow
+
+CLASSES = {"cat": 30, "dog": 25, "fox": 20}
+MIN, MAX = 40_000, 120_000  # leaves room for a whole record either side of the ~80 KB average
+SHARD_RE = re.compile(r"^(?P<name>.+)-(?P<split>[a-z]+)\.tfrecord-(?P<i>\d{5})-of-(?P<n>\d{5})$")
+MULTI_PROCESS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+
+
+def _config(src: Path, out: Path, **overrides) -> BuildConfig:
+    settings = {
+        "inputs": (f"{src}/**",),
+        "output": str(out),
+        "min_shard_size": MIN,
+        "max_shard_size": MAX,
+        "seed": 7,
+    }
+    settings.update(overrides)
+    return BuildConfig(**settings)
+
+
+def _read_output(out: Path) -> dict[str, list[dict]]:
+    """Every record of every shard, per shard file name, decoded."""
+    shards = {}
+    for path in sorted(out.iterdir()):
+        if SHARD_RE.match(path.name):
+            shards[path.name] = [decode_example(r) for r in read_records(str(path))]
+    return shards
+
+
+def _shard_bytes(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if SHARD_RE.match(p.name)}
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory):
+    src = tmp_path_factory.mktemp("src")
+    images = make_collection(src, CLASSES, seed=1)
+    # Inputs a build must account for without writing them.
+    (src / "dog" / "broken.jpg").write_bytes(images["dog/dog_0000.jpg"][:300])
+    (src / "loose.jpg").write_bytes(images["cat/cat_0000.jpg"])  # its label would be the src folder
+    (src / "cat" / ".hidden.jpg").write_bytes(images["cat/cat_0001.jpg"])
+    (src / ".thumbs").mkdir()
+    (src / ".thumbs" / "t.jpg").write_bytes(images["cat/cat_0002.jpg"])
+    (src / "cat" / "notes.txt").write_text("not an image")
+    return src, images
+
+
+@pytest.fixture(scope="module")
+def built(collection, tmp_path_factory):
+    src, images = collection
+    out = tmp_path_factory.mktemp("out") / "pets"
+    config = _config(src, out, labels="regex:^(cat|dog|fox)/")
+    result = build(config, ["--runner=DirectRunner"])
+    return config, out, result, images
+
+
+def test_every_input_written_once_with_its_bytes_and_label_or_reported(built):
+    config, out, result, images = built
+    shards = _read_output(out)
+    seen = Counter()
+    for name, records in shards.items():
+        split = SHARD_RE.match(name)["split"]
+        for features in records:
+            relpath = features["image/filename"][0].decode()
+            seen[relpath] += 1
+            assert features["image/encoded"][0] == images[relpath], relpath
+            assert features["image/class/text"][0].decode() == relpath.split("/")[0]
+            assert assign_split(relpath, config.splits, config.seed) == split
+            assert (
+                features["image/key/sha256"][0].decode()
+                == hashlib.sha256(images[relpath]).hexdigest()
+            )
+            assert features["image/format"] == [b"jpeg"]
+            assert features["image/channels"] == [3]
+    assert set(seen) == set(images), "every good image is written"
+    assert set(seen.values()) == {1}, "and written exactly once"
+
+    report = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
+    skipped = {r["relpath"]: r["reason"] for r in report if r["action"] == "skipped"}
+    assert skipped == {"dog/broken.jpg": "truncated", "loose.jpg": "no_label"}
+    assert all(r["message"] for r in report)
+    # Hidden files and folders and non-image suffixes are not inputs at all.
+    manifest = result.manifest
+    assert manifest["inputs"]["listed"] == len(images) + 2
+    assert manifest["inputs"]["written"] == len(images)
+    assert manifest["inputs"]["skipped"] == 2
+
+
+def test_labels_file_and_class_ids(built):
+    _, out, _, _ = built
+    assert (out / "labels.txt").read_text() == "cat\ndog\nfox\n"
+    for records in _read_output(out).values():
+        for features in records:
+            text = features["image/class/text"][0].decode()
+            assert features["image/class/label"] == [["cat", "dog", "fox"].index(text)]
+
+
+def test_shard_sizes_within_bounds_and_names_tfds_style(built):
+    _, out, _, _ = built
+    files = _shard_bytes(out)
+    assert files, "shards were written"
+    by_split: dict[str, list[str]] = {}
+    for name in files:
+        m = SHARD_RE.match(name)
+        assert m["name"] == "pets"
+        by_split.setdefault(m["split"], []).append(name)
+    for names in by_split.values():
+        n = int(SHARD_RE.match(names[0])["n"])
+        assert sorted(int(SHARD_RE.match(x)["i"]) for x in names) == list(range(n))
+        total = sum(len(files[x]) for x in names)
+        for x in names:
+            if total >= MIN:
+                assert MIN <= len(files[x]) <= MAX, (x, len(files[x]))
+            else:
+                assert n == 1
+    assert len(by_split["train"]) >= 3, "the train split spans several shards"
+
+
+def test_records_shuffled_across_shards(built):
+    _, out, _, _ = built
+    shards = _read_output(out)
+    train = [records for name, records in shards.items() if "-train." in name]
+    for records in train:
+        names = [f["image/filename"][0] for f in records]
+        labels = [f["image/class/label"][0] for f in records]
+        assert names != sorted(names), "a shard is not in file-name order"
+        assert labels != sorted(labels), "nor grouped by class"
+        assert len(set(labels)) > 1, "each shard mixes classes"
+
+
+def test_manifest_matches_the_files(built):
+    _, out, result, _ = built
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest == result.manifest
+    assert manifest["seed"] == 7 and manifest["config"]["seed"] == 7
+    assert manifest["versions"]["apache-beam"] == beam.__version__
+    files = _shard_bytes(out)
+    assert sorted(s["file"] for s in manifest["shards"]) == sorted(files)
+    for shard in manifest["shards"]:
+        data = files[shard["file"]]
+        assert shard["bytes"] == len(data)
+        assert shard["sha256"] == hashlib.sha256(data).hexdigest()
+        assert shard["examples"] == sum(1 for _ in read_records(str(out / shard["file"])))
+    records = _read_output(out)
+    for split, info in manifest["splits"].items():
+        split_records = [f for name, rs in records.items() if f"-{split}." in name for f in rs]
+        assert info["examples"] == len(split_records)
+        assert info["class_counts"] == dict(
+            sorted(Counter(f["image/class/text"][0].decode() for f in split_records).items())
+        )
+
+
+def test_counters_in_one_namespace(built):
+    _, _, result, images = built
+    assert result.counters["images_listed"] == len(images) + 2
+    assert result.counters["images_written"] == len(images)
+    assert result.counters["images_skipped"] == 2
+    assert result.counters["shards_written"] == len(result.manifest["shards"])
+    assert result.counters["bytes_written"] == sum(s["bytes"] for s in result.manifest["shards"])
+
+
+def test_same_inputs_same_bytes_across_worker_counts(built, tmp_path):
+    config, out, _, _ = built
+    first = _shard_bytes(out)
+    again = tmp_path / "pets"
+    build(_config(Path(config.inputs[0][:-3]), again, labels=config.labels), MULTI_PROCESS)
+    assert _shard_bytes(again) == first
+
+
+def test_adding_images_never_moves_old_ones(tmp_path):
+    src = tmp_path / "src"
+    make_collection(src, {"a": 20, "b": 20}, seed=3)
+    out1, out2 = tmp_path / "one", tmp_path / "two"
+    build(_config(src, out1), [])
+    make_collection(src, {"a": 15, "b": 15, "c": 10}, seed=4, start=100)
+    (src / "a" / "a_0003.jpg").unlink()
+    build(_config(src, out2), [])
+
+    def splits(out):
+        return {
+            f["image/filename"][0]: SHARD_RE.match(name)["split"]
+            for name, records in _read_output(out).items()
+            for f in records
+        }
+
+    before, after = splits(out1), splits(out2)
+    assert len(after) == len(before) + 40 - 1
+    assert all(after[k] == v for k, v in before.items() if k in after)
+
+
+def test_output_refused_when_not_empty_and_stale_shards_removed_on_overwrite(built, tmp_path):
+    config, out, _, _ = built
+    src = Path(config.inputs[0][:-3])
+    target = tmp_path / "pets"
+    shutil.copytree(out, target)
+    stale = target / "pets-train.tfrecord-00042-of-00099"
+    stale.write_bytes(b"old")
+    (target / ".pets-train.tfrecord-00001-of-00003.tmp-deadbeef").write_bytes(b"partial")
+    (target / "mine.txt").write_text("a user's file")
+    with pytest.raises(
+        ConfigError, match=r"--output: .* already holds an earlier build; pass --overwrite"
+    ):
+        build(_config(src, target, labels=config.labels), [])
+    assert stale.exists()
+    build(_config(src, target, labels=config.labels, overwrite=True), [])
+    assert not stale.exists()
+    assert not list(target.glob(".*tmp-*"))
+    assert (target / "mine.txt").exists(), "files a build does not write are left alone"
+    assert _shard_bytes(target) == _shard_bytes(out)
+
+
+def test_no_image_bytes_through_any_group_by_key(collection, tmp_path):
+    """Every GroupByKey's input elements are small metadata, while every image is larger."""
+    src, images = collection
+    smallest_image = min(len(b) for b in images.values())
+    config = _config(src, tmp_path / "o", labels="regex:^(cat|dog|fox)/")
+    gbk_inputs = []
+
+    class FindGroupByKeys(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, applied):
+            if isinstance(applied.transform, beam.GroupByKey):
+                gbk_inputs.append((applied.full_label, applied.inputs[0]))
+
+    with beam.Pipeline() as p:
+        _ = p | ConvertImages(config)
+        p.visit(FindGroupByKeys())
+        assert len(gbk_inputs) >= 4
+        for i, (_, pcoll) in enumerate(gbk_inputs):
+            largest = (
+                pcoll
+                | f"Size{i}" >> beam.Map(lambda kv: len(pickle.dumps(kv)))
+                | f"Max{i}" >> beam.CombineGlobally(lambda sizes: max(sizes, default=0))
+            )
+            assert_that(
+                largest | f"Small{i}" >> beam.Map(lambda n: n < 1500),
+                equal_to([True]),
+                label=f"Check{i}",
+            )
+    assert smallest_image > 1500, "the test would not notice image bytes otherwise"

@@ -1,0 +1,85 @@
+"""The image record layout, and that its size is known exactly before the image is read."""
+
+import hashlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_tfrecord.example import decode_example, encode_example
+from beam_tfrecord.records import image_record, image_record_size, serialized_size
+from beam_tfrecord.tfrecord import framed_size
+
+int64s = st.integers(-(2**63), 2**63 - 1)
+floats = st.floats(width=32, allow_nan=False)
+values = st.one_of(
+    st.lists(int64s, min_size=1, max_size=5),
+    st.lists(floats, min_size=1, max_size=5),
+    st.lists(st.binary(max_size=300), min_size=1, max_size=4),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(min_size=1, max_size=40), values, max_size=8))
+def test_serialized_size_is_exact(features):
+    assert serialized_size(features) == len(encode_example(features))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    encoded=st.binary(max_size=70_000),
+    height=st.integers(1, 2**31 - 1),
+    width=st.integers(1, 70_000),
+    channels=st.sampled_from([1, 2, 3, 4]),
+    filename=st.text(min_size=1, max_size=300),
+    label=st.one_of(st.none(), st.integers(0, 100_000)),
+    label_text=st.text(max_size=60),
+    image_format=st.sampled_from(["jpeg", "png"]),
+)
+def test_image_record_size_matches_the_record(
+    encoded, height, width, channels, filename, label, label_text, image_format
+):
+    fields = dict(
+        image_format=image_format,
+        height=height,
+        width=width,
+        channels=channels,
+        filename=filename,
+        label=label,
+        label_text=label_text if label is not None else None,
+    )
+    record = image_record(encoded, **fields)
+    assert image_record_size(len(encoded), **fields) == framed_size(len(record))
+
+
+def test_image_record_features():
+    data = b"\xff\xd8fake-jpeg"
+    features = decode_example(
+        image_record(
+            data,
+            image_format="jpeg",
+            height=24,
+            width=32,
+            channels=3,
+            filename="orange/orange01.jpg",
+            label=1,
+            label_text="orange",
+        )
+    )
+    assert features == {
+        "image/encoded": [data],
+        "image/format": [b"jpeg"],
+        "image/height": [24],
+        "image/width": [32],
+        "image/channels": [3],
+        "image/filename": [b"orange/orange01.jpg"],
+        "image/key/sha256": [hashlib.sha256(data).hexdigest().encode()],
+        "image/class/label": [1],
+        "image/class/text": [b"orange"],
+    }
+
+
+def test_unlabeled_record_has_no_class_features():
+    features = decode_example(
+        image_record(b"x", image_format="png", height=1, width=1, channels=1, filename="a.png")
+    )
+    assert "image/class/label" not in features and "image/class/text" not in features
