@@ -16,24 +16,26 @@ _COMMANDS = {
 }
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     from beam_tfrecord import __version__
 
-    parser = argparse.ArgumentParser(prog="beam-tfrecord", description=__doc__)
+    parser = argparse.ArgumentParser(prog="beam-tfrecord", description=__doc__, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     for name, (module_name, help_text) in _COMMANDS.items():
-        module = importlib.import_module(module_name)
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-        module.add_arguments(sub_parser)
-        sub_parser.set_defaults(_module=module)
+        if name == chosen:  # only the command that runs is imported
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub_parser)
+            sub_parser.set_defaults(_module=module)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = _parser()
+    parser = _parser(argv)
     # Only `build` passes unknown flags on (to Beam's PipelineOptions); the others refuse them.
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "build":
