@@ -1,0 +1,124 @@
+"""A bad config is refused before the pipeline starts: exit status 2, the setting named, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from imagegen import make_collection
+
+from beam_tfrecord.cli import main
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("src")
+    make_collection(root, {"cat": 3, "dog": 3}, seed=2)
+    return root
+
+
+def _snapshot(path: Path) -> dict[str, bytes] | None:
+    if not path.exists():
+        return None
+    return {
+        str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()
+    }
+
+
+CASES = [
+    # (id, extra flags, expected start of the message, the message must also say)
+    ("regex_does_not_compile", ["--labels", "regex:([a-z+"], "--labels:", "does not compile"),
+    ("regex_without_group", ["--labels", "regex:[a-z]+"], "--labels:", "has no capture group"),
+    ("ratios_do_not_sum_to_1", ["--splits", "train=0.7,test=0.2"], "--splits:", "sum to 0.9"),
+    (
+        "negative_ratio",
+        ["--splits", "train=1.2,test=-0.2"],
+        "--splits:",
+        "'test' must be between 0 and 1",
+    ),
+    (
+        "min_above_max",
+        ["--min-shard-size", "300MB"],
+        "--min-shard-size:",
+        "is above --max-shard-size",
+    ),
+    ("bad_size_unit", ["--max-shard-size", "200MQ"], "--max-shard-size:", "'200MQ'"),
+    ("unknown_color", ["--color", "cmyk"], None, "invalid choice: 'cmyk'"),
+    (
+        "unknown_classes_file",
+        ["--classes", "@/nonexistent/classes.txt"],
+        "--classes:",
+        "cannot read",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("flags", "starts", "says"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_setting(src, tmp_path, capsys, flags, starts, says):
+    out = tmp_path / "out"
+    try:
+        status = main(["build", "--input", f"{src}/**", "--output", str(out), *flags])
+    except SystemExit as exit:  # argparse refuses a value outside its choices by itself
+        status = exit.code
+    assert status == 2
+    err = capsys.readouterr().err
+    if starts is not None:
+        assert f"beam-tfrecord build: error: {starts}" in err
+    assert says in err
+    assert not out.exists(), "nothing was written"
+
+
+def test_input_that_matches_nothing(src, tmp_path, capsys):
+    out = tmp_path / "out"
+    status = main(
+        ["build", "--input", f"{src}/**", "--input", f"{src}/**/*.webp", "--output", str(out)]
+    )
+    assert status == 2
+    err = capsys.readouterr().err
+    assert f"--input: '{src}/**/*.webp' matches no image file" in err
+    assert not out.exists()
+
+
+def test_input_folder_that_does_not_exist(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["build", "--input", str(tmp_path / "nope"), "--output", str(out)]) == 2
+    assert "--input:" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_output_inside_an_input(src, capsys):
+    before = _snapshot(src)
+    status = main(["build", "--input", f"{src}/**", "--output", str(src / "cat" / "dataset")])
+    assert status == 2
+    assert "--output:" in capsys.readouterr().err
+    assert _snapshot(src) == before
+
+
+def test_unwritable_output(src, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("a file where a folder should be")
+    status = main(["build", "--input", f"{src}/**", "--output", str(blocker / "out")])
+    assert status == 2
+    assert f"--output: '{blocker / 'out'}' is not writable" in capsys.readouterr().err
+    assert blocker.read_text() == "a file where a folder should be"
+
+
+def test_non_empty_output_without_overwrite(src, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    assert main(["build", "--input", f"{src}/**", "--output", str(out)]) == 2
+    assert "already holds 1 files; pass --overwrite" in capsys.readouterr().err
+    assert _snapshot(out) == {"keep.txt": b"precious"}
+
+
+def test_unknown_yaml_setting_and_missing_config(src, tmp_path, capsys):
+    config = tmp_path / "c.yaml"
+    config.write_text(f"input: ['{src}/**']\noutput: {tmp_path / 'out'}\nshard_size: 10MB\n")
+    assert main(["build", "--config", str(config)]) == 2
+    assert "--shard-size: unknown setting 'shard_size'" in capsys.readouterr().err
+    assert main(["build", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "--config:" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
