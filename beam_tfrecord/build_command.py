@@ -131,7 +131,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     return BuildConfig.from_settings(settings)
 
 
-def _print_summary(result, config: BuildConfig, out=sys.stdout) -> None:
+def _print_summary(result, config: BuildConfig, out=None) -> None:
+    out = out or sys.stdout
     manifest = result.manifest
     inputs = manifest["inputs"]
     print(

@@ -19,8 +19,12 @@ __all__ = [
     "parse_splits",
 ]
 
+# Every suffix the image checker reads, plus those it only recognises (HEIC, JPEG XL): such a
+# file is reported as unsupported rather than silently passed over.
 DEFAULT_EXTENSIONS: tuple[str, ...] = (
-    ".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff",
+    ".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".apng", ".gif", ".bmp", ".dib", ".webp",
+    ".tif", ".tiff", ".ico", ".ppm", ".pgm", ".pbm", ".pnm", ".jp2", ".j2k", ".jpf", ".avif",
+    ".heic", ".heif", ".jxl",
 )  # fmt: skip
 
 _SIZE_UNITS = {
