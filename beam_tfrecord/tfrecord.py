@@ -348,8 +348,8 @@ class TFRecordReader:
     raises CorruptRecordError. With ``skip_damaged=True`` the reader salvages what it can: a
     record whose data CRC is wrong but whose framing is intact is skipped and reading goes on;
     framing damage (truncation, a bad length CRC, a broken compressed stream) ends reading,
-    since the next record's start is unknown. Each damage is logged as a warning and kept in
-    ``damage``.
+    since the next record's start is unknown. Each damage is kept in ``damage`` and logged as
+    a warning.
 
     Example:
         >>> reader = TFRecordReader("shard.tfrecord", skip_damaged=True)
@@ -369,6 +369,7 @@ class TFRecordReader:
         *,
         skip_damaged: bool = False,
         with_offsets: bool = False,
+        log_damage: bool = True,
         **storage_options: Any,
     ):
         """Prepares to read ``source``; nothing is opened until iteration starts.
@@ -381,6 +382,8 @@ class TFRecordReader:
             skip_damaged: Salvage instead of raising, as described above.
             with_offsets: Yield ``(offset, record)`` pairs instead of records, where offset is
                 the record's first byte in the uncompressed stream.
+            log_damage: Log each damage as a warning; callers that report ``damage``
+                themselves may turn this off.
             **storage_options: Passed to ``fsspec.open`` when ``source`` is a URL.
 
         Raises:
@@ -390,6 +393,7 @@ class TFRecordReader:
         self._compression = _normalize(compression)
         self._skip_damaged = skip_damaged
         self._with_offsets = with_offsets
+        self._log_damage = log_damage
         self._storage_options = storage_options
         self.path = source if isinstance(source, str) else _name_of(source)
         self.damage: list[CorruptRecordError] = []
@@ -420,7 +424,8 @@ class TFRecordReader:
             self._note(error)
 
     def _note(self, error: CorruptRecordError) -> None:
-        _log.warning("%s", error)
+        if self._log_damage:
+            _log.warning("%s", error)
         self.damage.append(error)
 
     def _frames(self, stream: Any, codec: str) -> Iterator[Any]:

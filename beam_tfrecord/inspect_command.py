@@ -1,0 +1,266 @@
+"""The `beam-tfrecord inspect` command: show the records of TFRecord files as people read them."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import itertools
+import json
+import math
+import struct
+import sys
+import warnings
+from typing import Any
+
+from google.protobuf import unknown_fields
+from google.protobuf.message import DecodeError
+
+from beam_tfrecord.example import Example, example_to_dict
+from beam_tfrecord.tfrecord import COMPRESSION_TYPES, CorruptRecordError, read_records
+from beam_tfrecord.verify_command import expand_paths
+
+__all__ = ["add_arguments", "run"]
+
+_MAX_VALUES = 10  # values shown per feature before the rest is only counted
+_MAX_TEXT = 60  # characters of text shown per bytes value
+_MAX_HEX = 16  # bytes shown in hex per binary value
+# Magic numbers of the image formats worth summarizing, and Pillow's names for them. BMP's
+# two bytes are weak evidence, so it counts as an image only when Pillow reads its header.
+_IMAGE_MAGIC = [
+    (b"\xff\xd8\xff", "jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "png"),
+    (b"GIF87a", "gif"),
+    (b"GIF89a", "gif"),
+    (b"II*\x00", "tiff"),
+    (b"MM\x00*", "tiff"),
+    (b"BM", "bmp"),
+]
+_PILLOW_FORMATS = {
+    "jpeg": "JPEG",
+    "png": "PNG",
+    "gif": "GIF",
+    "tiff": "TIFF",
+    "bmp": "BMP",
+    "webp": "WEBP",
+}
+
+
+def _image_format(data: bytes) -> str | None:
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    for magic, name in _IMAGE_MAGIC:
+        if data.startswith(magic):
+            return name
+    return None
+
+
+def _image_info(data: bytes) -> dict[str, Any] | None:
+    """Format and size of encoded image bytes, reading the header only; None if not an image."""
+    name = _image_format(data)
+    if name is None:
+        return None
+    try:
+        from PIL import Image  # only when an image turns up: inspect should start fast
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # DecompressionBombWarning and the like
+            with Image.open(io.BytesIO(data), formats=[_PILLOW_FORMATS[name]]) as image:
+                width, height = image.size
+    # Pillow raises many types (SyntaxError, struct.error, ...) on a damaged header, and a
+    # summary must not stop the listing.
+    except Exception:
+        return None if name == "bmp" else {"format": name, "width": None, "height": None}
+    return {"format": name, "width": width, "height": height}
+
+
+def _size(count: int) -> str:
+    if count < 1000:
+        return f"{count} bytes" if count != 1 else "1 byte"
+    for unit in ("KB", "MB", "GB"):
+        count /= 1000
+        if count < 1000 or unit == "GB":
+            return f"{count:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _text(data: bytes) -> str | None:
+    """The bytes as text, if they are UTF-8 and printable (tabs and newlines allowed)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if all(char.isprintable() or char in "\t\n\r" for char in text):
+        return text
+    return None
+
+
+def _show_bytes(data: bytes) -> str:
+    image = _image_info(data)
+    if image is not None:
+        if image["width"] is None:
+            return f"{image['format']} (unreadable header), {_size(len(data))}"
+        return f"{image['format']} {image['width']}x{image['height']}, {_size(len(data))}"
+    text = _text(data)
+    if text is not None:
+        if len(text) <= _MAX_TEXT:
+            return json.dumps(text, ensure_ascii=False)
+        return f"{json.dumps(text[:_MAX_TEXT], ensure_ascii=False)}... ({_size(len(data))})"
+    if len(data) <= _MAX_HEX:
+        return f"0x{data.hex()}"
+    return f"0x{data[:_MAX_HEX].hex()}... ({_size(len(data))})"
+
+
+def _show_float(value: float) -> str:
+    """The shortest text that reads back as the same float32, as people wrote the value."""
+    if not math.isfinite(value):
+        return str(value)
+    for digits in range(1, 10):
+        text = f"{value:.{digits}g}"
+        if struct.unpack("<f", struct.pack("<f", float(text)))[0] == value:
+            return text
+    return repr(value)
+
+
+def _show_values(kind: str | None, values: list[Any]) -> str:
+    show = {"bytes": _show_bytes, "float": _show_float}.get(kind or "", str)
+    shown = [show(value) for value in values[:_MAX_VALUES]]
+    if len(values) == 1:
+        return shown[0]
+    more = f", ... ({len(values)} values)" if len(values) > _MAX_VALUES else ""
+    return f"[{', '.join(shown)}{more}]"
+
+
+def _as_example(record: bytes) -> Any | None:
+    """The record as an Example, or None when it is something else.
+
+    Protobuf's parser accepts any bytes that happen to be well-formed protobuf, keeping what
+    it does not know as unknown fields; an Example written by anyone has none at the top.
+    """
+    try:
+        example = Example.FromString(record)
+    except DecodeError:
+        return None
+    if len(unknown_fields.UnknownFieldSet(example)) or len(
+        unknown_fields.UnknownFieldSet(example.features)
+    ):
+        return None
+    return example
+
+
+def _json_bytes(data: bytes) -> Any:
+    text = _text(data)
+    if text is not None:
+        return text
+    value: dict[str, Any] = {"base64": base64.b64encode(data).decode("ascii")}
+    image = _image_info(data)
+    if image is not None:
+        value["image"] = image
+    return value
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return _json_bytes(value)
+    # JSON has no NaN or infinities; strings keep the line parseable by every JSON reader.
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
+def _print_json(url: str, index: int, offset: int, record: bytes) -> None:
+    line: dict[str, Any] = {"file": url, "index": index, "offset": offset, "size": len(record)}
+    example = _as_example(record)
+    if example is None:
+        line["features"] = None
+        line["raw"] = _json_bytes(record)
+    else:
+        line["features"] = {
+            name: {"kind": kind, "values": [_json_value(value) for value in values]}
+            for name, (kind, values) in example_to_dict(example, kinds=True).items()
+        }
+    print(json.dumps(line, ensure_ascii=False))
+
+
+def _print_text(index: int, offset: int, record: bytes) -> None:
+    print(f"  record {index}, byte offset {offset}, {len(record)} bytes")
+    example = _as_example(record)
+    if example is None:
+        print(f"    not a tf.train.Example: {_show_bytes(record)}")
+        return
+    features = example_to_dict(example, kinds=True)
+    if not features:
+        print("    (no features)")
+    width = max(map(len, features), default=0)
+    for name, (kind, values) in features.items():
+        print(f"    {name:{width}s}  {kind or 'unset':5s}  {_show_values(kind, values)}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declares the command's arguments."""
+    parser.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="TFRecord files: paths, globs or fsspec URLs (gs://...); directories too",
+    )
+    parser.add_argument(
+        "-n",
+        "--records",
+        type=_non_negative,
+        default=5,
+        metavar="N",
+        help="records to show per file (default 5; 0 shows all)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per record and line, with every value in full",
+    )
+    parser.add_argument(
+        "--compression",
+        default="auto",
+        type=lambda value: value if value == "auto" else value.upper(),
+        choices=COMPRESSION_TYPES,
+        help="compression of the files (default: auto, from suffix then content)",
+    )
+
+
+def _non_negative(text: str) -> int:
+    number = int(text)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
+    return number
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    """Shows the records of the files; returns 1 if a file is missing or damaged."""
+    del extra  # the dispatcher refuses unknown flags for this command
+    status = 0
+    files, unmatched = expand_paths(args.files)
+    for pattern in unmatched:
+        print(f"error: {pattern}: no such file or directory", file=sys.stderr)
+        status = 1
+    limit = args.records or None
+    for url in files:
+        if not args.json:
+            print(url)
+        records = read_records(url, args.compression, with_offsets=True)
+        # One record beyond the limit tells whether there is more to say so.
+        shown = itertools.islice(records, None if limit is None else limit + 1)
+        try:
+            for index, (offset, record) in enumerate(shown):
+                if index == limit:
+                    if not args.json:
+                        print(f"  ... more records (-n {limit * 2} or -n 0 to see them)")
+                    break
+                if args.json:
+                    _print_json(url, index, offset, record)
+                else:
+                    _print_text(index, offset, record)
+        except (CorruptRecordError, OSError) as error:
+            # Keep what was shown; name the damage (its file and offset) and go on.
+            sys.stdout.flush()
+            print(f"error: {error}", file=sys.stderr)
+            status = 1
+    return status

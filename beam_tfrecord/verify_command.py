@@ -1,0 +1,236 @@
+"""The `beam-tfrecord verify` command: check every record's CRCs, and that it is an Example."""
+
+from __future__ import annotations
+
+import argparse
+import posixpath
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fsspec.core import url_to_fs
+from google.protobuf.message import DecodeError
+
+from beam_tfrecord.example import Example
+from beam_tfrecord.tfrecord import COMPRESSION_TYPES, TFRecordReader
+
+__all__ = ["FileReport", "add_arguments", "expand_paths", "run", "verify_file"]
+
+# Files a directory of shards commonly holds besides shards: a build's manifest.json,
+# report.jsonl and labels.txt, TFDS's dataset_info.json and *.index, notes.
+_SIDECAR_SUFFIXES = frozenset(
+    {".json", ".jsonl", ".txt", ".index", ".yaml", ".yml", ".md", ".csv", ".tsv", ".pbtxt", ".log"}
+)
+_GLOB_CHARS = frozenset("*?[")
+# A raw TFRecord file read as Examples would list every record; beyond this, only count them.
+_MAX_ERRORS = 100
+
+
+@dataclass
+class FileReport:
+    """What verifying one file found.
+
+    Attributes:
+        path: The file's URL or path.
+        records: Intact records read (those that are not Examples included).
+        bytes: The file's size on its filesystem.
+        errors: One message per problem, each naming the file and byte offset; empty when
+            the file is sound.
+    """
+
+    path: str
+    records: int = 0
+    bytes: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is wrong with the file."""
+        return not self.errors
+
+
+def verify_file(
+    url: str, compression: str | None = "auto", *, examples: bool = True, **storage_options: Any
+) -> FileReport:
+    """Reads a whole TFRecord file, checking every CRC and (by default) every Example.
+
+    Damage does not raise: a record with a bad data CRC is reported and reading goes on;
+    framing damage is reported and ends the file.
+
+    Args:
+        url: A local path or fsspec URL.
+        compression: "NONE", "GZIP", "ZLIB" or "auto" (suffix, then content).
+        examples: Also check that each record parses as a tf.train.Example.
+        **storage_options: Passed to fsspec.
+
+    Returns:
+        The file's report.
+
+    Raises:
+        FileNotFoundError: If there is no such file (other OSErrors of the filesystem too).
+    """
+    fs, path = url_to_fs(url, **storage_options)
+    report = FileReport(path=url, bytes=fs.size(path))
+    reader = TFRecordReader(
+        url,
+        compression,
+        skip_damaged=True,
+        with_offsets=True,
+        log_damage=False,  # the report carries every damage
+        **storage_options,
+    )
+    problems: list[tuple[int, str]] = []
+    not_examples = 0
+    parse = Example.FromString
+    for offset, record in reader:
+        if examples:
+            try:
+                parse(record)
+            except DecodeError:
+                not_examples += 1
+                if not_examples <= _MAX_ERRORS:
+                    problems.append(
+                        (offset, f"{url}: record at byte offset {offset} is not a tf.train.Example")
+                    )
+    problems.extend((damage.offset, str(damage)) for damage in reader.damage)
+    report.records = reader.records_read
+    report.errors = [message for _, message in sorted(problems)]
+    if not_examples > _MAX_ERRORS:
+        report.errors.append(
+            f"{url}: {not_examples - _MAX_ERRORS} more records are not tf.train.Examples"
+        )
+    return report
+
+
+def _is_sidecar(relative: str) -> bool:
+    """Whether a file found below a directory is not a shard: hidden, or a known sidecar."""
+    parts = relative.split("/")
+    # Leading dots are hidden files (and our temporary shards); leading underscores are
+    # Hadoop-style markers such as _SUCCESS.
+    if any(part.startswith((".", "_")) for part in parts):
+        return True
+    return posixpath.splitext(parts[-1])[1].lower() in _SIDECAR_SUFFIXES
+
+
+def expand_paths(patterns: Iterable[str], **storage_options: Any) -> tuple[list[str], list[str]]:
+    """Turns command-line paths into the TFRecord files they name.
+
+    A file is taken as is, whatever its name. A directory stands for every file below it,
+    except hidden ones and sidecars such as .json, .txt and .index files. A glob stands for
+    what it matches, as in a shell: ``*`` does not match a leading dot (directories among
+    the matches are expanded the same way).
+
+    Args:
+        patterns: Paths, fsspec URLs, directories or globs.
+        **storage_options: Passed to fsspec.
+
+    Returns:
+        The files in order (each pattern's matches sorted), and the patterns that matched
+        nothing.
+    """
+    files: list[str] = []
+    unmatched: list[str] = []
+    for pattern in patterns:
+        fs, path = url_to_fs(pattern, **storage_options)
+        protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+        local = "file" in protocols
+
+        def url_of(found: str, fs: Any = fs, local: bool = local) -> str:
+            # Local paths print as paths; other filesystems keep their protocol.
+            return found if local else fs.unstrip_protocol(found)
+
+        if _GLOB_CHARS & set(path):
+            # fsspec's * matches dot-files, which a shell's does not; hidden files (our
+            # temporary shards among them) are only matched by a pattern that asks for them.
+            hidden_wanted = posixpath.basename(path).startswith(".")
+            candidates = [
+                match
+                for match in sorted(fs.glob(path))
+                if hidden_wanted or not posixpath.basename(match.rstrip("/")).startswith(".")
+            ]
+        elif fs.exists(path):
+            candidates = [path]
+        else:
+            candidates = []
+        found: list[str] = []
+        for candidate in candidates:
+            if fs.isdir(candidate):
+                root = candidate.rstrip("/")
+                found.extend(
+                    url_of(name)
+                    for name in sorted(fs.find(root))
+                    if not _is_sidecar(name[len(root) :].lstrip("/"))
+                )
+            else:
+                found.append(pattern if candidate == path else url_of(candidate))
+        if found:
+            files.extend(found)
+        else:
+            unmatched.append(pattern)
+    return files, unmatched
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declares the command's arguments."""
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="TFRecord files, directories (every file below, hidden and .json/.txt/.index "
+        "files excepted), globs; local or any fsspec URL (gs://...)",
+    )
+    parser.add_argument(
+        "--compression",
+        default="auto",
+        type=lambda value: value if value == "auto" else value.upper(),
+        choices=COMPRESSION_TYPES,
+        help="compression of the files (default: auto, from suffix then content)",
+    )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="only check framing and CRCs: records need not be tf.train.Examples",
+    )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    """Verifies the files; returns 0 when all are sound, 1 otherwise."""
+    del extra  # the dispatcher refuses unknown flags for this command
+    status = 0
+    files, unmatched = expand_paths(args.paths)
+    for pattern in unmatched:
+        print(f"error: {pattern}: no such file or directory", file=sys.stderr)
+        status = 1
+    totals = {"records": 0, "bytes": 0, "damaged": 0}
+    not_examples = False
+    for url in files:
+        try:
+            report = verify_file(url, args.compression, examples=not args.raw)
+        except OSError as error:  # unreadable: permissions, a vanished file, the network
+            report = FileReport(path=url, errors=[f"{url}: cannot read: {error}"])
+        state = "OK" if report.ok else "DAMAGED"
+        print(
+            f"{state:8s} {url}: {_count(report.records, 'record')}, {_count(report.bytes, 'byte')}"
+        )
+        for message in report.errors:
+            print(f"         {message}")
+            not_examples = not_examples or "tf.train.Example" in message
+        totals["records"] += report.records
+        totals["bytes"] += report.bytes
+        totals["damaged"] += not report.ok
+    if totals["damaged"]:
+        status = 1
+    print(
+        f"total: {_count(len(files), 'file')}, {_count(totals['records'], 'record')}, "
+        f"{_count(totals['bytes'], 'byte')}; "
+        f"{len(files) - totals['damaged']} OK, {totals['damaged']} DAMAGED"
+        + (f"; {len(unmatched)} matched nothing" if unmatched else "")
+    )
+    if not_examples:
+        print("(files of records that are not tf.train.Examples can be checked with --raw)")
+    return status

@@ -1,0 +1,321 @@
+"""Tests for `beam-tfrecord inspect` and `beam-tfrecord verify`, through the real command line."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from beam_tfrecord.cli import main
+from beam_tfrecord.example import BytesList, encode_example
+from beam_tfrecord.tfrecord import open_writer
+from beam_tfrecord.verify_command import FileReport, expand_paths, verify_file
+
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def _jpeg(width: int = 32, height: int = 24) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (255, 128, 0)).save(buffer, "JPEG")
+    return buffer.getvalue()
+
+
+def _write(path: Path, records: list[bytes], compression: str = "auto") -> str:
+    with open_writer(str(path), compression) as writer:
+        for record in records:
+            writer.write(record)
+    return str(path)
+
+
+def _flip(path: Path, index: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[index] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+JPEG = _jpeg()
+RECORDS = [
+    encode_example(
+        {
+            "image/encoded": JPEG,
+            "label": 3,
+            "name": "苹果",
+            "score": [0.9876, math.nan],
+            "long_list": list(range(25)),
+            "blob": bytes(range(40)),
+            "prose": "word " * 30,
+            "none": BytesList(),
+        }
+    ),
+    encode_example({"only": 1}),
+    b"not an example \x00\xff",
+]
+
+
+@pytest.fixture
+def shards(tmp_path: Path) -> Path:
+    """A directory as a build leaves it: shards plus files that are not shards."""
+    directory = tmp_path / "out"
+    (directory / "train").mkdir(parents=True)
+    _write(directory / "train" / "train-00000-of-00002.tfrecord", RECORDS[:2])
+    _write(directory / "train" / "train-00001-of-00002.tfrecord.gz", RECORDS[:1])
+    (directory / "manifest.json").write_text("{}")
+    (directory / "labels.txt").write_text("orange\n")
+    (directory / "report.jsonl").write_text("")
+    (directory / "train" / ".train-00002-of-00002.tfrecord.tmp-abc").write_bytes(b"partial")
+    (directory / "_SUCCESS").write_bytes(b"")
+    (directory / ".cache").mkdir()
+    (directory / ".cache" / "x.tfrecord").write_bytes(b"garbage")
+    return directory
+
+
+# --- inspect ------------------------------------------------------------------------------
+
+
+def test_inspect_shows_records_as_people_read_them(tmp_path, capsys):
+    url = _write(tmp_path / "mixed.tfrecord", RECORDS)
+    assert main(["inspect", url]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == url
+    assert lines[1] == f"  record 0, byte offset 0, {len(RECORDS[0])} bytes"
+    names = [line.split()[0] for line in lines[2:10]]
+    assert (
+        names
+        == sorted(names)
+        == [
+            "blob",
+            "image/encoded",
+            "label",
+            "long_list",
+            "name",
+            "none",
+            "prose",
+            "score",
+        ]
+    )
+    assert f"image/encoded  bytes  jpeg 32x24, {len(JPEG)} bytes\n" in out
+    assert "label          int64  3\n" in out
+    assert 'name           bytes  "苹果"\n' in out
+    assert "score          float  [0.9876, nan]\n" in out
+    assert "long_list      int64  [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ... (25 values)]\n" in out
+    assert "blob           bytes  0x000102030405060708090a0b0c0d0e0f... (40 bytes)\n" in out
+    assert '"word word word' in out and "... (150 bytes)" in out
+    assert "none           bytes  []\n" in out
+    assert "  record 1, byte offset" in out and "    only  int64  1\n" in out
+    assert 'not a tf.train.Example: "not an example \\u0000' not in out  # binary shown as hex
+    assert "not a tf.train.Example: 0x6e6f7420616e206578616d706c6520" in out
+
+
+def test_inspect_limits_records_per_file(tmp_path, capsys):
+    url = _write(tmp_path / "mixed.tfrecord", RECORDS)
+    assert main(["inspect", "-n", "1", url]) == 0
+    out = capsys.readouterr().out
+    assert "record 0," in out and "record 1," not in out
+    assert "more records" in out
+    assert main(["inspect", "-n", "0", url]) == 0
+    out = capsys.readouterr().out
+    assert "record 2," in out and "more records" not in out
+
+
+def test_inspect_json_is_one_object_per_line(tmp_path, capsys):
+    url = _write(tmp_path / "mixed.tfrecord.gz", RECORDS)
+    assert main(["inspect", "--json", url]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["file"], line["index"]) for line in lines] == [(url, 0), (url, 1), (url, 2)]
+    second = len(RECORDS[0]) + 16
+    assert [line["offset"] for line in lines] == [0, second, second + len(RECORDS[1]) + 16]
+    features = lines[0]["features"]
+    assert features["label"] == {"kind": "int64", "values": [3]}
+    assert features["name"] == {"kind": "bytes", "values": ["苹果"]}
+    assert features["score"]["values"][1] == "NaN"
+    assert features["score"]["values"][0] == pytest.approx(0.9876, rel=1e-7)
+    assert features["long_list"]["values"] == list(range(25))  # in full, for scripts
+    assert features["none"] == {"kind": "bytes", "values": []}
+    (image,) = features["image/encoded"]["values"]
+    assert image["image"] == {"format": "jpeg", "width": 32, "height": 24}
+    assert image["base64"].startswith("/9j/")
+    assert features["blob"]["values"] == [
+        {"base64": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJw=="}
+    ]
+    assert lines[2]["features"] is None
+    assert lines[2]["raw"] == {"base64": "bm90IGFuIGV4YW1wbGUgAP8="}
+
+
+def test_inspect_missing_file_is_an_error_naming_it(tmp_path, capsys):
+    missing = str(tmp_path / "nope.tfrecord")
+    assert main(["inspect", missing]) == 1
+    assert f"error: {missing}: no such file or directory" in capsys.readouterr().err
+
+
+def test_inspect_names_damage_with_its_offset(tmp_path, capsys):
+    path = tmp_path / "bad.tfrecord"
+    _write(path, [b"a" * 10, b"b" * 20])
+    _flip(path, 26 + 12)
+    assert main(["inspect", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert "record 0, byte offset 0" in captured.out
+    assert f"{path}: corrupt record at byte offset 26: bad data CRC" in captured.err
+
+
+def test_inspect_takes_globs(shards, capsys):
+    assert main(["inspect", "-n", "1", str(shards / "train" / "*.tfrecord*")]) == 0
+    captured = capsys.readouterr()
+    files = [line for line in captured.out.splitlines() if not line.startswith(" ")]
+    # As in a shell, * skips the hidden temporary shard next to them.
+    assert files == [
+        str(shards / "train" / "train-00000-of-00002.tfrecord"),
+        str(shards / "train" / "train-00001-of-00002.tfrecord.gz"),
+    ]
+    assert captured.err == ""
+
+
+def test_image_summary_survives_bad_bytes(tmp_path, capsys):
+    # A JPEG whose header is cut, PNG magic alone, and text that merely starts like a BMP.
+    records = [encode_example({"a": JPEG[:20], "b": b"\x89PNG\r\n\x1a\n", "c": "BMW"})]
+    url = _write(tmp_path / "odd.tfrecord", records)
+    assert main(["inspect", url]) == 0
+    out = capsys.readouterr().out
+    assert "a  bytes  jpeg (unreadable header), 20 bytes" in out
+    assert "b  bytes  png (unreadable header), 8 bytes" in out
+    assert 'c  bytes  "BMW"' in out
+
+
+# --- verify -------------------------------------------------------------------------------
+
+
+def test_verify_file_reports(tmp_path):
+    url = _write(tmp_path / "good.tfrecord.zz", RECORDS[:2])
+    assert verify_file(url) == FileReport(
+        path=url, records=2, bytes=(tmp_path / "good.tfrecord.zz").stat().st_size, errors=[]
+    )
+    raw = _write(tmp_path / "raw.tfrecord", [b"\x00raw"] * 3)
+    report = verify_file(raw)
+    assert not report.ok and report.records == 3
+    assert report.errors[0] == f"{raw}: record at byte offset 0 is not a tf.train.Example"
+    assert verify_file(raw, examples=False).ok
+
+
+def test_verify_file_keeps_going_past_a_bad_data_crc(tmp_path):
+    path = tmp_path / "bad.tfrecord"
+    _write(path, [encode_example({"i": i}) for i in range(4)])
+    _flip(path, 12)
+    _flip(path, path.stat().st_size - 1)
+    report = verify_file(str(path))
+    assert report.records == 2
+    assert [error.split(": ", 2)[1] for error in report.errors] == [
+        "corrupt record at byte offset 0",
+        f"corrupt record at byte offset {3 * (path.stat().st_size // 4)}",
+    ]
+
+
+def test_verify_ok_and_damaged(tmp_path, capsys):
+    good = _write(tmp_path / "good.tfrecord", RECORDS[:2])
+    assert main(["verify", good]) == 0
+    out = capsys.readouterr().out
+    assert f"OK       {good}: 2 records, " in out
+    assert out.splitlines()[-1].startswith("total: 1 file, 2 records,")
+
+    bad = tmp_path / "bad.tfrecord"
+    _write(bad, RECORDS[:2])
+    (bad).write_bytes(bad.read_bytes()[:-3])
+    assert main(["verify", good, str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"DAMAGED  {bad}: 1 record, " in out
+    assert f"{bad}: corrupt record at byte offset {len(RECORDS[0]) + 16}: truncated" in out
+    assert "1 OK, 1 DAMAGED" in out
+
+
+def test_verify_a_directory_skips_hidden_and_sidecar_files(shards, capsys):
+    assert main(["verify", str(shards)]) == 0
+    out = capsys.readouterr().out
+    checked = [line.split()[1].rstrip(":") for line in out.splitlines() if line.startswith("OK")]
+    assert checked == [
+        str(shards / "train" / "train-00000-of-00002.tfrecord"),
+        str(shards / "train" / "train-00001-of-00002.tfrecord.gz"),
+    ]
+    assert "total: 2 files, 3 records" in out
+
+
+def test_expand_paths(shards):
+    files, unmatched = expand_paths(
+        [str(shards / "manifest.json"), str(shards / "train" / "*-00001-*"), str(shards / "nope*")]
+    )
+    # A file named outright is checked whatever its name; only directory walks filter.
+    assert files == [
+        str(shards / "manifest.json"),
+        str(shards / "train" / "train-00001-of-00002.tfrecord.gz"),
+    ]
+    assert unmatched == [str(shards / "nope*")]
+    hidden, _ = expand_paths([str(shards / "train" / ".train-*")])
+    assert hidden == [str(shards / "train" / ".train-00002-of-00002.tfrecord.tmp-abc")]
+
+
+def test_verify_fails_when_a_path_matches_nothing(tmp_path, capsys):
+    good = _write(tmp_path / "good.tfrecord", RECORDS[:1])
+    assert main(["verify", good, str(tmp_path / "missing")]) == 1
+    captured = capsys.readouterr()
+    assert f"error: {tmp_path / 'missing'}: no such file or directory" in captured.err
+    assert "1 matched nothing" in captured.out
+
+
+def test_verify_raw_and_explicit_compression(tmp_path, capsys):
+    url = _write(tmp_path / "raw.bin", [b"\x00raw", b""], "GZIP")
+    assert main(["verify", "--compression", "gzip", url]) == 1
+    assert "--raw" in capsys.readouterr().out
+    assert main(["verify", "--raw", "--compression", "GZIP", url]) == 0
+
+
+def test_verify_an_fsspec_url(capsys):
+    url = "memory://beam-tfrecord-verify/shard.tfrecord"
+    with open_writer(url) as writer:
+        writer.write(RECORDS[1])
+    assert main(["verify", "memory://beam-tfrecord-verify/"]) == 0
+    # fsspec spells the memory filesystem's root with a third slash.
+    assert "OK       memory:///beam-tfrecord-verify/shard.tfrecord: 1 record, " in (
+        capsys.readouterr().out
+    )
+
+
+# --- real processes -----------------------------------------------------------------------
+
+
+def _cli() -> list[str]:
+    """The installed console script when there is one, else the module."""
+    script = Path(sys.executable).with_name("beam-tfrecord")
+    if script.exists():
+        return [str(script)]
+    if os.environ.get("CI"):
+        pytest.fail(f"no beam-tfrecord console script next to {sys.executable}")
+    return [sys.executable, "-m", "beam_tfrecord.cli"]
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=_REPO)
+
+
+def test_subprocess_module_inspect_json(tmp_path):
+    url = _write(tmp_path / "x.tfrecord", RECORDS)
+    result = _run([sys.executable, "-m", "beam_tfrecord.cli", "inspect", "--json", url])
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["index"] for line in lines] == [0, 1, 2]
+
+
+def test_subprocess_console_script_verify(shards):
+    damaged = shards / "train" / "train-00000-of-00002.tfrecord"
+    assert _run([*_cli(), "verify", str(shards)]).returncode == 0
+    _flip(damaged, 12)
+    result = _run([*_cli(), "verify", str(shards)])
+    assert result.returncode == 1
+    assert f"{damaged}: corrupt record at byte offset 0: bad data CRC" in result.stdout
+    missing = _run([*_cli(), "inspect", str(shards / "missing.tfrecord")])
+    assert missing.returncode == 1
+    assert "missing.tfrecord: no such file or directory" in missing.stderr
