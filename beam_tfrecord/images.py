@@ -1,0 +1,858 @@
+"""Image checks and normalization, so that TensorFlow decodes every written image exactly as stated."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import io
+import re
+import struct
+import threading
+import warnings
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageFile, PngImagePlugin
+
+__all__ = [
+    "ERROR_CODES",
+    "NOTE_CODES",
+    "ImageError",
+    "ImageInfo",
+    "ImagePolicy",
+    "NeedFullData",
+    "check_image",
+    "encode_for_tensorflow",
+    "sniff_format",
+]
+
+ERROR_CODES = (
+    "empty_file",  # zero bytes
+    "unknown_format",  # the content is not an image format we recognise
+    "unsupported",  # a recognised image, but a format or feature this module will not decode
+    "truncated",  # the data ends before the image does
+    "corrupt",  # the data is damaged or inconsistent
+    "too_many_pixels",  # width * height is above ImagePolicy.max_pixels
+    "need_full_data",  # a prefix was given, and the answer needs the whole file (NeedFullData)
+)
+
+NOTE_CODES = (
+    "16bit_reduced",  # 16 bits per sample mapped to 8
+    "32bit_reduced",  # 32-bit integer samples mapped to 8 bits
+    "alpha_flattened",  # alpha composited onto ImagePolicy.background
+    "cmyk_converted",  # CMYK (or YCCK, which decodes to CMYK) converted to RGB
+    "color_space_converted",  # another colour space (YCbCr, HSV, ...) converted to RGB
+    "exif_orientation_ignored",  # an EXIF orientation other than 1 left unapplied by the policy
+    "exif_rotated",  # the EXIF orientation applied to the pixels
+    "exif_unreadable",  # EXIF present but unparseable, so treated as orientation 1
+    "first_frame_of_animation",  # an animation or multi-page file reduced to its first frame
+    "float_reduced",  # floating-point samples mapped to 8 bits
+    "format_converted",  # the written format differs from the source format
+    "lab_converted",  # CIE L*a*b* converted to sRGB
+    "low_bit_depth_expanded",  # 1, 2 or 4 bits per sample expanded to 8
+    "palette_expanded",  # palette indices expanded to their colours
+)
+
+_VALIDATE_MODES = ("decode", "header", "none")
+_COLORS = ("rgb", "gray", "keep")
+
+# Pillow plugin module and format id per format name; the plugins are imported on first use.
+_PLUGINS = {
+    "jpeg": ("JpegImagePlugin", "JPEG"),
+    "png": ("PngImagePlugin", "PNG"),
+    "gif": ("GifImagePlugin", "GIF"),
+    "bmp": ("BmpImagePlugin", "BMP"),
+    "tiff": ("TiffImagePlugin", "TIFF"),
+    "webp": ("WebPImagePlugin", "WEBP"),
+    "ico": ("IcoImagePlugin", "ICO"),
+    "ppm": ("PpmImagePlugin", "PPM"),
+    "jpeg2000": ("Jpeg2KImagePlugin", "JPEG2000"),
+    "avif": ("AvifImagePlugin", "AVIF"),
+}
+# Recognised by content but deliberately not decoded: no Pillow decoder, or too large an attack
+# surface (PSD) for a format that is rare in training data.
+_UNSUPPORTED = ("heif", "jxl", "psd")
+# Sources whose pixels already carry lossy-compression noise; re-encoding them as PNG would only
+# inflate them, so they go to JPEG. TIFF and WEBP are decided per file.
+_LOSSY_SOURCES = ("jpeg", "jpeg2000", "avif")
+_LOSSY_TIFF_COMPRESSIONS = ("jpeg", "tiff_jpeg", "webp")
+
+# The BITMAPINFOHEADER family sizes; a bare "BM" prefix is too weak a signature on its own.
+_BMP_DIB_SIZES = (12, 16, 40, 52, 56, 64, 108, 124)
+_HEIF_BRANDS = (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1")
+
+# JPEG SOF markers whose data every libjpeg build decodes: baseline, extended and progressive
+# Huffman. Arithmetic-coded and lossless JPEGs are re-encoded rather than trusted to TensorFlow.
+_PLAIN_JPEG_SOF = (0xC0, 0xC1, 0xC2)
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+# Inside entropy-coded data 0xFF is followed by a stuffed 0x00, a restart marker or a fill byte;
+# anything else starts a real marker.
+_JPEG_NEXT_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Channels TensorFlow decodes from an 8-bit PNG with channels=0, keyed by IHDR colour type.
+# Gray + alpha decodes to 2 channels, but decode_image refuses channels=2, so it is stated as 4
+# (TensorFlow then expands the gray to RGB and keeps the alpha).
+_PNG_KEEP_CHANNELS = {0: 1, 2: 3, 4: 4, 6: 4}
+_PNG_MODES = {0: "L", 2: "RGB", 4: "LA", 6: "RGBA"}
+_PNG_COMPRESS_LEVEL = 6
+
+_ORIENTATION_TAG = 0x0112
+# The same transpositions as ImageOps.exif_transpose, applied from the orientation read once at
+# header time so that every validation mode makes the same decision.
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+
+_HIGH_DEPTH_NOTES = {
+    "I;16": "16bit_reduced",
+    "I;16L": "16bit_reduced",
+    "I;16B": "16bit_reduced",
+    "I;16N": "16bit_reduced",
+    "I": "32bit_reduced",
+    "F": "float_reduced",
+}
+
+_PILLOW_LIMIT_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """How images are checked and normalized.
+
+    Attributes:
+        validate: "decode" decodes every image to find truncated or corrupt data; "header" reads
+            only the headers (the first 64 KiB are normally enough) and checks their structure;
+            "none" trusts the header as Pillow reads it. Images that must be re-encoded are always
+            decoded in full.
+        color: "rgb" for 3 channels, "gray" for 1, "keep" for the channels of the source as
+            TensorFlow decodes them (1, 3 or 4; gray with alpha is stated as 4 because
+            tf.io.decode_image refuses channels=2).
+        max_pixels: Largest width * height accepted, checked before any pixel is decoded.
+        background: RGB colour that alpha is flattened onto for "rgb" and "gray".
+        jpeg_quality: Quality for re-encoding lossy sources as JPEG.
+        apply_exif_orientation: Rotate the pixels as EXIF says; TensorFlow ignores EXIF.
+    """
+
+    validate: str = "decode"
+    color: str = "rgb"
+    max_pixels: int = 89_478_485
+    background: tuple[int, int, int] = (255, 255, 255)
+    jpeg_quality: int = 95
+    apply_exif_orientation: bool = True
+
+    def __post_init__(self) -> None:
+        if self.validate not in _VALIDATE_MODES:
+            raise ValueError(
+                f"ImagePolicy.validate must be one of {_VALIDATE_MODES}, got {self.validate!r}"
+            )
+        if self.color not in _COLORS:
+            raise ValueError(f"ImagePolicy.color must be one of {_COLORS}, got {self.color!r}")
+        if not _is_int(self.max_pixels) or self.max_pixels < 1:
+            raise ValueError(
+                f"ImagePolicy.max_pixels must be a positive integer, got {self.max_pixels!r}"
+            )
+        background = self.background
+        if (
+            isinstance(background, (str, bytes))
+            or not hasattr(background, "__len__")
+            or len(background) != 3
+            or not all(_is_int(v) and 0 <= v <= 255 for v in background)
+        ):
+            raise ValueError(
+                f"ImagePolicy.background must be three integers in 0..255, got {background!r}"
+            )
+        # A list from a YAML config becomes a tuple, so the policy stays hashable.
+        object.__setattr__(self, "background", tuple(int(v) for v in background))
+        if not _is_int(self.jpeg_quality) or not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(
+                f"ImagePolicy.jpeg_quality must be an integer in 1..100, got {self.jpeg_quality!r}"
+            )
+        if not isinstance(self.apply_exif_orientation, bool):
+            raise ValueError(
+                "ImagePolicy.apply_exif_orientation must be a bool, "
+                f"got {self.apply_exif_orientation!r}"
+            )
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What will be written for one image.
+
+    Attributes:
+        format: Format of the written bytes, "jpeg" or "png".
+        source_format: What the source really is, judged by content ("jpeg", "png", "gif",
+            "bmp", "tiff", "webp", "ico", "ppm", "jpeg2000", "avif").
+        width: Width of the image tf.io.decode_image returns for the written bytes.
+        height: Height of that image.
+        channels: The channels argument to pass to tf.io.decode_image, and its last dimension.
+        reencode: False when the original bytes are written untouched.
+        notes: Sorted codes from NOTE_CODES saying what was changed or noticed.
+        encoded_size: Length of the written bytes. This module always sets it; None is kept in
+            the type for callers that build an ImageInfo before the size is known.
+    """
+
+    format: str
+    source_format: str
+    width: int
+    height: int
+    channels: int
+    reencode: bool
+    notes: tuple[str, ...]
+    encoded_size: int | None
+
+
+class ImageError(ValueError):
+    """An image that cannot be written; `code` is one of ERROR_CODES and never changes meaning.
+
+    Attributes:
+        code: Stable, machine-readable reason.
+        message: Human sentence with the details.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in ERROR_CODES:
+            raise ValueError(f"unknown ImageError code {code!r}; expected one of {ERROR_CODES}")
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    def __reduce__(self) -> tuple[type, tuple[str, ...]]:
+        # Beam pickles exceptions between workers; rebuild from the constructor arguments.
+        return (type(self), (self.code, self.message))
+
+
+class NeedFullData(ImageError):
+    """The prefix given to check_image is not enough; call it again with the whole file."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("need_full_data", message)
+
+    def __reduce__(self) -> tuple[type, tuple[str, ...]]:
+        return (type(self), (self.message,))
+
+
+def sniff_format(head: bytes) -> str | None:
+    """Names the image format of `head` from its magic bytes alone.
+
+    Args:
+        head: The first bytes of a file; 64 are enough.
+
+    Returns:
+        "jpeg", "png", "gif", "bmp", "tiff", "webp", "ico", "ppm", "jpeg2000", "avif", or one of
+        the formats recognised but not decoded ("heif", "jxl", "psd"); None for anything else.
+    """
+    h = bytes(head[:64])
+    if h.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if h.startswith(_PNG_SIGNATURE):
+        return "png"
+    if h[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    if h[:2] == b"BM" and len(h) >= 18 and int.from_bytes(h[14:18], "little") in _BMP_DIB_SIZES:
+        return "bmp"
+    if h[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):
+        return "tiff"
+    if h[:4] == b"RIFF" and h[8:12] == b"WEBP":
+        return "webp"
+    if h.startswith(b"\x00\x00\x00\x0cjP  \r\n\x87\n") or h.startswith(b"\xff\x4f\xff\x51"):
+        return "jpeg2000"
+    if h.startswith(b"\x00\x00\x00\x0cJXL \r\n\x87\n") or h.startswith(b"\xff\x0a"):
+        return "jxl"
+    if h[4:8] == b"ftyp":
+        # ISO base media: the major brand, then (after a minor version) compatible brands.
+        box_end = min(int.from_bytes(h[:4], "big"), len(h))
+        compatible = [h[i : i + 4] for i in range(16, box_end - 3, 4)]
+        if h[8:12] in (b"avif", b"avis"):
+            return "avif"
+        if h[8:12] in _HEIF_BRANDS:
+            return "avif" if b"avif" in compatible else "heif"
+        return None
+    if h[:4] == b"8BPS":
+        return "psd"
+    if h[:4] == b"\x00\x00\x01\x00" and h[4:6] not in (b"", b"\x00", b"\x00\x00"):
+        return "ico"
+    if len(h) >= 3 and h[:1] == b"P" and h[1] in b"123456" and h[2] in b" \t\r\n":
+        return "ppm"
+    return None
+
+
+def check_image(data: bytes, policy: ImagePolicy, *, size: int | None = None) -> ImageInfo:
+    """Checks one image and says what encode_for_tensorflow will write for it.
+
+    Images kept as they are cost a header read (plus a decode with validate="decode"); images
+    that need re-encoding are re-encoded here too, because the exact encoded size is part of the
+    answer.
+
+    Args:
+        data: The whole file, or with validate="header" or "none" possibly only its first bytes.
+        policy: How to check and normalize.
+        size: Length of the whole file when `data` may be a prefix; defaults to len(data).
+
+    Returns:
+        The ImageInfo that encode_for_tensorflow returns for the whole file and the same policy.
+
+    Raises:
+        NeedFullData: `data` is a prefix and the answer needs the whole file.
+        ImageError: The image cannot be written; `code` says why.
+        ValueError: `size` is smaller than len(data).
+    """
+    return _process(data, policy, size, want_bytes=False)[1]
+
+
+def encode_for_tensorflow(data: bytes, policy: ImagePolicy) -> tuple[bytes, ImageInfo]:
+    """Returns the bytes to store for one image, and what TensorFlow will decode from them.
+
+    The bytes are the original ones when TensorFlow already decodes them as stated, otherwise a
+    deterministic PNG (lossless sources) or JPEG at policy.jpeg_quality (lossy sources).
+
+    Args:
+        data: The whole file.
+        policy: How to check and normalize.
+
+    Returns:
+        (bytes to write, the same ImageInfo check_image returns for `data` and `policy`).
+
+    Raises:
+        ImageError: The image cannot be written; `code` says why.
+    """
+    payload, info = _process(data, policy, None, want_bytes=True)
+    assert payload is not None
+    return payload, info
+
+
+def _process(
+    data: bytes, policy: ImagePolicy, size: int | None, *, want_bytes: bool
+) -> tuple[bytes | None, ImageInfo]:
+    data = bytes(data)
+    total = len(data) if size is None else size
+    if total < len(data):
+        raise ValueError(f"size={size} is smaller than the {len(data)} bytes given")
+    complete = total == len(data)
+    if total == 0:
+        raise ImageError("empty_file", "the file is empty")
+    fmt = sniff_format(data[:64])
+    if fmt is None:
+        if not data:
+            raise NeedFullData(f"no bytes given of a {total}-byte file")
+        raise ImageError(
+            "unknown_format", f"the content is not a known image format: {data[:16]!r}"
+        )
+    if fmt in _UNSUPPORTED:
+        raise ImageError("unsupported", f"{fmt} images are recognised but not supported")
+    with _quiet_pillow():
+        im = _open(data, fmt, complete)
+        try:
+            return _process_open(im, data, fmt, total, complete, policy, want_bytes)
+        except Exception as exc:
+            # Pillow raises nearly anything on hostile input (SyntaxError, struct.error, KeyError,
+            # ...), from properties as well as from load(); none of it may escape as such.
+            raise _as_image_error(exc, fmt, "decode", complete) from exc
+        finally:
+            im.close()
+
+
+def _process_open(
+    im: ImageFile.ImageFile,
+    data: bytes,
+    fmt: str,
+    total: int,
+    complete: bool,
+    policy: ImagePolicy,
+    want_bytes: bool,
+) -> tuple[bytes | None, ImageInfo]:
+    width, height = im.size
+    # Our own guard, on the header's numbers and before any pixel is decoded.
+    if width < 1 or height < 1:
+        raise ImageError("corrupt", f"the {fmt} header declares a {width}x{height} image")
+    if width * height > policy.max_pixels:
+        raise ImageError(
+            "too_many_pixels",
+            f"{width}x{height} = {width * height:,} pixels is more than "
+            f"max_pixels={policy.max_pixels:,}",
+        )
+    # The header walks find facts that decide whether TensorFlow may get the original bytes (the
+    # JPEG frame type, an APNG's acTL), so they run in every mode; "decode" continues them to the
+    # end of the file, and only "none" skips the PNG CRCs.
+    whole = policy.validate == "decode"
+    jpeg_sof = None
+    png_chunks: frozenset[bytes] = frozenset()
+    if fmt == "jpeg":
+        jpeg_sof = _walk_jpeg(data, whole=whole, complete=complete)
+    elif fmt == "png":
+        png_chunks = _walk_png(
+            data, whole=whole, complete=complete, verify_crc=policy.validate != "none"
+        )
+
+    notes: list[str] = []
+    orientation = _orientation(im, notes)
+    rotate = orientation != 1 and policy.apply_exif_orientation
+    if orientation != 1 and not policy.apply_exif_orientation:
+        notes.append("exif_orientation_ignored")
+
+    channels = None if rotate else _verbatim_channels(im, data, fmt, jpeg_sof, png_chunks, policy)
+    if channels is not None:
+        if policy.validate == "decode":
+            if not complete:
+                raise NeedFullData("validate='decode' needs the whole file")
+            _decode(im, fmt, draft=fmt == "jpeg")
+        info = ImageInfo(
+            format=fmt,
+            source_format=fmt,
+            width=width,
+            height=height,
+            channels=channels,
+            reencode=False,
+            notes=tuple(sorted(set(notes))),
+            encoded_size=total,
+        )
+        return (data if want_bytes else None), info
+
+    if not complete:
+        raise NeedFullData(f"this {fmt} image must be re-encoded, which needs the whole file")
+    if fmt != "jpeg" and getattr(im, "is_animated", False):
+        # MPO (camera stereo pairs) counts as jpeg: TensorFlow decodes its primary image.
+        notes.append("first_frame_of_animation")
+    notes.extend(_source_depth_notes(im, data, fmt))
+    with _pillow_allows(width * height):
+        _decode(im, fmt, draft=False)
+        if im.width * im.height > policy.max_pixels:  # a frame larger than its container said
+            raise ImageError(
+                "too_many_pixels",
+                f"the decoded {im.width}x{im.height} image is larger than its header said",
+            )
+        image = _normalize(im, policy, notes)
+        if rotate:
+            image = image.transpose(_TRANSPOSE[orientation])
+            notes.append("exif_rotated")
+        lossy = image.mode in ("L", "RGB") and _is_lossy(im, data, fmt)
+        out_fmt = "jpeg" if lossy else "png"
+        payload = _encode(image, out_fmt, policy)
+    if out_fmt != fmt:
+        notes.append("format_converted")
+    info = ImageInfo(
+        format=out_fmt,
+        source_format=fmt,
+        width=image.width,
+        height=image.height,
+        channels=_output_channels(image.mode, policy),
+        reencode=True,
+        notes=tuple(sorted(set(notes))),
+        encoded_size=len(payload),
+    )
+    return (payload if want_bytes else None), info
+
+
+@contextlib.contextmanager
+def _quiet_pillow() -> Iterator[None]:
+    # Hostile files make Pillow warn (corrupt EXIF, malformed MPO, decompression bombs above its
+    # own limit); our ImageErrors and notes already say it, once, without log spam. Before Python
+    # 3.14 catch_warnings is process-wide: threads racing here can leave these filters installed
+    # after they return, or drop a filter another thread added meanwhile.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
+        warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+        warnings.filterwarnings("ignore", module=re.escape(__name__))
+        yield
+
+
+@contextlib.contextmanager
+def _pillow_allows(pixels: int) -> Iterator[None]:
+    # Some Pillow decoders (TIFF, GIF, ICO) re-check their global MAX_IMAGE_PIXELS while loading.
+    # The policy's own limit was checked already; when it allows more than Pillow's global one,
+    # lift the global for the length of this decode only. Serialized, because the global is shared.
+    limit = Image.MAX_IMAGE_PIXELS
+    if limit is None or pixels <= 2 * limit:  # Pillow only warns below twice its limit
+        yield
+        return
+    with _PILLOW_LIMIT_LOCK:
+        saved = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None
+        try:
+            yield
+        finally:
+            Image.MAX_IMAGE_PIXELS = saved
+
+
+@functools.cache
+def _factory(fmt: str) -> Callable[..., ImageFile.ImageFile] | None:
+    module, pillow_id = _PLUGINS[fmt]
+    try:
+        importlib.import_module(f"PIL.{module}")
+    except ImportError:  # a Pillow built without this codec
+        return None
+    entry = Image.OPEN.get(pillow_id)
+    return entry[0] if entry else None
+
+
+def _open(data: bytes, fmt: str, complete: bool) -> ImageFile.ImageFile:
+    factory = _factory(fmt)
+    if factory is None:
+        raise ImageError("unsupported", f"this Pillow build cannot read {fmt}")
+    try:
+        # The plugin chosen by content, called directly: Image.open would try other plugins,
+        # hide the real exception and apply Pillow's global pixel limit instead of the policy's.
+        return factory(io.BytesIO(data), None)
+    except Exception as exc:
+        raise _as_image_error(exc, fmt, "header", complete) from exc
+
+
+def _decode(im: ImageFile.ImageFile, fmt: str, *, draft: bool) -> None:
+    try:
+        if draft:
+            # An 1/8-scale grayscale decode still entropy-decodes every scan, so truncated and
+            # broken JPEG data is still found, for a fraction of the IDCT and colour work.
+            im.draft("L", (1, 1))
+        im.load()
+    except Exception as exc:
+        raise _as_image_error(exc, fmt, "decode", True) from exc
+
+
+def _as_image_error(exc: BaseException, fmt: str, stage: str, complete: bool) -> ImageError:
+    if isinstance(exc, ImageError):
+        return exc
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, Image.DecompressionBombError):
+        return ImageError("too_many_pixels", f"Pillow refused the {fmt} image: {exc}")
+    if not complete:
+        return NeedFullData(f"the prefix is not enough to read the {fmt} {stage} ({text})")
+    lowered = text.lower()
+    if isinstance(exc, EOFError) or "truncated" in lowered or "eof" in lowered:
+        code = "truncated"
+    elif "unsupported" in lowered or "not supported" in lowered or "cannot handle" in lowered:
+        code = "unsupported"
+    else:
+        code = "corrupt"
+    return ImageError(code, f"the {fmt} {stage} failed: {text}")
+
+
+def _end_of_data(fmt: str, where: str, complete: bool) -> ImageError:
+    if not complete:
+        return NeedFullData(f"the prefix ends inside the {fmt} {where}")
+    return ImageError("truncated", f"the {fmt} data ends inside the {where}")
+
+
+def _walk_jpeg(data: bytes, *, whole: bool, complete: bool) -> int:
+    """Walks the JPEG marker segments and returns the SOF marker.
+
+    Up to the first scan with whole=False, to the end-of-image marker with whole=True. This
+    catches what libjpeg in TensorFlow rejects but Pillow's decoder lets through, such as a
+    segment running past the end of the file, and a missing end-of-image marker.
+    """
+    n = len(data)
+    where = "marker segments" if whole else "header"
+    pos = 2
+    sof = None
+    scanned = False
+    while True:
+        # Like libjpeg, skip stray bytes up to the next marker instead of failing on them.
+        pos = data.find(b"\xff", pos)
+        if pos < 0:
+            raise _end_of_data("jpeg", where, complete)
+        while pos < n and data[pos] == 0xFF:  # fill bytes
+            pos += 1
+        if pos >= n:
+            raise _end_of_data("jpeg", where, complete)
+        marker = data[pos]
+        pos += 1
+        if marker == 0xD9:
+            if not scanned:
+                raise ImageError("corrupt", f"jpeg: end-of-image marker before any scan at {pos}")
+            assert sof is not None
+            return sof
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:
+            continue
+        if marker in (0x00, 0xD8):
+            raise ImageError("corrupt", f"jpeg: invalid marker 0xFF{marker:02X} at byte {pos - 2}")
+        if pos + 2 > n:
+            raise _end_of_data("jpeg", where, complete)
+        length = int.from_bytes(data[pos : pos + 2], "big")
+        if length < 2:
+            raise ImageError("corrupt", f"jpeg: segment length {length} at byte {pos}")
+        end = pos + length
+        if end > n:
+            raise _end_of_data("jpeg", f"0xFF{marker:02X} segment", complete)
+        if marker in _JPEG_SOF:
+            if sof is not None:
+                raise ImageError("corrupt", f"jpeg: a second frame header at byte {pos - 2}")
+            sof = marker
+        if marker == 0xDA:
+            if sof is None:
+                raise ImageError("corrupt", "jpeg: a scan before the frame header")
+            if not whole:
+                return sof
+            scanned = True
+            found = _JPEG_NEXT_MARKER.search(data, end)
+            if found is None:
+                raise _end_of_data("jpeg", "entropy-coded data", complete)
+            pos = found.start()
+            continue
+        pos = end
+
+
+def _walk_png(data: bytes, *, whole: bool, complete: bool, verify_crc: bool) -> frozenset[bytes]:
+    """Checks PNG chunk framing and CRCs, up to the first IDAT or, with whole=True, to IEND.
+
+    libpng (inside TensorFlow) rejects a bad CRC on image data; Pillow does not check those.
+
+    Returns:
+        The types of the chunks before the first IDAT.
+    """
+    view = memoryview(data)
+    n = len(data)
+    pos = 8
+    first = True
+    header_chunks: set[bytes] = set()
+    while True:
+        if pos + 8 > n:
+            raise _end_of_data("png", "chunk list", complete)
+        length, chunk_type = struct.unpack_from(">I4s", data, pos)
+        if first and (chunk_type != b"IHDR" or length != 13):
+            raise ImageError("corrupt", "png: the first chunk is not a 13-byte IHDR")
+        first = False
+        if length > 0x7FFFFFFF or not chunk_type.isalpha():
+            raise ImageError("corrupt", f"png: invalid chunk header at byte {pos}")
+        if chunk_type == b"IDAT":
+            if not whole:
+                return frozenset(header_chunks)
+            header_chunks.add(b"IDAT")  # later chunks are not header chunks
+        elif b"IDAT" not in header_chunks:
+            header_chunks.add(chunk_type)
+        end = pos + 12 + length
+        if end > n:
+            raise _end_of_data("png", f"{chunk_type.decode()} chunk", complete)
+        crc = int.from_bytes(view[end - 4 : end], "big")
+        if verify_crc and zlib.crc32(view[pos + 4 : pos + 8 + length]) != crc:
+            raise ImageError("corrupt", f"png: CRC mismatch in the {chunk_type.decode()} chunk")
+        if chunk_type == b"IEND":
+            return frozenset(header_chunks - {b"IDAT"})
+        pos = end
+
+
+def _orientation(im: Image.Image, notes: list[str]) -> int:
+    raw = im.info.get("exif")
+    try:
+        if isinstance(im, PngImagePlugin.PngImageFile):
+            # PngImageFile.getexif() decodes the whole image to look for a late eXIf chunk;
+            # only the header's EXIF is wanted here (and all there is in a prefix).
+            exif = Image.Exif()
+            if raw:
+                exif.load(raw)
+        else:
+            exif = im.getexif()
+        value = exif.get(_ORIENTATION_TAG, 1)
+    except Exception:  # EXIF is advisory; TensorFlow never reads it
+        notes.append("exif_unreadable")
+        return 1
+    if raw and len(raw) > 14 and not exif:  # Pillow parses broken EXIF as empty, with a warning
+        notes.append("exif_unreadable")
+    return value if isinstance(value, int) and value in _TRANSPOSE else 1
+
+
+def _verbatim_channels(
+    im: Image.Image,
+    data: bytes,
+    fmt: str,
+    jpeg_sof: int | None,
+    png_chunks: frozenset[bytes],
+    policy: ImagePolicy,
+) -> int | None:
+    """The channels TensorFlow decodes from the original bytes, or None if they must change."""
+    if fmt == "jpeg":
+        if im.mode not in ("L", "RGB") or jpeg_sof not in _PLAIN_JPEG_SOF:
+            return None
+        source_channels = 1 if im.mode == "L" else 3
+    elif fmt == "png":
+        bit_depth, color_type = data[24], data[25]
+        if (
+            data[12:16] != b"IHDR"
+            or bit_depth != 8
+            or color_type not in _PNG_MODES
+            or im.mode != _PNG_MODES[color_type]
+            or b"tRNS" in png_chunks  # a colour key: TensorFlow would not flatten it
+            or b"acTL" in png_chunks  # APNG: re-encoded to its first frame, to be certain
+            or "transparency" in im.info
+        ):
+            return None
+        source_channels = _PNG_KEEP_CHANNELS[color_type]
+        if source_channels == 4 and policy.color != "keep":
+            return None  # alpha must be flattened onto the background
+    else:
+        return None
+    return {"rgb": 3, "gray": 1, "keep": source_channels}[policy.color]
+
+
+def _source_depth_notes(im: Image.Image, data: bytes, fmt: str) -> list[str]:
+    """Notes for sample depths Pillow reduces on open, where the mode no longer shows them."""
+    depth = 8
+    if fmt == "png":
+        depth = data[24]
+    elif fmt == "tiff":
+        bits = getattr(im, "tag_v2", {}).get(258, 8)
+        depth = max(bits) if isinstance(bits, tuple) and bits else bits
+    if im.mode in _HIGH_DEPTH_NOTES or im.mode == "1" or not isinstance(depth, int):
+        return []  # _normalize notes these itself
+    if depth > 8:
+        return ["16bit_reduced"]
+    if depth < 8 and im.mode != "P":
+        return ["low_bit_depth_expanded"]
+    return []
+
+
+def _normalize(im: Image.Image, policy: ImagePolicy, notes: list[str]) -> Image.Image:
+    """Converts to L, LA, RGB or RGBA, then to what the policy's colour asks for."""
+    mode = im.mode
+    transparent = "transparency" in im.info
+    image: Image.Image
+    if mode in _HIGH_DEPTH_NOTES:
+        image = _to_8bit(im, notes)
+    elif mode == "1":
+        image = im.convert("LA" if transparent else "L")
+        notes.append("low_bit_depth_expanded")
+    elif mode in ("L", "LA", "La", "RGB", "RGBA", "RGBa"):
+        if transparent and mode in ("L", "RGB"):
+            image = im.convert(mode + "A")
+        else:
+            image = im.convert({"La": "LA", "RGBa": "RGBA"}.get(mode, mode))
+    elif mode in ("P", "PA"):
+        image = im.convert("RGBA" if transparent or mode == "PA" else "RGB")
+        notes.append("palette_expanded")
+    elif mode == "CMYK":
+        # Pillow already undid the Adobe inversion (and libjpeg the YCCK transform) on decode.
+        image = im.convert("RGB")
+        notes.append("cmyk_converted")
+    elif mode == "LAB":
+        image = _lab_to_rgb(im)
+        notes.append("lab_converted")
+    else:  # RGBX, YCbCr, HSV and other colour spaces Pillow converts itself
+        try:
+            image = im.convert("RGB")
+        except ValueError as exc:
+            raise ImageError("unsupported", f"cannot convert Pillow mode {mode} to RGB") from exc
+        notes.append("color_space_converted")
+
+    if policy.color == "keep":
+        return image
+    if image.mode in ("LA", "RGBA"):
+        image = _flatten(image, policy.background)
+        notes.append("alpha_flattened")
+    target = "RGB" if policy.color == "rgb" else "L"
+    return image if image.mode == target else image.convert(target)
+
+
+def _to_8bit(im: Image.Image, notes: list[str]) -> Image.Image:
+    """Maps high-depth samples onto 0..255 by their actual range, keeping a colour-key alpha."""
+    notes.append(_HIGH_DEPTH_NOTES[im.mode])
+    samples = np.asarray(im)
+    alpha = None
+    key = im.info.get("transparency")
+    if isinstance(key, int):
+        alpha = np.where(samples == key, 0, 255).astype(np.uint8)
+    values = samples.astype(np.float32)
+    finite = np.isfinite(values)
+    out = np.zeros(values.shape, dtype=np.float32)
+    with np.errstate(all="ignore"):  # NaN and infinities are replaced below
+        if finite.any():
+            lo = float(values[finite].min())
+            hi = float(values[finite].max())
+            if hi > lo:
+                # Stretch the range actually used: a 12-bit scan in a 16-bit container, or
+                # depths in metres, would otherwise come out nearly black.
+                out = (values - lo) * np.float32(255.0 / (hi - lo))
+            elif np.issubdtype(samples.dtype, np.floating):
+                out[:] = min(max(lo, 0.0), 1.0) * 255.0  # flat float image: a 0..1 intensity
+            else:
+                out[:] = max(lo, 0.0) * 255.0 / float(np.iinfo(samples.dtype).max)
+        out[np.isposinf(values)] = 255.0
+        out[np.isnan(values) | np.isneginf(values)] = 0.0
+        gray = Image.fromarray(np.clip(np.rint(out), 0, 255).astype(np.uint8))
+    if alpha is None:
+        return gray
+    return Image.merge("LA", (gray, Image.fromarray(alpha)))
+
+
+def _lab_to_rgb(im: Image.Image) -> Image.Image:
+    try:
+        from PIL import ImageCms
+    except ImportError as exc:  # a Pillow built without LittleCMS
+        raise ImageError("unsupported", "LAB images need Pillow with LittleCMS") from exc
+    transform = ImageCms.buildTransform(
+        ImageCms.createProfile("LAB"), ImageCms.createProfile("sRGB"), "LAB", "RGB"
+    )
+    return ImageCms.applyTransform(im, transform)
+
+
+def _flatten(image: Image.Image, background: tuple[int, int, int]) -> Image.Image:
+    rgba = image.convert("RGBA")
+    base = Image.new("RGBA", rgba.size, (*background, 255))
+    return Image.alpha_composite(base, rgba).convert("RGB")
+
+
+def _is_lossy(im: Image.Image, data: bytes, fmt: str) -> bool:
+    if fmt in _LOSSY_SOURCES:
+        return True
+    if fmt == "tiff":
+        return im.info.get("compression") in _LOSSY_TIFF_COMPRESSIONS
+    if fmt == "webp":
+        return _webp_is_lossy(data)
+    return False
+
+
+def _webp_is_lossy(data: bytes) -> bool:
+    """True when the first image chunk is VP8 (lossy) rather than VP8L (lossless)."""
+    pos = 12
+    while pos + 8 <= len(data):
+        fourcc = data[pos : pos + 4]
+        length = int.from_bytes(data[pos + 4 : pos + 8], "little")
+        if fourcc == b"VP8 ":
+            return True
+        if fourcc == b"VP8L":
+            return False
+        if fourcc == b"ANMF":
+            pos += 8 + 16  # into the first frame: its header, then its own chunks
+            continue
+        pos += 8 + length + (length & 1)
+    return False
+
+
+def _encode(image: Image.Image, fmt: str, policy: ImagePolicy) -> bytes:
+    # No metadata is carried over: an ICC profile, EXIF or tRNS in the output could make some
+    # decoder change the pixels, and TensorFlow reads none of them.
+    image.info = {}
+    buffer = io.BytesIO()
+    if fmt == "jpeg":
+        image.save(
+            buffer,
+            "JPEG",
+            quality=policy.jpeg_quality,
+            subsampling="4:2:0",
+            optimize=False,
+            progressive=False,
+        )
+    else:
+        image.save(buffer, "PNG", compress_level=_PNG_COMPRESS_LEVEL, optimize=False)
+    return buffer.getvalue()
+
+
+def _output_channels(mode: str, policy: ImagePolicy) -> int:
+    if policy.color == "rgb":
+        return 3
+    if policy.color == "gray":
+        return 1
+    return {"L": 1, "RGB": 3, "LA": 4, "RGBA": 4}[mode]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
