@@ -15,6 +15,8 @@ __all__ = ["add_arguments", "config_from_args", "run"]
 # Flags whose value is a setting of BuildConfig, with the setting's name.
 _VALUE_FLAGS = {
     "input": "inputs",
+    "input_list": "input_list",
+    "listing": "listing",
     "extensions": "extensions",
     "output": "output",
     "name": "name",
@@ -44,7 +46,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--input", action="append", metavar="PATTERN", help="fsspec glob, ** recursive; repeatable"
     )
+    group.add_argument(
+        "--input-list",
+        metavar="FILE",
+        help="file of `path` or `path,label` lines (CSV) instead of --input",
+    )
     group.add_argument("--extensions", help="comma-separated suffixes to take (case-insensitive)")
+    group.add_argument(
+        "--listing", choices=["pipeline", "launcher"],
+        help="who expands the patterns: the workers, in parallel by folder (default), or this machine",
+    )  # fmt: skip
     group = parser.add_argument_group("what to write")
     group.add_argument("--output", metavar="DIR", help="output folder, any fsspec URL")
     group.add_argument(

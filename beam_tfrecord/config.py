@@ -149,6 +149,8 @@ class BuildConfig:
     Attributes:
         inputs: fsspec glob patterns (`**` is recursive); a plain directory means every file below it.
         output: the output folder, any fsspec URL.
+        input_list: a file listing the inputs instead (`path` or `path,label` lines, CSV).
+        listing: `pipeline` (workers list the patterns in parallel, by folder) or `launcher`.
         name: dataset name used in shard file names; defaults to the output folder's name.
         extensions: file suffixes to take (case-insensitive); hidden files and folders are never taken.
         labels: `dir` (the parent folder's name), `regex:PATTERN` or `none`.
@@ -168,8 +170,10 @@ class BuildConfig:
         planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
     """
 
-    inputs: tuple[str, ...]
-    output: str
+    inputs: tuple[str, ...] = ()
+    output: str = ""
+    input_list: str | None = None
+    listing: str = "pipeline"
     name: str | None = None
     extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
     labels: str = "dir"
@@ -193,8 +197,13 @@ class BuildConfig:
         if isinstance(self.inputs, str):
             object.__setattr__(self, "inputs", (self.inputs,))
         object.__setattr__(self, "inputs", tuple(str(p) for p in self.inputs))
-        if not self.inputs or any(not p.strip() for p in self.inputs):
-            raise ConfigError("input", "at least one input pattern is needed")
+        if any(not p.strip() for p in self.inputs):
+            raise ConfigError("input", f"an input pattern is empty: {list(self.inputs)}")
+        if not self.inputs and not self.input_list:
+            raise ConfigError("input", "at least one input pattern (or --input-list) is needed")
+        if self.inputs and self.input_list:
+            raise ConfigError("input_list", "give input patterns or an input list, not both")
+        _check_choice("listing", self.listing, ("pipeline", "launcher"))
         if not self.output or not str(self.output).strip():
             raise ConfigError("output", "an output folder is needed")
         object.__setattr__(self, "output", str(self.output).rstrip("/") or "/")
@@ -324,6 +333,9 @@ class BuildConfig:
                 )
             values[norm] = value
         for required in ("inputs", "output"):
+            if required == "inputs" and values.get("input_list"):
+                values.setdefault("inputs", ())
+                continue
             if values.get(required) in (None, "", [], ()):
                 raise ConfigError(
                     "input" if required == "inputs" else required,

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import csv
+import fnmatch
 import posixpath
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import fsspec
 
 __all__ = [
+    "ListingTask",
     "SourceFile",
     "expand_pattern",
+    "expand_task",
+    "first_match",
     "has_magic",
+    "input_list_chunks",
     "is_hidden",
+    "parse_input_line",
     "pattern_base",
+    "read_input_list_chunk",
+    "split_task",
     "to_url",
 ]
 
@@ -35,6 +43,7 @@ class SourceFile:
     url: str
     relpath: str
     size: int
+    label: str | None = None  # given by an input list; otherwise derived by --labels
 
 
 def has_magic(pattern: str) -> bool:
@@ -66,31 +75,86 @@ def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return protocol in ("file", "local")
 
 
-def expand_pattern(
-    pattern: str, extensions: Iterable[str], **storage_options: Any
-) -> Iterator[SourceFile]:
-    """Yields every non-hidden file that `pattern` matches and whose suffix is in `extensions`, sorted.
+@dataclass(frozen=True)
+class ListingTask:
+    """A piece of a pattern's listing that one worker can do alone.
 
-    A pattern without wildcards that names a folder means every file below that folder.
-
-    Raises:
-        FileNotFoundError: a pattern without wildcards names nothing that exists.
+    Attributes:
+        pattern: a glob URL, covering a part of the original pattern's matches.
+        base: the original pattern's base folder (URL), that relative paths are taken from.
     """
-    fs, path = fsspec.core.url_to_fs(pattern, **storage_options)
-    suffixes = tuple(e.lower() for e in extensions)
-    if not has_magic(path):
-        if fs.isdir(path):
-            base = path.rstrip("/")
-            matches = fs.find(base, detail=True)
-        elif fs.isfile(path):
-            base = posixpath.dirname(path)
-            matches = {path: fs.info(path)}
+
+    pattern: str
+    base: str
+
+    @classmethod
+    def for_pattern(cls, pattern: str) -> ListingTask:
+        fs, path = fsspec.core.url_to_fs(pattern)
+        if has_magic(path):
+            base = pattern_base(path)
+        elif fs.isdir(path):
+            # A folder means every file below it.
+            base, path = path.rstrip("/"), path.rstrip("/") + "/**"
         else:
-            raise FileNotFoundError(f"input {pattern!r} does not exist")
+            base = posixpath.dirname(path)
+        return cls(to_url(fs, path), to_url(fs, base))
+
+
+def split_task(task: ListingTask) -> list[ListingTask]:
+    """Splits a listing by the folders at its first wildcard, so that workers list in parallel.
+
+    `data/**/*.jpg` becomes `data/*.jpg` plus `data/<d>/**/*.jpg` for every folder `d`;
+    `data/*/x/*.png` becomes `data/<d>/x/*.png` for every folder `d`. The parts match exactly
+    what the whole matches (less hidden folders, which a build never reads). A task that cannot
+    be split is returned as it is.
+    """
+    fs, path = fsspec.core.url_to_fs(task.pattern)
+    if not has_magic(path):
+        return [task]
+    prefix = pattern_base(path)
+    rest = path[len(prefix) + 1 :] if prefix else path
+    first, _, tail = rest.partition("/")
+    if not tail and first != "**":
+        return [task]  # the wildcard is in the last component: one folder listing, nothing to split
+    try:
+        entries = fs.ls(prefix or "/", detail=True)
+    except FileNotFoundError:
+        return []
+    folders = sorted(
+        e["name"].rstrip("/")
+        for e in entries
+        if e.get("type") == "directory"
+        and not posixpath.basename(e["name"].rstrip("/")).startswith(".")
+    )
+    join = posixpath.join
+    if first == "**":
+        # `**` matches no folder (the rest applies right here) or one folder and then `**` again.
+        here = join(prefix, tail) if tail else join(prefix, "*")
+        parts = [here] + [
+            join(folder, "**", tail) if tail else join(folder, "**") for folder in folders
+        ]
     else:
-        base = pattern_base(path)
+        parts = [
+            join(folder, tail)
+            for folder in folders
+            if fnmatch.fnmatchcase(posixpath.basename(folder), first)
+        ]
+    return [ListingTask(to_url(fs, part), task.base) for part in parts]
+
+
+def expand_task(task: ListingTask, extensions: Iterable[str]) -> Iterator[SourceFile]:
+    """Yields every non-hidden file of a listing task whose suffix is in `extensions`, sorted."""
+    fs, path = fsspec.core.url_to_fs(task.pattern)
+    _, base = fsspec.core.url_to_fs(task.base)
+    suffixes = tuple(e.lower() for e in extensions)
+    if has_magic(path):
         matches = fs.glob(path, detail=True)
-    prefix = base.rstrip("/") + "/" if base else ""
+    else:
+        try:
+            matches = {path: fs.info(path)}
+        except FileNotFoundError:
+            return
+    prefix = base.rstrip("/") + "/" if base.strip("/") else base
     for name in sorted(matches):
         info = matches[name]
         if info.get("type") != "file":
@@ -99,3 +163,105 @@ def expand_pattern(
         if is_hidden(relpath) or not relpath.lower().endswith(suffixes):
             continue
         yield SourceFile(url=to_url(fs, name), relpath=relpath, size=int(info.get("size") or 0))
+
+
+def expand_pattern(pattern: str, extensions: Iterable[str]) -> Iterator[SourceFile]:
+    """Yields every non-hidden file that `pattern` matches with a suffix in `extensions`, sorted.
+
+    A pattern without wildcards that names a folder means every file below that folder. This
+    lists on the calling machine; a pipeline lists with `split_task` and `expand_task` instead.
+
+    Raises:
+        FileNotFoundError: a pattern without wildcards names nothing that exists.
+    """
+    fs, path = fsspec.core.url_to_fs(pattern)
+    if not has_magic(path) and not fs.exists(path):
+        raise FileNotFoundError(f"input {pattern!r} does not exist")
+    yield from expand_task(ListingTask.for_pattern(pattern), extensions)
+
+
+def first_match(pattern: str, extensions: Iterable[str], depth: int = 4) -> SourceFile | None:
+    """Some file the pattern matches, found without listing everything it matches.
+
+    Descends folder by folder (as `split_task` splits) and lists only the first non-empty
+    branch, so checking a pattern over millions of objects costs a few listings.
+    """
+    fs, path = fsspec.core.url_to_fs(pattern)
+    if not has_magic(path) and not fs.exists(path):
+        return None
+    extensions = tuple(extensions)
+
+    def search(task: ListingTask, level: int) -> SourceFile | None:
+        parts = split_task(task) if level < depth else [task]
+        if parts == [task]:
+            return next(expand_task(task, extensions), None)
+        for part in parts:
+            found = search(part, level + 1)
+            if found is not None:
+                return found
+        return None
+
+    return search(ListingTask.for_pattern(pattern), 0)
+
+
+def parse_input_line(line: str, list_url: str) -> SourceFile | None:
+    """One line of an input list (`path` or `path,label`, CSV) as a source file; None for no entry.
+
+    Relative paths are taken from the list file's folder, and are the images' relative paths;
+    an absolute path or URL is its own relative path (less the protocol). The size is left
+    unknown (-1) for the checking step to find, so reading a list never touches the images.
+
+    Raises:
+        ValueError: a line with more than two fields, or an empty path.
+    """
+    text = line.strip()
+    if not text or text.startswith("#"):
+        return None
+    fields = next(csv.reader([text]))
+    if fields and fields[0].strip().lower() == "path" and fields[1:2] in ([], ["label"]):
+        return None  # a header row
+    if len(fields) > 2 or not fields or not fields[0].strip():
+        raise ValueError(f"{list_url}: expected `path` or `path,label`, got {line.rstrip()!r}")
+    path = fields[0].strip()
+    label = fields[1].strip() if len(fields) == 2 and fields[1].strip() else None
+    if "://" in path or path.startswith("/"):
+        url, relpath = path, path.split("://", 1)[-1].lstrip("/")
+    else:
+        relpath = posixpath.normpath(path)
+        url = posixpath.join(posixpath.dirname(list_url), relpath)
+    return SourceFile(url=url, relpath=relpath, size=-1, label=label)
+
+
+def input_list_chunks(list_url: str, chunk_bytes: int = 64 << 20) -> list[tuple[str, int, int]]:
+    """Byte ranges of an input list for workers to read in parallel: (url, start, end).
+
+    Raises:
+        FileNotFoundError: the list does not exist.
+    """
+    fs, path = fsspec.core.url_to_fs(list_url)
+    size = fs.size(path)
+    return [
+        (list_url, start, min(start + chunk_bytes, size)) for start in range(0, size, chunk_bytes)
+    ]
+
+
+def read_input_list_chunk(chunk: tuple[str, int, int]) -> Iterator[SourceFile]:
+    """The entries of the lines that start inside one byte range of an input list.
+
+    A line belongs to the range its first byte is in, so ranges split anywhere read every line
+    exactly once.
+    """
+    list_url, start, end = chunk
+    fs, path = fsspec.core.url_to_fs(list_url)
+    with fs.open(path, "rb") as f:
+        if start > 0:
+            f.seek(start - 1)
+            if f.read(1) != b"\n":
+                f.readline()  # the line in progress belongs to the previous range
+        while f.tell() < end:
+            raw = f.readline()
+            if not raw:
+                break
+            entry = parse_input_line(raw.decode("utf-8"), list_url)
+            if entry is not None:
+                yield entry

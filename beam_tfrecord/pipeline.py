@@ -93,7 +93,9 @@ class ConvertImages(beam.PTransform):
     def expand(self, pbegin):
         config = self._config
         prep = preparer(config)
-        sources = pbegin | "ListImages" >> ListImages(config.inputs, config.extensions)
+        sources = pbegin | "ListImages" >> ListImages(
+            config.inputs, config.extensions, input_list=config.input_list, listing=config.listing
+        )
         labeled = sources | "LabelImages" >> LabelImages(prep)
         checked = labeled["labeled"] | "CheckImages" >> CheckImages(prep, labeled["classes"])
         planned = checked["entries"] | "PlanShards" >> PlanShards(

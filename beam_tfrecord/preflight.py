@@ -8,7 +8,7 @@ import uuid
 import fsspec
 
 from beam_tfrecord.config import BuildConfig, ConfigError
-from beam_tfrecord.listing import expand_pattern, has_magic, pattern_base
+from beam_tfrecord.listing import first_match, has_magic, input_list_chunks, pattern_base
 from beam_tfrecord.manifest import MANIFEST_FILE
 
 __all__ = ["preflight"]
@@ -41,9 +41,7 @@ def preflight(config: BuildConfig) -> None:
                 f"{config.output!r} is inside input {pattern!r}; the build would read its own output",
             )
         try:
-            first = next(iter(expand_pattern(pattern, config.extensions)), None)
-        except FileNotFoundError:
-            first = None
+            first = first_match(pattern, config.extensions)
         except OSError as err:
             raise ConfigError("input", f"{pattern!r} cannot be listed: {err}") from None
         if first is None:
@@ -52,6 +50,14 @@ def preflight(config: BuildConfig) -> None:
                 f"{pattern!r} matches no image file (extensions {', '.join(config.extensions)}; "
                 "hidden files and folders are ignored)",
             )
+    if config.input_list is not None:
+        try:
+            if not input_list_chunks(config.input_list):
+                raise ConfigError("input_list", f"{config.input_list!r} is empty")
+        except (OSError, ValueError) as err:
+            raise ConfigError(
+                "input_list", f"{config.input_list!r} cannot be read: {err}"
+            ) from None
     _check_output(config)
 
 

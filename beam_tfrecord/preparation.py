@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import fsspec
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
-from beam_tfrecord.images import ImageError, ImagePolicy, NeedFullData, check_image
+from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, NeedFullData, check_image
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.records import image_record_size
@@ -57,7 +57,11 @@ class Preparer:
         """The source's label, None when labels are off, or the report entry saying why it has none."""
         if not self.label_rule.enabled:
             return None
-        label = self.label_rule.label(source.url, source.relpath)
+        label = (
+            source.label
+            if source.label is not None
+            else self.label_rule.label(source.url, source.relpath)
+        )
         if label is None:
             return ReportEntry(
                 source.url, source.relpath, Reason.NO_LABEL,
@@ -82,14 +86,14 @@ class Preparer:
             )
 
         try:
-            info = self._check(source)
+            info, size = self._check(source)
         except ImageError as err:
             return skipped(err.code, err.message)
         except FileNotFoundError:
             return skipped(Reason.VANISHED, "the file was listed but is gone")
         except OSError as err:
             return skipped(Reason.READ_ERROR, f"cannot read: {err}")
-        encoded_size = info.encoded_size if info.encoded_size is not None else source.size
+        encoded_size = info.encoded_size if info.encoded_size is not None else size
         record_size = image_record_size(
             encoded_size,
             image_format=info.format,
@@ -108,7 +112,7 @@ class Preparer:
         return ImageEntry(
             url=source.url,
             relpath=source.relpath,
-            source_size=source.size,
+            source_size=size,
             split=split,
             shuffle_key=shuffle_key(source.relpath, self.seed),
             label=label,
@@ -123,17 +127,19 @@ class Preparer:
             notes=tuple(info.notes),
         )
 
-    def _check(self, source: SourceFile):
-        if source.size == 0:
-            # Still read it: a file listed as empty may have been written since, and a vanished
-            # file must be reported as vanished.
-            data = read_source(source.url)
-            return check_image(data, self.policy, size=len(data))
-        if self.policy.validate != "decode" and source.size > HEADER_BYTES:
+    def _check(self, source: SourceFile) -> tuple[ImageInfo, int]:
+        """The image's check, and its size now (an input list leaves it to be found here)."""
+        size = source.size
+        if size < 0:
+            fs, path = fsspec.core.url_to_fs(source.url)
+            size = fs.size(path)
+        if self.policy.validate != "decode" and size > HEADER_BYTES:
             head = read_source(source.url, HEADER_BYTES)
             try:
-                return check_image(head, self.policy, size=source.size)
+                return check_image(head, self.policy, size=size), size
             except NeedFullData:
                 pass
+        # Read whole: a decode check needs every byte, and a file listed as empty may have been
+        # written since (a vanished one must be reported as vanished).
         data = read_source(source.url)
-        return check_image(data, self.policy, size=len(data))
+        return check_image(data, self.policy, size=len(data)), len(data)

@@ -16,7 +16,15 @@ from apache_beam.metrics import Metrics
 from beam_tfrecord.catalog import ReportEntry
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.labels import ClassMap
-from beam_tfrecord.listing import SourceFile, expand_pattern
+from beam_tfrecord.listing import (
+    ListingTask,
+    SourceFile,
+    expand_pattern,
+    expand_task,
+    input_list_chunks,
+    read_input_list_chunk,
+    split_task,
+)
 from beam_tfrecord.preparation import Preparer
 from beam_tfrecord.shard_writer import ShardSpec, write_shard
 from beam_tfrecord.sharding import (
@@ -48,41 +56,81 @@ def _counter(name: str):
     return Metrics.counter(METRICS_NAMESPACE, name)
 
 
-class _ExpandPatternFn(beam.DoFn):
+class _ExpandTaskFn(beam.DoFn):
     def __init__(self, extensions: Sequence[str]):
         self._extensions = tuple(extensions)
+
+    def process(self, task: ListingTask) -> Iterable[SourceFile]:
+        yield from expand_task(task, self._extensions)
+
+
+class _OnePerFileFn(beam.DoFn):
+    def __init__(self):
         self._listed = _counter("images_listed")
 
-    def process(self, pattern: str) -> Iterable[SourceFile]:
-        for source in expand_pattern(pattern, self._extensions):
-            self._listed.inc()
-            yield source
-
-
-def _first_match(url_and_sources: tuple[str, Iterable[SourceFile]]) -> SourceFile:
-    # Overlapping patterns can match one file twice; it is one input, kept under its smallest relpath.
-    _, sources = url_and_sources
-    return min(sources)
+    def process(self, url_and_sources: tuple[str, Iterable[SourceFile]]) -> Iterable[SourceFile]:
+        # Overlapping patterns can match one file twice; it is one input, kept under its smallest
+        # relative path.
+        _, sources = url_and_sources
+        self._listed.inc()
+        yield min(sources)
 
 
 class ListImages(beam.PTransform):
-    """Lists the image files that glob patterns match, each file once."""
+    """Lists the image files that glob patterns (or an input list) name, each file once.
 
-    def __init__(self, patterns: Sequence[str], extensions: Sequence[str]):
+    With `listing="pipeline"` the workers list: each pattern is split by the folders at its first
+    wildcards, two levels deep, and the parts are listed in parallel, so no machine ever holds
+    the whole listing. With `listing="launcher"` this machine lists everything first (small
+    collections, debugging); both give the same files.
+    """
+
+    SPLIT_LEVELS = 2
+
+    def __init__(
+        self,
+        patterns: Sequence[str],
+        extensions: Sequence[str],
+        *,
+        input_list: str | None = None,
+        listing: str = "pipeline",
+    ):
         super().__init__()
         self._patterns = list(patterns)
         self._extensions = tuple(extensions)
+        self._input_list = input_list
+        self._listing = listing
 
     def expand(self, pbegin):
+        if self._input_list is not None:
+            found = (
+                pbegin
+                | "ListChunks" >> beam.Create(input_list_chunks(self._input_list))
+                | "SpreadChunks" >> beam.Reshuffle()
+                | "ReadList" >> beam.FlatMap(read_input_list_chunk)
+            )
+        elif self._listing == "launcher":
+            sources = sorted(s for p in self._patterns for s in expand_pattern(p, self._extensions))
+            found = pbegin | "ListedHere" >> beam.Create(sources)
+        else:
+            tasks = (
+                pbegin
+                | "Patterns" >> beam.Create(self._patterns)
+                | "Tasks" >> beam.Map(ListingTask.for_pattern)
+            )
+            for level in range(self.SPLIT_LEVELS):
+                tasks = (
+                    tasks
+                    | f"Split{level}" >> beam.FlatMap(split_task)
+                    # Each part is listed by whichever worker takes it, not by the launcher.
+                    | f"Spread{level}" >> beam.Reshuffle()
+                )
+            found = tasks | "Expand" >> beam.ParDo(_ExpandTaskFn(self._extensions))
         return (
-            pbegin
-            | "Patterns" >> beam.Create(self._patterns)
-            # Each pattern is listed by whichever worker takes it, not by the launcher.
-            | "SpreadPatterns" >> beam.Reshuffle()
-            | "Expand" >> beam.ParDo(_ExpandPatternFn(self._extensions))
+            found
             | "KeyByUrl" >> beam.Map(lambda s: (s.url, s))
             | "GroupByUrl" >> beam.GroupByKey()
-            | "OnePerFile" >> beam.Map(_first_match)
+            | "OnePerFile" >> beam.ParDo(_OnePerFileFn())
         )
 
 

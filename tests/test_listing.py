@@ -1,0 +1,153 @@
+"""Listing: patterns split by folder list exactly what they list whole, and input lists read once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_tfrecord.listing import (
+    ListingTask,
+    SourceFile,
+    expand_pattern,
+    expand_task,
+    first_match,
+    input_list_chunks,
+    parse_input_line,
+    pattern_base,
+    read_input_list_chunk,
+    split_task,
+)
+
+EXTS = (".jpg", ".png")
+FILES = [
+    "r.jpg", "R2.JPG", "notes.txt", "a/1.jpg", "a/x/2.jpg", "a/y/z/3.jpg", "a/y/4.png", "a/x/.7.jpg",
+    "ab/5.jpg", "b/6.png", "b/deep/er/still/7.jpg", ".hidden/8.jpg", "a/.git/9.jpg", "c/d/x/10.png",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tree")
+    for name in FILES:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"x" * len(name))
+    return root
+
+
+def _split_fully(task: ListingTask, levels: int) -> list[ListingTask]:
+    tasks = [task]
+    for _ in range(levels):
+        tasks = [part for t in tasks for part in split_task(t)]
+    return tasks
+
+
+@pytest.mark.parametrize(
+    ("pattern", "expected"),
+    [
+        ("**", ["R2.JPG", "a/1.jpg", "a/x/2.jpg", "a/y/4.png", "a/y/z/3.jpg", "ab/5.jpg", "b/6.png",
+                "b/deep/er/still/7.jpg", "c/d/x/10.png", "r.jpg"]),
+        ("**/*.jpg", ["a/1.jpg", "a/x/2.jpg", "a/y/z/3.jpg", "ab/5.jpg", "b/deep/er/still/7.jpg", "r.jpg"]),
+        ("a*/**/*.jpg", ["a/1.jpg", "a/x/2.jpg", "a/y/z/3.jpg", "ab/5.jpg"]),
+        ("*/*.jpg", ["a/1.jpg", "ab/5.jpg"]),
+        ("a/**/z/*.jpg", ["y/z/3.jpg"]),
+        ("[ab]/*", ["a/1.jpg", "b/6.png"]),
+        ("*/*/x/*", ["c/d/x/10.png"]),
+        ("", ["R2.JPG", "a/1.jpg", "a/x/2.jpg", "a/y/4.png", "a/y/z/3.jpg", "ab/5.jpg", "b/6.png",
+              "b/deep/er/still/7.jpg", "c/d/x/10.png", "r.jpg"]),  # the folder itself: everything below
+        ("a/x/2.jpg", ["2.jpg"]),  # one file
+    ],
+)  # fmt: skip
+def test_split_listing_equals_whole_listing(tree, pattern, expected):
+    url = f"{tree}/{pattern}" if pattern else str(tree)
+    whole = list(expand_pattern(url, EXTS))
+    assert sorted(s.relpath for s in whole) == sorted(expected)
+    for levels in (1, 2, 3):
+        parts = _split_fully(ListingTask.for_pattern(url), levels)
+        split = sorted(s for t in parts for s in expand_task(t, EXTS))
+        assert split == sorted(whole), (pattern, levels)
+        assert len(split) == len(set(split)), "no file is listed by two parts"
+
+
+def test_splitting_spreads_the_work(tree):
+    parts = _split_fully(ListingTask.for_pattern(f"{tree}/**"), 2)
+    assert len(parts) >= 8
+    assert not any("/.hidden" in t.pattern or "/.git" in t.pattern for t in parts)
+
+
+def test_sizes_and_urls(tree):
+    found = {s.relpath: s for s in expand_pattern(f"{tree}/**/*.png", EXTS)}
+    assert found["a/y/4.png"] == SourceFile(str(tree / "a/y/4.png"), "a/y/4.png", len("a/y/4.png"))
+
+
+def test_first_match_without_listing_everything(tree):
+    assert first_match(f"{tree}/**", EXTS) is not None
+    assert first_match(f"{tree}/**/*.webp", EXTS) is None
+    assert first_match(f"{tree}/nope/**", EXTS) is None
+    assert first_match(str(tree / "missing.jpg"), EXTS) is None
+    assert first_match(f"{tree}/c/**", EXTS).relpath == "d/x/10.png"
+
+
+def test_memory_filesystem_urls_round_trip():
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/bucket/imgs/cat/1.jpg", b"abc")
+    fs.pipe("/bucket/imgs/dog/2.jpg", b"abcd")
+    found = list(expand_pattern("memory://bucket/imgs/**", EXTS))
+    assert [(s.url, s.relpath, s.size) for s in found] == [
+        ("memory:///bucket/imgs/cat/1.jpg", "cat/1.jpg", 3),
+        ("memory:///bucket/imgs/dog/2.jpg", "dog/2.jpg", 4),
+    ]
+    parts = _split_fully(ListingTask.for_pattern("memory://bucket/imgs/**"), 2)
+    assert sorted(s for t in parts for s in expand_task(t, EXTS)) == found
+
+
+def test_pattern_base():
+    assert pattern_base("data/**/*.jpg") == "data"
+    assert pattern_base("/abs/data/a*/x.png") == "/abs/data"
+    assert pattern_base("*.jpg") == ""
+    assert pattern_base("bucket/exact.jpg") == "bucket/exact.jpg"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("cat/1.jpg", SourceFile("/lists/cat/1.jpg", "cat/1.jpg", -1)),
+        ("./cat/1.jpg,Cat", SourceFile("/lists/cat/1.jpg", "cat/1.jpg", -1, "Cat")),
+        ('"odd, name.jpg",dog', SourceFile("/lists/odd, name.jpg", "odd, name.jpg", -1, "dog")),
+        ("gs://b/imgs/x.jpg,fox", SourceFile("gs://b/imgs/x.jpg", "b/imgs/x.jpg", -1, "fox")),
+        ("/abs/y.png", SourceFile("/abs/y.png", "abs/y.png", -1)),
+        ("path,label", None),
+        ("# a comment", None),
+        ("   ", None),
+    ],
+)
+def test_parse_input_line(line, expected):
+    assert parse_input_line(line, "/lists/images.csv") == expected
+
+
+def test_parse_input_line_refuses_bad_lines():
+    with pytest.raises(
+        ValueError, match=r"/lists/l.csv: expected `path` or `path,label`, got 'a,b,c'"
+    ):
+        parse_input_line("a,b,c", "/lists/l.csv")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    names=st.lists(
+        st.from_regex(r"[a-z]{1,12}/[a-z0-9_]{1,20}\.jpg", fullmatch=True), min_size=0, max_size=60
+    ),
+    chunk=st.integers(1, 200),
+    crlf=st.booleans(),
+)
+def test_input_list_chunks_read_every_line_once(tmp_path_factory, names, chunk, crlf):
+    path = tmp_path_factory.mktemp("list") / "list.csv"
+    newline = "\r\n" if crlf else "\n"
+    path.write_bytes(("path,label" + newline + newline.join(f"{n},{n[0]}" for n in names)).encode())
+    entries = [e for c in input_list_chunks(str(path), chunk) for e in read_input_list_chunk(c)]
+    assert [e.relpath for e in entries] == names
+    assert [e.label for e in entries] == [n[0] for n in names]
