@@ -31,6 +31,9 @@ _VALUE_FLAGS = {
     "max_pixels": "max_pixels",
     "jpeg_quality": "jpeg_quality",
     "background": "background",
+    "resize": "resize",
+    "encode": "encode",
+    "store": "store",
     "max_skipped_fraction": "max_skipped_fraction",
     "planning_bucket_records": "planning_bucket_records",
 }
@@ -95,7 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="channels written images decode to (default rgb)",
     )
     group.add_argument("--max-pixels", type=int, help="refuse larger images (decompression bombs)")
-    group.add_argument("--jpeg-quality", type=int, help="for re-encoded lossy images (default 95)")
+    group.add_argument(
+        "--jpeg-quality", "--quality", dest="jpeg_quality", type=int,
+        help="JPEG quality of every image the build encodes (default 95)",
+    )  # fmt: skip
     group.add_argument("--background", help="colour alpha is flattened onto: #RRGGBB or R,G,B")
     group.add_argument(
         "--no-exif-orientation", dest="exif_orientation", action="store_false", default=None,

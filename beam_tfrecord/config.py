@@ -166,6 +166,9 @@ class BuildConfig:
         jpeg_quality: quality for images that must be re-encoded and were lossy.
         background: RGB colour that transparent pixels are flattened onto.
         exif_orientation: apply EXIF orientation (TensorFlow ignores it).
+        resize: `N` (shorter side), `WxH` (fit within) or `exact:WxH[:crop|pad|stretch]`, or None.
+        encode: `jpeg` or `png` to write every image in that format, or None to choose per image.
+        store: `encoded` (image files) or `raw` (decoded uint8 pixels, for small images).
         max_skipped_fraction: fail the build (after writing the report) when more inputs are skipped.
         planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
     """
@@ -190,6 +193,9 @@ class BuildConfig:
     jpeg_quality: int = 95
     background: tuple[int, int, int] = (255, 255, 255)
     exif_orientation: bool = True
+    resize: str | None = None
+    encode: str | None = None
+    store: str = "encoded"
     max_skipped_fraction: float | None = None
     planning_bucket_records: int = 200_000
 
@@ -272,6 +278,18 @@ class BuildConfig:
                 f"expected #RRGGBB or R,G,B with values 0-255, got {self.background!r}",
             )
         object.__setattr__(self, "background", background)
+        if self.resize is not None:
+            from beam_tfrecord.images import Resize
+
+            try:
+                Resize.parse(self.resize)
+            except ValueError as err:
+                raise ConfigError("resize", str(err)) from None
+        if self.encode is not None:
+            _check_choice("encode", self.encode, ("jpeg", "png"))
+        _check_choice("store", self.store, ("encoded", "raw"))
+        if self.store == "raw" and self.encode is not None:
+            raise ConfigError("encode", "--store raw writes pixels, not image files; drop --encode")
         if self.max_skipped_fraction is not None and not 0 <= self.max_skipped_fraction <= 1:
             raise ConfigError(
                 "max_skipped_fraction",

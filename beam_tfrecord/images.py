@@ -24,6 +24,7 @@ __all__ = [
     "ImageInfo",
     "ImagePolicy",
     "NeedFullData",
+    "Resize",
     "check_image",
     "encode_for_tensorflow",
     "sniff_format",
@@ -54,6 +55,8 @@ NOTE_CODES = (
     "lab_converted",  # CIE L*a*b* converted to sRGB
     "low_bit_depth_expanded",  # 1, 2 or 4 bits per sample expanded to 8
     "palette_expanded",  # palette indices expanded to their colours
+    "resized",  # scaled (and cropped or padded) as ImagePolicy.resize asks
+    "stored_raw",  # written as decoded uint8 pixels, not as an image file
 )
 
 _VALIDATE_MODES = ("decode", "header", "none")
@@ -125,6 +128,118 @@ _HIGH_DEPTH_NOTES = {
 _PILLOW_LIMIT_LOCK = threading.Lock()
 
 
+_RESIZE_POLICIES = ("crop", "pad", "stretch")
+_ENCODINGS = ("jpeg", "png")
+_STORES = ("encoded", "raw")
+
+
+@dataclass(frozen=True)
+class Resize:
+    """How images are resized, always keeping the aspect ratio unless told to stretch.
+
+    Attributes:
+        mode: "short" (the shorter side becomes `size`), "fit" (scaled down to fit within
+            width x height; smaller images are left alone) or "exact" (exactly width x height).
+        size: the shorter side, for "short".
+        width: the target width, for "fit" and "exact".
+        height: the target height, for "fit" and "exact".
+        policy: for "exact": "crop" (scale to cover, then cut the centre), "pad" (scale to fit,
+            then centre on the background colour) or "stretch" (ignore the aspect ratio).
+    """
+
+    mode: str
+    size: int = 0
+    width: int = 0
+    height: int = 0
+    policy: str = "crop"
+
+    def __post_init__(self) -> None:
+        if self.mode == "short":
+            if not _is_int(self.size) or self.size < 1:
+                raise ValueError(
+                    f"resize: the shorter side must be a positive integer, got {self.size!r}"
+                )
+        elif self.mode in ("fit", "exact"):
+            if not (
+                _is_int(self.width) and _is_int(self.height) and self.width > 0 and self.height > 0
+            ):
+                raise ValueError(
+                    f"resize: {self.mode} needs a positive WxH, got {self.width}x{self.height}"
+                )
+        else:
+            raise ValueError(f"resize mode must be short, fit or exact, got {self.mode!r}")
+        if self.policy not in _RESIZE_POLICIES:
+            raise ValueError(
+                f"resize policy must be one of {', '.join(_RESIZE_POLICIES)}, got {self.policy!r}"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> Resize:
+        """Parses `256` or `short:256`, `640x480` or `fit:640x480`, `exact:224x224[:crop|pad|stretch]`.
+
+        Raises:
+            ValueError: the text is none of these, naming it.
+        """
+        parts = str(text).strip().lower().split(":")
+        try:
+            if len(parts) == 1:
+                parts = ["fit" if "x" in parts[0] else "short", parts[0]]
+            mode, dims, *rest = parts
+            if mode == "short" and not rest:
+                return cls("short", size=int(dims))
+            width, height = (int(v) for v in dims.split("x"))
+            if mode == "fit" and not rest:
+                return cls("fit", width=width, height=height)
+            if mode == "exact" and len(rest) <= 1:
+                return cls("exact", width=width, height=height, policy=rest[0] if rest else "crop")
+        except ValueError as err:
+            if "resize" in str(err):
+                raise
+        raise ValueError(
+            f"resize {text!r}: expected N (shorter side), WxH (fit within) or exact:WxH[:crop|pad|stretch]"
+        )
+
+    def scaled_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size an image is scaled to, before any crop or pad."""
+        if self.mode == "short":
+            scale = self.size / min(width, height)
+        elif self.mode == "fit":
+            scale = min(self.width / width, self.height / height, 1.0)
+        elif self.policy == "stretch":
+            return self.width, self.height
+        elif self.policy == "crop":
+            scale = max(self.width / width, self.height / height)
+            return max(self.width, round(width * scale)), max(self.height, round(height * scale))
+        else:
+            scale = min(self.width / width, self.height / height)
+        return max(1, round(width * scale)), max(1, round(height * scale))
+
+    def output_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size an image of width x height has after resizing."""
+        if self.mode == "exact":
+            return self.width, self.height
+        return self.scaled_size(width, height)
+
+    def apply(self, image: Image.Image, background: tuple[int, int, int]) -> Image.Image:
+        width, height = self.scaled_size(*image.size)
+        if (width, height) != image.size:
+            # reducing_gap resizes large reductions in two steps: much faster, visually the same.
+            image = image.resize((width, height), Image.Resampling.LANCZOS, reducing_gap=3.0)
+        if self.mode != "exact" or (width, height) == (self.width, self.height):
+            return image
+        if self.policy == "crop":
+            left, top = (width - self.width) // 2, (height - self.height) // 2
+            return image.crop((left, top, left + self.width, top + self.height))
+        fill: tuple[int, ...] = (
+            (0,) * len(image.getbands()) if "A" in image.getbands() else background
+        )
+        if image.mode == "L":
+            fill = round(0.299 * background[0] + 0.587 * background[1] + 0.114 * background[2])
+        canvas = Image.new(image.mode, (self.width, self.height), fill)
+        canvas.paste(image, ((self.width - width) // 2, (self.height - height) // 2))
+        return canvas
+
+
 @dataclass(frozen=True)
 class ImagePolicy:
     """How images are checked and normalized.
@@ -141,6 +256,11 @@ class ImagePolicy:
         background: RGB colour that alpha is flattened onto for "rgb" and "gray".
         jpeg_quality: Quality for re-encoding lossy sources as JPEG.
         apply_exif_orientation: Rotate the pixels as EXIF says; TensorFlow ignores EXIF.
+        resize: How to resize every image, or None to keep sizes.
+        encode: "jpeg" or "png" to write every image in that format (images already in it
+            that need no other change keep their bytes), or None to choose per image.
+        store: "encoded" (image files) or "raw" (decoded uint8 pixels, row-major HxWxC, for
+            small images).
     """
 
     validate: str = "decode"
@@ -149,6 +269,9 @@ class ImagePolicy:
     background: tuple[int, int, int] = (255, 255, 255)
     jpeg_quality: int = 95
     apply_exif_orientation: bool = True
+    resize: Resize | None = None
+    encode: str | None = None
+    store: str = "encoded"
 
     def __post_init__(self) -> None:
         if self.validate not in _VALIDATE_MODES:
@@ -182,6 +305,18 @@ class ImagePolicy:
                 "ImagePolicy.apply_exif_orientation must be a bool, "
                 f"got {self.apply_exif_orientation!r}"
             )
+        if isinstance(self.resize, str):
+            object.__setattr__(self, "resize", Resize.parse(self.resize))
+        if self.resize is not None and not isinstance(self.resize, Resize):
+            raise ValueError(f"ImagePolicy.resize must be a Resize or None, got {self.resize!r}")
+        if self.encode is not None and self.encode not in _ENCODINGS:
+            raise ValueError(
+                f"ImagePolicy.encode must be one of {_ENCODINGS} or None, got {self.encode!r}"
+            )
+        if self.store not in _STORES:
+            raise ValueError(f"ImagePolicy.store must be one of {_STORES}, got {self.store!r}")
+        if self.store == "raw" and self.encode is not None:
+            raise ValueError("ImagePolicy.encode has no meaning with store='raw'")
 
 
 @dataclass(frozen=True)
@@ -402,7 +537,18 @@ def _process_open(
     if orientation != 1 and not policy.apply_exif_orientation:
         notes.append("exif_orientation_ignored")
 
-    channels = None if rotate else _verbatim_channels(im, data, fmt, jpeg_sof, png_chunks, policy)
+    # Width and height as displayed: EXIF orientations 5-8 swap them.
+    swapped = rotate and orientation in (5, 6, 7, 8)
+    shown = (height, width) if swapped else (width, height)
+    transformed = (
+        policy.store == "raw"
+        or (policy.resize is not None and policy.resize.output_size(*shown) != shown)
+        or policy.encode not in (None, fmt)
+    )
+    keep_bytes = not rotate and not transformed
+    channels = (
+        _verbatim_channels(im, data, fmt, jpeg_sof, png_chunks, policy) if keep_bytes else None
+    )
     if channels is not None:
         if policy.validate == "decode":
             if not complete:
@@ -427,6 +573,14 @@ def _process_open(
         notes.append("first_frame_of_animation")
     notes.extend(_source_depth_notes(im, data, fmt))
     with _pillow_allows(width * height):
+        if policy.resize is not None and fmt == "jpeg":
+            # A JPEG that will be shrunk is decoded at the smallest 1/2, 1/4 or 1/8 scale that is
+            # still at least the size it is scaled to: most of the IDCT work is skipped.
+            target = policy.resize.scaled_size(*shown)
+            try:
+                im.draft(None, target[::-1] if swapped else target)
+            except Exception as exc:
+                raise _as_image_error(exc, fmt, "decode", True) from exc
         _decode(im, fmt, draft=False)
         if im.width * im.height > policy.max_pixels:  # a frame larger than its container said
             raise ImageError(
@@ -437,10 +591,25 @@ def _process_open(
         if rotate:
             image = image.transpose(_TRANSPOSE[orientation])
             notes.append("exif_rotated")
-        lossy = image.mode in ("L", "RGB") and _is_lossy(im, data, fmt)
-        out_fmt = "jpeg" if lossy else "png"
-        payload = _encode(image, out_fmt, policy)
-    if out_fmt != fmt:
+        if policy.resize is not None:
+            image = policy.resize.apply(image, policy.background)
+            if image.size != shown:  # compared with the source: a draft decode may have shrunk it
+                notes.append("resized")
+        if policy.store == "raw":
+            if image.mode == "LA":
+                image = image.convert("RGBA")  # stated as 4 channels, like TensorFlow decodes it
+            out_fmt, payload = "raw", image.tobytes()
+            notes.append("stored_raw")
+        else:
+            lossy = image.mode in ("L", "RGB") and _is_lossy(im, data, fmt)
+            out_fmt = policy.encode or ("jpeg" if lossy else "png")
+            if out_fmt == "jpeg" and image.mode in ("LA", "RGBA"):
+                image = _flatten(image, policy.background)  # JPEG holds no alpha
+                if image.mode != "L" and policy.color == "gray":
+                    image = image.convert("L")
+                notes.append("alpha_flattened")
+            payload = _encode(image, out_fmt, policy)
+    if out_fmt not in (fmt, "raw"):
         notes.append("format_converted")
     info = ImageInfo(
         format=out_fmt,

@@ -13,7 +13,7 @@ from apache_beam import pvalue
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.images import ImagePolicy
+from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.manifest import (
     build_manifest,
@@ -46,6 +46,9 @@ def image_policy(config: BuildConfig) -> ImagePolicy:
         background=config.background,
         jpeg_quality=config.jpeg_quality,
         apply_exif_orientation=config.exif_orientation,
+        resize=Resize.parse(config.resize) if config.resize else None,
+        encode=config.encode,
+        store=config.store,
     )
 
 
