@@ -110,6 +110,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-skipped-fraction", type=float, help="fail when more of the inputs are skipped"
     )
+    group = parser.add_argument_group("image transforms")
+    group.add_argument(
+        "--resize", metavar="N|WxH|exact:WxH[:crop|pad|stretch]",
+        help="shorter side to N; or fit within WxH; or exactly WxH (default crop)",
+    )  # fmt: skip
+    group.add_argument("--encode", choices=["jpeg", "png"], help="write every image in this format")
+    group.add_argument(
+        "--store", choices=["encoded", "raw"], help="raw: decoded uint8 pixels (for small images)"
+    )
     group.add_argument("--planning-bucket-records", type=int, help=argparse.SUPPRESS)
 
 

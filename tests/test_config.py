@@ -163,3 +163,15 @@ def test_to_dict_is_json_ready():
     data = json.loads(json.dumps(config.to_dict()))
     assert data["splits"] == {"train": 0.8, "validation": 0.1, "test": 0.1}
     assert data["classes"] == ["x", "y"] and data["inputs"] == ["a/**"]
+
+
+def test_transform_flags_reach_the_config():
+    config = config_from_args(
+        _args("--input", "a/**", "--output", "o", "--resize", "exact:64x64:pad", "--encode", "png",
+              "--quality", "80")
+    )  # fmt: skip
+    assert (config.resize, config.encode, config.jpeg_quality) == ("exact:64x64:pad", "png", 80)
+    raw = config_from_args(
+        _args("--input", "a/**", "--output", "o", "--store", "raw", "--resize", "32")
+    )
+    assert (raw.store, raw.resize) == ("raw", "32")
