@@ -1,0 +1,244 @@
+"""Side-by-side build benchmark: our pipeline against the copy limit and what users would otherwise write.
+
+    python benchmarks/bench_build.py --images 15000 --markdown benchmarks/results.md
+
+Generates (or reuses) a collection of unique ~100 KB JPEGs, then runs each contender as a whole
+process on the same files, in the same run, from a warm page cache:
+
+- copy limit: `cat` of every file into one file (read and write the bytes once);
+- Beam stock: `WriteToTFRecord` after a `Map` that reads each image into an Example, with the
+  shard count a 150 MB target gives (benchmarks/baseline_beam.py);
+- tf.io.TFRecordWriter loop, shapes from image headers, when TensorFlow is installed
+  (benchmarks/baseline_tensorflow.py);
+- plain validation loop: the same decode check as `--validate decode`, no Beam, 2 processes
+  (benchmarks/baseline_validate.py);
+- our build with `--validate header` and `--validate decode`, in-process and with 2 workers in
+  multi-process mode.
+
+For each it prints images/s, MB/s, the peak resident memory of the largest process in its tree
+(`/proc/<pid>/status` VmHWM, polled) and ratios against the copy limit and the Beam baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from collection import ensure_collection  # noqa: E402
+
+TWO_WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+ONE_WORKER = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
+
+
+@dataclass
+class Result:
+    name: str
+    seconds: float
+    peak_process_mb: float
+    peak_total_mb: float
+    processes: int
+    note: str = ""
+    images_per_s: float = 0.0
+    mb_per_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def _children(pid: int) -> list[int]:
+    # Linux lists a process's children per thread; Beam starts its workers from other threads.
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.extend(int(p) for p in f.read().split())
+        except OSError:
+            pass
+    return found
+
+
+def _status(pid: int) -> tuple[int, int]:
+    """(VmHWM, VmRSS) of a process in kB, or zeros when it is gone."""
+    hwm = rss = 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    hwm = int(line.split()[1])
+                elif line.startswith("VmRSS:"):
+                    rss = int(line.split()[1])
+    except OSError:
+        pass
+    return hwm, rss
+
+
+class _TreeMemory(threading.Thread):
+    """Polls a process tree: each process's peak RSS, and the peak of their sum."""
+
+    def __init__(self, root: int, interval: float = 0.05):
+        super().__init__(daemon=True)
+        self.root, self.interval = root, interval
+        self.peaks: dict[int, int] = {}
+        self.peak_total = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            pids, todo = [], [self.root]
+            while todo:
+                pid = todo.pop()
+                pids.append(pid)
+                todo.extend(_children(pid))
+            total = 0
+            for pid in pids:
+                hwm, rss = _status(pid)
+                if hwm:
+                    self.peaks[pid] = max(self.peaks.get(pid, 0), hwm)
+                total += rss
+            self.peak_total = max(self.peak_total, total)
+            self.stop.wait(self.interval)
+
+
+def _run(name: str, command: list[str], *, env: dict | None = None, note: str = "") -> Result:
+    print(f"-- {name}: {' '.join(command)}", flush=True)
+    started = time.perf_counter()
+    proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    watcher = _TreeMemory(proc.pid)
+    watcher.start()
+    output, _ = proc.communicate()
+    seconds = time.perf_counter() - started
+    watcher.stop.set()
+    watcher.join()
+    if proc.returncode != 0:
+        print(output[-3000:])
+        raise SystemExit(f"{name} failed with exit status {proc.returncode}")
+    peaks = watcher.peaks.values() or [0]
+    return Result(name, seconds, max(peaks) / 1024, watcher.peak_total / 1024, len(watcher.peaks), note)
+
+
+def _sync_and_drop_writes(out: Path) -> None:
+    shutil.rmtree(out, ignore_errors=True)
+    os.sync()  # the next contender should not pay for the previous one's dirty pages
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=15000, help="collection size (15000 is about 1.5 GB)")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "bench-data", help="where collections live")
+    parser.add_argument("--scale", type=int, default=1, help="hard-link the collection N times (memory check)")
+    parser.add_argument("--only", help="comma-separated contender names to run (default all)")
+    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
+    args = parser.parse_args(argv)
+
+    source = args.data / f"c{args.images}"
+    meta = ensure_collection(source, args.images)
+    images, total_bytes = meta["images"], meta["bytes"]
+    if args.scale > 1:
+        source, images, total_bytes = _hard_linked(source, args.scale, images, total_bytes)
+    out = args.data / "out"
+    mb = total_bytes / 1e6
+    print(f"collection: {images} images, {mb:.0f} MB in {source}", flush=True)
+    subprocess.run(f"find {source} -name '*.jpg' -print0 | xargs -0 cat > /dev/null", shell=True, check=True)
+
+    python = sys.executable
+    shards = max(1, round(total_bytes / 150e6))
+    build = [python, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**", "--output", str(out / "ours"),
+             "--name", "bench", "--overwrite"]  # fmt: skip
+    contenders = {
+        "copy limit (cat)": ["bash", "-c", f"find {source} -name '*.jpg' -print0 | sort -z | xargs -0 cat > {out}/all.bin"],
+        "Beam stock WriteToTFRecord, 2 workers": [python, str(HERE / "baseline_beam.py"), str(source), str(out / "beam"),
+                                                  "--shards", str(shards), *TWO_WORKERS],
+        "tf.io.TFRecordWriter loop": [python, str(HERE / "baseline_tensorflow.py"), str(source), str(out / "tf")],
+        "plain decode-check loop, 2 processes": [python, str(HERE / "baseline_validate.py"), str(source), "--processes", "2"],
+        "ours --validate header, in-process": [*build, "--validate", "header", *ONE_WORKER],
+        "ours --validate header, 2 workers": [*build, "--validate", "header", *TWO_WORKERS],
+        "ours --validate decode, in-process": [*build, "--validate", "decode", *ONE_WORKER],
+        "ours --validate decode, 2 workers": [*build, "--validate", "decode", *TWO_WORKERS],
+    }  # fmt: skip
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",")]
+        contenders = {k: v for k, v in contenders.items() if any(w in k for w in wanted)}
+    results = []
+    for name, command in contenders.items():
+        if "TFRecordWriter" in name and not _has_tensorflow():
+            print(f"-- {name}: skipped, TensorFlow is not installed")
+            continue
+        _sync_and_drop_writes(out)
+        out.mkdir(parents=True)
+        env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+        result = _run(name, command, env=env)
+        result.images_per_s = images / result.seconds
+        result.mb_per_s = mb / result.seconds
+        results.append(result)
+    shutil.rmtree(out, ignore_errors=True)
+
+    table = _table(results, images, mb)
+    print()
+    print(table)
+    if args.markdown:
+        header = (
+            f"Collection: {images} unique JPEGs, {mb:.0f} MB ({meta['width']}x{meta['height']}, q{meta['quality']}), "
+            f"warm page cache, {os.cpu_count()} cores. Command: `python benchmarks/bench_build.py "
+            f"--images {args.images}{f' --scale {args.scale}' if args.scale > 1 else ''}`.\n\n"
+        )
+        args.markdown.write_text(header + table + "\n")
+    return 0
+
+
+def _table(results: list[Result], images: int, mb: float) -> str:
+    by_name = {r.name: r for r in results}
+    copy = by_name.get("copy limit (cat)")
+    beam = by_name.get("Beam stock WriteToTFRecord, 2 workers")
+    lines = [
+        "| contender | seconds | images/s | MB/s | peak MB, largest process | processes | vs copy limit | vs Beam stock |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        vs_copy = f"{r.mb_per_s / copy.mb_per_s:.0%}" if copy else "-"
+        vs_beam = f"{r.mb_per_s / beam.mb_per_s:.1f}x" if beam else "-"
+        lines.append(
+            f"| {r.name} | {r.seconds:.1f} | {r.images_per_s:.0f} | {r.mb_per_s:.0f} | {r.peak_process_mb:.0f} "
+            f"| {r.processes} | {vs_copy} | {vs_beam} |"
+        )
+    plain = by_name.get("plain decode-check loop, 2 processes")
+    ours = by_name.get("ours --validate decode, 2 workers")
+    if plain and ours:
+        lines.append("")
+        lines.append(f"`--validate decode`, 2 workers, runs at {ours.mb_per_s / plain.mb_per_s:.0%} of the plain decode-check loop.")
+    return "\n".join(lines)
+
+
+def _has_tensorflow() -> bool:
+    return subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True).returncode == 0
+
+
+def _hard_linked(source: Path, scale: int, images: int, total: int) -> tuple[Path, int, int]:
+    """A collection `scale` times larger made of hard links (no extra disk, same bytes per file)."""
+    target = source.parent / f"{source.name}-x{scale}"
+    if not (target / "done").exists():
+        shutil.rmtree(target, ignore_errors=True)
+        for copy in range(scale):
+            for path in source.rglob("*.jpg"):
+                dest = target / f"copy{copy}" / path.relative_to(source)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.link(path, dest)
+        (target / "done").write_text("")
+    return target, images * scale, total * scale
+
+
+if __name__ == "__main__":
+    sys.exit(main())
