@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from beam_tfrecord.example import Example, encode_example
+from beam_tfrecord.example import Example
 from beam_tfrecord.tfrecord import framed_size
 
 __all__ = ["image_features", "image_record", "image_record_size", "serialized_size"]
