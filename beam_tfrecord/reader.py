@@ -1,0 +1,448 @@
+"""Reading a built dataset in plain Python: its shards, records and images, without TensorFlow or Beam."""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import random
+import re
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+from fsspec.core import url_to_fs
+from PIL import Image
+
+from beam_tfrecord.example import decode_example
+from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE
+from beam_tfrecord.records import image_record
+from beam_tfrecord.tfrecord import read_records
+
+__all__ = ["Dataset", "Shard", "decode_image", "list_shards", "parse_record"]
+
+# Our record layout, read from what the writer writes so that the two cannot drift apart. Its
+# features hold one value each, and come out of parse_record as scalars; the text ones as str.
+_LAYOUT = tuple(
+    decode_example(
+        image_record(
+            b"",
+            image_format="jpeg",
+            height=1,
+            width=1,
+            channels=3,
+            filename="x",
+            label=0,
+            label_text="x",
+        )
+    )
+)
+_TEXT_FEATURES = frozenset(
+    {"image/format", "image/class/text", "image/filename", "image/key/sha256"}
+)
+# Shard names as sharding.py writes them; split names cannot contain "-" (config.py), so the
+# split is what follows the last "-" before ".tfrecord". More than 99999 shards take more digits.
+_SHARD_NAME = re.compile(r"^(?P<prefix>.+)\.tfrecord-(?P<index>\d{5,})-of-(?P<count>\d{5,})$")
+_MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+_PILLOW_FORMATS = {"jpeg": "JPEG", "png": "PNG"}
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One shard file of a dataset.
+
+    Attributes:
+        url: The file's path or fsspec URL.
+        examples: How many records it holds, from the manifest; None when there is none.
+    """
+
+    url: str
+    examples: int | None = None
+
+
+def parse_record(data: bytes) -> dict[str, Any]:
+    """Turns one record of a built dataset into plain Python values.
+
+    The features of our layout hold one value each and come out as scalars: ``int`` for the
+    int64 ones, ``bytes`` for ``image/encoded`` and ``str`` for the text ones (``image/format``,
+    ``image/class/text``, ``image/filename``, ``image/key/sha256``). Any other feature keeps the
+    list it was stored as.
+
+    Args:
+        data: A serialized tf.train.Example.
+
+    Returns:
+        Feature name to value, e.g. ``{"image/class/label": 1, "image/class/text": "dog", ...}``.
+
+    Raises:
+        ValueError: If ``data`` is not a tf.train.Example.
+    """
+    features: dict[str, Any] = decode_example(data)
+    for name in _LAYOUT:
+        values = features.get(name)
+        if values is None or len(values) != 1:
+            continue  # not written this way by us: leave the list as stored
+        value = values[0]
+        if name in _TEXT_FEATURES and isinstance(value, bytes):
+            # The writer encodes file names with surrogateescape, so undecodable names round-trip.
+            value = value.decode("utf-8", "surrogateescape")
+        features[name] = value
+    return features
+
+
+def decode_image(encoded: bytes, channels: int = 3, image_format: str | None = None) -> np.ndarray:
+    """Decodes image bytes with Pillow into a ``(height, width, channels)`` uint8 array.
+
+    The pixels are those ``tf.io.decode_image(encoded, channels=channels)`` returns, up to the
+    JPEG decoder's rounding. Like TensorFlow, it ignores EXIF orientation (the build applied it
+    to the pixels already).
+
+    Args:
+        encoded: The image file's bytes (``image/encoded``).
+        channels: 1 (gray), 3 (RGB) or 4 (RGBA), as ``image/channels`` states.
+        image_format: ``jpeg`` or ``png`` to try that decoder only; None to let Pillow detect it.
+
+    Returns:
+        The pixels, shape ``(height, width, channels)``, dtype uint8.
+
+    Raises:
+        ValueError: If ``channels`` is not 1, 3 or 4, or the bytes do not decode; the message
+            says why.
+    """
+    if channels not in _MODES:
+        raise ValueError(f"channels must be 1, 3 or 4, got {channels!r}")
+    formats = [_PILLOW_FORMATS[image_format]] if image_format in _PILLOW_FORMATS else None
+    try:
+        with warnings.catch_warnings():
+            # The build checked each image's size; Pillow's DecompressionBombWarning is noise here.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(encoded), formats=formats) as image:
+                pixels = np.asarray(image.convert(_MODES[channels]), dtype=np.uint8)
+    # Pillow reports damaged data as many types (OSError, SyntaxError, struct.error, ...).
+    except Exception as error:
+        raise ValueError(
+            f"cannot decode the {len(encoded)}-byte image: {type(error).__name__}: {error}"
+        ) from error
+    return pixels[:, :, None] if pixels.ndim == 2 else pixels
+
+
+def _join(source: str, name: str) -> str:
+    return f"{source.rstrip('/')}/{name}"
+
+
+def _read_manifest(source: str, storage_options: Mapping[str, Any]) -> dict[str, Any] | None:
+    url = _join(source, MANIFEST_FILE)
+    try:
+        with fsspec.open(url, "r", encoding="utf-8", **storage_options) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"{url}: not a JSON manifest: {error}") from None
+
+
+def _manifest_shards(source: str, manifest: Mapping[str, Any], split: str | None) -> list[Shard]:
+    splits = list(manifest.get("splits", {}))
+    if split is not None and split not in splits:
+        raise ValueError(
+            f"no split {split!r} in {_join(source, MANIFEST_FILE)}; it has {', '.join(splits)}"
+        )
+    return [
+        Shard(_join(source, entry["file"]), int(entry["examples"]))
+        for entry in manifest.get("shards", [])
+        if split is None or entry["split"] == split
+    ]
+
+
+def _listed_shards(
+    source: str, split: str | None, storage_options: Mapping[str, Any]
+) -> list[Shard]:
+    """The shards found by name when there is no manifest, checked to be whole sets."""
+    fs, path = url_to_fs(source, **storage_options)
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    try:
+        names = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{source}: no such folder") from None
+    sets: dict[tuple[str, int], set[int]] = {}
+    for name in names:
+        match = _SHARD_NAME.match(name)
+        # A leading dot marks the temporary files of a build in progress.
+        if match is None or name.startswith("."):
+            continue
+        prefix = match["prefix"]
+        if split is not None and not prefix.endswith(f"-{split}"):
+            continue
+        sets.setdefault((prefix, int(match["count"])), set()).add(int(match["index"]))
+    if split is not None and len(sets) > 1:
+        found = ", ".join(f"{prefix} ({count} shards)" for prefix, count in sorted(sets))
+        raise ValueError(
+            f"{source}: no {MANIFEST_FILE}, and the shards of split {split!r} belong to "
+            f"several builds: {found}"
+        )
+    shards = []
+    for (prefix, count), indices in sorted(sets.items()):
+        for index in range(count):
+            name = f"{prefix}.tfrecord-{index:05d}-of-{count:05d}"
+            if index not in indices:
+                raise FileNotFoundError(f"{_join(source, name)}: shard missing, and no manifest")
+            url = _join(path, name)
+            shards.append(Shard(url if "file" in protocols else fs.unstrip_protocol(url)))
+    return shards
+
+
+def list_shards(
+    source: str, split: str | None = None, storage_options: Mapping[str, Any] | None = None
+) -> list[Shard]:
+    """Lists a built dataset's shards, from its manifest or, lacking one, by their names.
+
+    Args:
+        source: The build's output folder, a path or any fsspec URL.
+        split: Only this split's shards; None for every split's.
+        storage_options: Passed to fsspec (credentials, project, ...).
+
+    Returns:
+        The shards in order: by split as the manifest lists them, then by index.
+
+    Raises:
+        ValueError: If the manifest has no such split, or (without one) the shards found by
+            name belong to different builds.
+        FileNotFoundError: If there is no manifest and a shard of a set is missing, or nothing
+            is found.
+    """
+    storage_options = dict(storage_options or {})
+    manifest = _read_manifest(source, storage_options)
+    if manifest is not None:
+        return _manifest_shards(source, manifest, split)
+    shards = _listed_shards(source, split, storage_options)
+    if not shards:
+        what = "shards" if split is None else f"shards of split {split!r}"
+        raise FileNotFoundError(f"{source}: no {MANIFEST_FILE} and no {what}")
+    return shards
+
+
+@dataclass(frozen=True)
+class _Part:
+    """The records ``start, start + step, ...`` of one shard: what a reader is given to read."""
+
+    url: str
+    examples: int | None
+    start: int = 0
+    step: int = 1
+
+
+def _split(parts: Sequence[_Part], index: int, count: int) -> list[_Part]:
+    """Part ``index`` of ``count`` disjoint parts whose union is ``parts``.
+
+    With at least as many shards as readers, readers take whole shards in turn. With fewer,
+    readers share shards and take every k-th record of one, so that no reader sits idle; each
+    shard is then read by as few readers as can be.
+    """
+    if len(parts) >= count or not parts:
+        return list(parts[index::count])
+    which = index % len(parts)
+    sharers = len(range(which, count, len(parts)))
+    part = parts[which]
+    return [_Part(part.url, part.examples, part.start + index // len(parts) * part.step,
+                  part.step * sharers)]  # fmt: skip
+
+
+def _torch_worker() -> tuple[int, int] | None:
+    """(id, num_workers) in a PyTorch DataLoader worker, None elsewhere.
+
+    A worker process has torch imported, so sys.modules is asked instead of importing it:
+    reading never requires, nor pays for, PyTorch.
+    """
+    torch_data = sys.modules.get("torch.utils.data")
+    info = torch_data.get_worker_info() if torch_data is not None else None
+    return None if info is None else (int(info.id), int(info.num_workers))
+
+
+class Dataset:
+    """One split of a built dataset, as an iterable of records; every record once per pass.
+
+    Works with PyTorch as an ``IterableDataset`` (wrap it, see the README): in each
+    DataLoader worker it reads only that worker's part, found with
+    ``torch.utils.data.get_worker_info()`` when torch is loaded. For other setups (several
+    machines, a process pool), ``shard(index, count)`` gives the parts by hand.
+
+    Example:
+        >>> train = Dataset("out/fruits", "train", decode=True)
+        >>> len(train)
+        33
+        >>> example = next(iter(train))
+        >>> example["image"].shape, example["label"], example["class_name"]
+        ((96, 112, 3), 0, 'apple')
+
+    Attributes:
+        source: The build's output folder.
+        split: The split read.
+        shards: The split's shards, in the manifest's order.
+        classes: Class names by id (the manifest's, or labels.txt), None when unknown.
+        manifest: The build's manifest, None when there is none.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        split: str = "train",
+        *,
+        decode: bool = False,
+        shuffle_shards: bool = False,
+        seed: int = 0,
+        transform: Callable[[dict[str, Any]], Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ):
+        """Finds the split's shards; no record is read yet.
+
+        Args:
+            source: The build's output folder: a path or any fsspec URL (``gs://...``).
+            split: The split to read.
+            decode: Yield ``{"image": array, "label": int, "class_name": str, "filename": str}``
+                with the image decoded (HxWxC uint8, by Pillow) instead of the record's
+                features (see ``parse_record``). A dataset built with ``--labels none`` has no
+                ``label`` and ``class_name``.
+            shuffle_shards: Read the shards in an order drawn from ``seed`` and the epoch (see
+                ``set_epoch``); records within a shard keep their order (the build shuffled
+                them across shards already).
+            seed: Seeds the shard order.
+            transform: Applied to each item before it is yielded (to make tensors, crop...).
+            storage_options: Passed to fsspec (credentials, project, ...).
+
+        Raises:
+            ValueError: If there is no such split.
+            FileNotFoundError: If there is no dataset at ``source``.
+        """
+        self.source = source
+        self.split = split
+        self.decode = decode
+        self.shuffle_shards = shuffle_shards
+        self.seed = seed
+        self.transform = transform
+        self.storage_options = dict(storage_options or {})
+        self.epoch = 0
+        self._shard_of: tuple[tuple[int, int], ...] = ()
+        self._counts: dict[str, int] = {}  # records per shard, counted when there is no manifest
+        self.manifest = _read_manifest(source, self.storage_options)
+        if self.manifest is not None:
+            self.shards = _manifest_shards(source, self.manifest, split)
+            self.classes: list[str] | None = self.manifest.get("classes")
+        else:
+            self.shards = _listed_shards(source, split, self.storage_options)
+            if not self.shards:
+                raise FileNotFoundError(
+                    f"{source}: no {MANIFEST_FILE} and no shards of split {split!r}"
+                )
+            self.classes = self._read_labels()
+        self._parts = [_Part(shard.url, shard.examples) for shard in self.shards]
+
+    def _read_labels(self) -> list[str] | None:
+        url = _join(self.source, LABELS_FILE)
+        try:
+            with fsspec.open(url, "r", encoding="utf-8", **self.storage_options) as f:
+                return f.read().splitlines()
+        except FileNotFoundError:
+            return None
+
+    def shard(self, index: int, count: int) -> Dataset:
+        """Part ``index`` of ``count`` disjoint parts whose union is this dataset.
+
+        Readers take whole shards while there are enough; with more readers than shards,
+        they share shards, each taking every k-th record of one. Parts compose: a part can be
+        split again (per machine, then per DataLoader worker, which is done automatically).
+
+        Args:
+            index: This reader's number, from 0.
+            count: How many readers there are.
+
+        Returns:
+            A new Dataset reading that part.
+
+        Raises:
+            ValueError: If ``index`` is not in ``range(count)``.
+        """
+        if not isinstance(count, int) or count < 1 or not isinstance(index, int):
+            raise ValueError(f"count must be a positive int, got {count!r} (index {index!r})")
+        if not 0 <= index < count:
+            raise ValueError(f"index must be in range({count}), got {index!r}")
+        part = object.__new__(Dataset)
+        part.__dict__.update(self.__dict__)
+        part._shard_of = (*self._shard_of, (index, count))
+        return part
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch that, with the seed, draws the shard order when ``shuffle_shards``."""
+        self.epoch = epoch
+
+    def _my_parts(self) -> list[_Part]:
+        parts = list(self._parts)
+        if self.shuffle_shards:
+            # Seeded by a string, which Random hashes the same way in every process: all
+            # readers must agree on the order before each takes its part of it.
+            random.Random(f"beam-tfrecord/{self.seed}/{self.epoch}").shuffle(parts)
+        levels = list(self._shard_of)
+        worker = _torch_worker()
+        if worker is not None and worker[1] > 1:
+            levels.append(worker)
+        for index, count in levels:
+            parts = _split(parts, index, count)
+        return parts
+
+    def __len__(self) -> int:
+        """The number of items a pass yields here (in a DataLoader worker: that worker's).
+
+        Comes from the manifest; without one, each shard is read once to count its records.
+        """
+        total = 0
+        for part in self._my_parts():
+            examples = part.examples
+            if examples is None:
+                examples = self._counts.get(part.url)
+                if examples is None:
+                    records = read_records(part.url, **self.storage_options)
+                    examples = self._counts[part.url] = sum(1 for _ in records)
+            total += len(range(part.start, examples, part.step))
+        return total
+
+    def __iter__(self) -> Iterator[Any]:
+        for part in self._my_parts():
+            for number, data in enumerate(read_records(part.url, **self.storage_options)):
+                if number < part.start or (number - part.start) % part.step:
+                    continue
+                item = self._item(data, part.url)
+                yield item if self.transform is None else self.transform(item)
+
+    def _item(self, data: bytes, url: str) -> dict[str, Any]:
+        try:
+            record = parse_record(data)
+        except ValueError as error:
+            raise ValueError(f"{url}: {error}") from None
+        if not self.decode:
+            return record
+        filename = record.get("image/filename")
+        try:
+            shape = tuple(record[f"image/{name}"] for name in ("height", "width", "channels"))
+            image = decode_image(record["image/encoded"], shape[2], record.get("image/format"))
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"{url}: record of {filename!r}: {error}") from error
+        if image.shape != shape:
+            raise ValueError(
+                f"{url}: record of {filename!r} states shape {shape}, its image decodes to "
+                f"{image.shape}"
+            )
+        item: dict[str, Any] = {"image": image}
+        if "image/class/label" in record:
+            item["label"] = record["image/class/label"]
+            item["class_name"] = record.get("image/class/text")
+        item["filename"] = filename
+        return item
+
+    def __repr__(self) -> str:
+        parts = "".join(f".shard({i}, {n})" for i, n in self._shard_of)
+        return f"Dataset({self.source!r}, {self.split!r}, decode={self.decode}){parts}"

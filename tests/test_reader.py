@@ -1,0 +1,264 @@
+"""The plain-Python reader on a real build: every record once, per split, per worker and per URL."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+import types
+from collections import Counter
+from pathlib import Path
+
+import fsspec
+import numpy as np
+import pytest
+from imagegen import make_collection
+from PIL import Image
+
+from beam_tfrecord.reader import Dataset, decode_image, list_shards, parse_record
+from beam_tfrecord.tfrecord import read_records
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """40 images in two classes, built by the real pipeline into shards of 20-60 KB."""
+    from beam_tfrecord.config import BuildConfig
+    from beam_tfrecord.pipeline import build
+
+    root = tmp_path_factory.mktemp("reader")
+    src, out = root / "src", root / "out" / "pets"
+    sources = make_collection(src, {"cat": 20, "dog": 20}, seed=3)
+    build(
+        BuildConfig(
+            inputs=(f"{src}/**",), output=str(out), min_shard_size="20KB", max_shard_size="60KB"
+        ),
+        [],
+    )
+    manifest = json.loads((out / "manifest.json").read_text())
+    return out, sources, manifest
+
+
+def _names(dataset) -> list[str]:
+    return [record["image/filename"] for record in dataset]
+
+
+def test_every_record_of_every_split_once(built):
+    out, sources, manifest = built
+    seen: Counter[str] = Counter()
+    for split, info in manifest["splits"].items():
+        names = _names(Dataset(str(out), split))
+        assert len(names) == len(set(names)) == info["examples"], split
+        seen.update(names)
+    assert seen == Counter(sources.keys()), "the splits together hold every image exactly once"
+    assert manifest["splits"]["train"]["shards"] >= 3, "the test needs several shards"
+
+
+def test_len_matches_the_manifest(built):
+    out, _, manifest = built
+    for split, info in manifest["splits"].items():
+        assert len(Dataset(str(out), split)) == info["examples"]
+
+
+def test_records_are_plain_values_and_labels_match_folders(built):
+    out, sources, _ = built
+    dataset = Dataset(str(out), "train")
+    assert dataset.classes == ["cat", "dog"]
+    for record in dataset:
+        name = record["image/filename"]
+        assert record["image/class/text"] == name.split("/")[0]
+        assert dataset.classes[record["image/class/label"]] == record["image/class/text"]
+        assert record["image/encoded"] == sources[name], "the original bytes, untouched"
+        assert record["image/format"] == "jpeg"
+        assert isinstance(record["image/height"], int)
+        assert record["image/channels"] == 3
+
+
+def test_decode_gives_the_stated_shapes_and_the_source_pixels(built):
+    out, _, manifest = built
+    stated = {r["image/filename"]: r for r in Dataset(str(out), "train")}
+    items = list(Dataset(str(out), "train", decode=True))
+    assert len(items) == manifest["splits"]["train"]["examples"]
+    for item in items:
+        record = stated[item["filename"]]
+        shape = (record["image/height"], record["image/width"], record["image/channels"])
+        assert item["image"].shape == shape and item["image"].dtype == np.uint8
+        assert item["label"] == record["image/class/label"]
+        assert item["class_name"] == item["filename"].split("/")[0]
+        source = Image.open(out.parent.parent / "src" / item["filename"]).convert("RGB")
+        np.testing.assert_array_equal(item["image"], np.asarray(source))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 5, 7, 16])
+def test_workers_partition_the_split_exactly(built, workers):
+    """Two workers by hand, as a DataLoader runs them; also more workers than shards."""
+    out, _, manifest = built
+    expected = _names(Dataset(str(out), "train"))
+    parts = [_names(Dataset(str(out), "train").shard(i, workers)) for i in range(workers)]
+    together = [name for part in parts for name in part]
+    assert Counter(together) == Counter(expected), "every record in exactly one worker"
+    lengths = [len(Dataset(str(out), "train").shard(i, workers)) for i in range(workers)]
+    assert lengths == [len(part) for part in parts]
+    shards = manifest["splits"]["train"]["shards"]
+    if workers <= shards * 2:
+        assert all(parts), "with fewer workers than records, no worker sits idle"
+
+
+def test_parts_compose_per_machine_then_per_worker(built):
+    out, _, _ = built
+    whole = Counter(_names(Dataset(str(out), "train")))
+    for machines, workers in [(2, 2), (2, 3), (3, 4)]:
+        together: Counter[str] = Counter()
+        for machine in range(machines):
+            machine_part = Dataset(str(out), "train").shard(machine, machines)
+            own = Counter(_names(machine_part))
+            split_again = Counter()
+            for worker in range(workers):
+                split_again.update(_names(machine_part.shard(worker, workers)))
+            assert split_again == own, "a part split again is that part, exactly"
+            together.update(own)
+        assert together == whole
+
+
+def test_torch_worker_info_is_used_when_torch_is_loaded(built, monkeypatch):
+    """A stand-in for torch.utils.data: the reader asks sys.modules, never imports torch."""
+    out, _, _ = built
+    expected = [_names(Dataset(str(out), "train").shard(i, 2)) for i in range(2)]
+    for worker in range(2):
+        info = types.SimpleNamespace(id=worker, num_workers=2, seed=0, dataset=None)
+        fake = types.ModuleType("torch.utils.data")
+        fake.get_worker_info = lambda info=info: info
+        monkeypatch.setitem(sys.modules, "torch.utils.data", fake)
+        dataset = Dataset(str(out), "train")
+        assert _names(dataset) == expected[worker]
+        assert len(dataset) == len(expected[worker])
+    monkeypatch.delitem(sys.modules, "torch.utils.data")
+    whole = _names(Dataset(str(out), "train"))
+    assert Counter(whole) == Counter(expected[0] + expected[1]), "outside a worker: everything"
+
+
+class _Pets:
+    """The README's wrapper, with torch.utils.data.IterableDataset replaced by object."""
+
+    def __init__(self, out, split):
+        self.records = Dataset(str(out), split, decode=True, shuffle_shards=True, seed=1)
+
+    def __iter__(self):
+        for item in self.records:
+            yield item["image"].mean(), item["label"]
+
+    def __len__(self):
+        return len(self.records)
+
+
+def test_a_wrapper_class_sees_the_protocol_a_dataloader_uses(built, monkeypatch):
+    """As a DataLoader uses it: pickled to each worker, which iterates its own part."""
+    out, _, manifest = built
+    pets = _Pets(out, "train")
+    total = len(pets)  # in the main process, which has no worker info
+    assert total == manifest["splits"]["train"]["examples"]
+    per_worker = []
+    for worker in range(2):
+        info = types.SimpleNamespace(id=worker, num_workers=2)
+        fake = types.ModuleType("torch.utils.data")
+        fake.get_worker_info = lambda info=info: info
+        monkeypatch.setitem(sys.modules, "torch.utils.data", fake)
+        copy = pickle.loads(pickle.dumps(pets))  # as a DataLoader sends it to a worker
+        per_worker.append(list(copy))
+        assert len(copy) == len(per_worker[-1]), "in a worker, len() is that worker's share"
+    assert sum(map(len, per_worker)) == total
+    labels = Counter(label for part in per_worker for _, label in part)
+    assert labels == Counter(
+        {0: manifest["splits"]["train"]["class_counts"].get("cat", 0),
+         1: manifest["splits"]["train"]["class_counts"].get("dog", 0)}
+    )  # fmt: skip
+
+
+def test_shuffled_shard_order_is_seeded_and_still_exact(built):
+    out, _, _ = built
+
+    def order(seed, epoch=0):
+        dataset = Dataset(str(out), "train", shuffle_shards=True, seed=seed)
+        dataset.set_epoch(epoch)
+        return _names(dataset)
+
+    plain = _names(Dataset(str(out), "train"))
+    assert order(3) == order(3), "the same seed, the same order"
+    orders = {tuple(order(seed, epoch)) for seed in range(4) for epoch in range(3)}
+    assert len(orders) > 1, "seeds and epochs change the shard order"
+    assert all(Counter(o) == Counter(plain) for o in orders)
+    for workers in (2, 3):
+        dataset = Dataset(str(out), "train", shuffle_shards=True, seed=5)
+        parts = [_names(dataset.shard(i, workers)) for i in range(workers)]
+        assert Counter(n for part in parts for n in part) == Counter(plain)
+
+
+def test_without_a_manifest_shards_are_found_by_name(built, tmp_path):
+    out, _, manifest = built
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    (copy / "manifest.json").unlink()
+    (copy / ".pets-train.tfrecord-00000-of-00009.tmp-x").write_bytes(b"temporary: ignored")
+    for split, info in manifest["splits"].items():
+        dataset = Dataset(str(copy), split)
+        assert dataset.manifest is None and dataset.classes == ["cat", "dog"]
+        assert _names(dataset) == _names(Dataset(str(out), split))
+        assert len(dataset) == info["examples"], "counted by reading"
+    assert len(list_shards(str(copy))) == len(manifest["shards"])
+    missing = sorted(copy.glob("pets-train.tfrecord-*"))[1]
+    missing.unlink()
+    with pytest.raises(FileNotFoundError, match=missing.name):
+        Dataset(str(copy), "train")
+    with pytest.raises(FileNotFoundError, match="no shards of split 'nope'"):
+        Dataset(str(copy), "nope")
+
+
+def test_reads_any_fsspec_url(built):
+    out, _, _ = built
+    memory = fsspec.filesystem("memory")
+    for path in out.rglob("*"):
+        if path.is_file():
+            memory.pipe(f"/pets-copy/{path.relative_to(out).as_posix()}", path.read_bytes())
+    try:
+        dataset = Dataset("memory://pets-copy", "validation", decode=True)
+        assert [i["filename"] for i in dataset] == _names(Dataset(str(out), "validation"))
+        assert all(s.url.startswith("memory://pets-copy/") for s in dataset.shards)
+    finally:
+        memory.rm("/pets-copy", recursive=True)
+
+
+def test_an_unknown_split_is_named(built):
+    out, _, _ = built
+    with pytest.raises(ValueError, match=r"no split 'tran'.*train, validation, test"):
+        Dataset(str(out), "tran")
+    with pytest.raises(ValueError, match=r"range\(2\)"):
+        Dataset(str(out)).shard(2, 2)
+
+
+def test_parse_record_and_decode_image_alone(built):
+    out, _, _ = built
+    record = parse_record(next(read_records(list_shards(str(out), "test")[0].url)))
+    gray = decode_image(record["image/encoded"], 1)
+    assert gray.shape == (record["image/height"], record["image/width"], 1)
+    with pytest.raises(ValueError, match="cannot decode the 10-byte image"):
+        decode_image(b"\xff\xd8\xff" + b"\0" * 7)
+    with pytest.raises(ValueError, match=r"not a tf\.train\.Example"):
+        parse_record(b"\x0a\x05garbage")
+
+
+def test_reading_imports_neither_beam_nor_tensorflow_nor_torch(built):
+    out, _, _ = built
+    code = (
+        "import sys; from beam_tfrecord.reader import Dataset; "
+        f"n = sum(1 for _ in Dataset({str(out)!r}, 'train', decode=True)); "
+        "print(n, sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'apache_beam', 'tensorflow', 'torch'}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert proc.stdout.split(" ", 1)[1].strip() == "[]", proc.stdout
