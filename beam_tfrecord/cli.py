@@ -13,6 +13,8 @@ _COMMANDS = {
     "build": ("beam_tfrecord.build_command", "convert a folder of images into TFRecord shards"),
     "inspect": ("beam_tfrecord.inspect_command", "show the records of TFRecord files"),
     "verify": ("beam_tfrecord.verify_command", "check every record of TFRecord files"),
+    "spec": ("beam_tfrecord.spec_command", "print the feature spec that parses a dataset"),
+    "preview": ("beam_tfrecord.preview_command", "draw a contact sheet of a dataset's images"),
 }
 
 

@@ -1,0 +1,245 @@
+"""The `beam-tfrecord preview` command: a contact sheet of a split's images, captioned by class."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import math
+import random
+import sys
+import textwrap
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from beam_tfrecord.manifest import read_manifest
+from beam_tfrecord.reader import Dataset, Shard, decode_image, parse_record
+from beam_tfrecord.tfrecord import TFRecordReader, read_records
+
+__all__ = ["add_arguments", "run"]
+
+_BACKGROUND = (236, 236, 236)
+_PLACEHOLDER = (200, 200, 200)
+_TEXT = (20, 20, 20)
+_WARNING = (190, 0, 0)
+_MARGIN = 3  # pixels between a thumbnail and its cell's edge, so neighbours stay apart
+
+
+@dataclass
+class _Tile:
+    """One cell of the sheet: an image and its caption, or the reason there is no image."""
+
+    caption: str
+    image: np.ndarray | None = None
+    problem: str | None = None
+    warn: bool = False  # the caption itself reports a problem
+
+
+def _font(size: int) -> Any:
+    try:
+        return ImageFont.load_default(size=size)  # Pillow 10.1+ with FreeType: scalable
+    except (TypeError, AttributeError, ImportError, OSError):
+        return ImageFont.load_default()  # the small bitmap font
+
+
+def _caption(record: dict[str, Any], classes: Sequence[str] | None) -> tuple[str, bool]:
+    """The class as the record states it; flagged when its id and its text disagree."""
+    label = record.get("image/class/label")
+    text = record.get("image/class/text")
+    if isinstance(label, int) and classes is not None:
+        expected = classes[label] if 0 <= label < len(classes) else None
+        if expected != text:
+            return f"{text} but id {label} = {expected}", True
+    if isinstance(text, str) and text:
+        return text, False
+    if label is not None:
+        return f"label {label}", False
+    return "(no label)", False
+
+
+def _tile(data: bytes, classes: Sequence[str] | None) -> _Tile:
+    try:
+        record = parse_record(data)
+    except ValueError:
+        return _Tile("unreadable", problem="not a tf.train.Example")
+    caption, warn = _caption(record, classes)
+    encoded = record.get("image/encoded")
+    channels = record.get("image/channels", 3)
+    if not isinstance(encoded, bytes):
+        return _Tile(caption, problem="no image/encoded", warn=warn)
+    try:
+        image = decode_image(encoded, channels, record.get("image/format"))
+    except ValueError as error:
+        return _Tile(caption, problem=str(error), warn=warn)
+    stated = tuple(record.get(f"image/{name}") for name in ("height", "width", "channels"))
+    if image.shape != stated:
+        return _Tile(caption, problem=f"states {stated}, decodes to {image.shape}", warn=warn)
+    return _Tile(caption, image=image, warn=warn)
+
+
+def _records(shards: Sequence[Shard], wanted: set[int] | None) -> Iterator[bytes | str]:
+    """The split's records in order (only positions in ``wanted``, if given); damage as text."""
+    position = 0
+    last = max(wanted) if wanted else None
+    for shard in shards:
+        if wanted is not None:
+            examples = shard.examples
+            if examples is None:
+                examples = sum(1 for _ in read_records(shard.url))
+            if not any(position <= i < position + examples for i in wanted):
+                position += examples
+                continue
+        reader = TFRecordReader(shard.url, skip_damaged=True, log_damage=False)
+        damage = 0
+        for data in reader:
+            while damage < len(reader.damage):  # records skipped just before this one
+                yield f"damaged: {reader.damage[damage].reason}"
+                damage += 1
+            if wanted is None or position in wanted:
+                yield data
+            position += 1
+            if last is not None and position > last:
+                return
+        for error in reader.damage[damage:]:
+            yield f"damaged: {error.reason}"
+
+
+def _contact_sheet(tiles: Sequence[_Tile], columns: int, size: int) -> Image.Image:
+    """Draws the tiles, ``columns`` to a row, each ``size`` pixels square above its caption."""
+    font = _font(max(10, size // 10))
+    _, top, _, bottom = font.getbbox("Ag")
+    caption_height = bottom - top + 2 * _MARGIN + 2
+    columns = max(1, min(columns, len(tiles)))
+    rows = max(1, math.ceil(len(tiles) / columns))
+    sheet = Image.new("RGB", (columns * size, rows * (size + caption_height)), _BACKGROUND)
+    draw = ImageDraw.Draw(sheet)
+    inner = size - 2 * _MARGIN
+    for number, tile in enumerate(tiles):
+        x = number % columns * size
+        y = number // columns * (size + caption_height)
+        if tile.image is not None:
+            pixels = tile.image
+            image = Image.fromarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels)
+            scale = min(inner / image.width, inner / image.height)
+            shown = image.resize(
+                (max(1, round(image.width * scale)), max(1, round(image.height * scale))),
+                Image.Resampling.LANCZOS,
+            )
+            at = (x + (size - shown.width) // 2, y + (size - shown.height) // 2)
+            mask = shown if shown.mode == "RGBA" else None
+            sheet.paste(shown.convert("RGB"), at, mask)
+        else:
+            box = (x + _MARGIN, y + _MARGIN, x + size - _MARGIN - 1, y + size - _MARGIN - 1)
+            draw.rectangle(box, fill=_PLACEHOLDER, outline=_WARNING)
+            width = max(8, inner // max(1, round(font.getlength("x"))))
+            lines = textwrap.wrap(tile.problem or "", width)[: max(1, inner // caption_height)]
+            draw.multiline_text(
+                (x + 2 * _MARGIN, y + 2 * _MARGIN), "\n".join(lines), _WARNING, font
+            )
+        caption = _fit(tile.caption, font, inner)
+        color = _WARNING if tile.warn or tile.image is None else _TEXT
+        # Centred by hand: Pillow's bitmap font (without FreeType) refuses text anchors.
+        at = (x + (size - font.getlength(caption)) / 2, y + size + _MARGIN - top)
+        draw.text(at, caption, color, font)
+    return sheet
+
+
+def _fit(text: str, font: Any, width: int) -> str:
+    """The text, shortened with "..." until it fits ``width`` pixels."""
+    if font.getlength(text) <= width:
+        return text
+    while text and font.getlength(text + "...") > width:
+        text = text[:-1]
+    return text + "..."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declares the command's arguments."""
+    parser.add_argument(
+        "output", metavar="OUTPUT", help="a build's output folder, a path or any fsspec URL"
+    )
+    parser.add_argument(
+        "--split", default=None, help="the split to show (default: the manifest's first)"
+    )
+    parser.add_argument(
+        "-n", "--images", type=_positive, default=16, metavar="N", help="images to show (16)"
+    )
+    parser.add_argument(
+        "-o", "--out", default="preview.png", metavar="PNG", help="where to write the PNG"
+    )
+    parser.add_argument("--columns", type=_positive, default=8, help="images per row (8)")
+    parser.add_argument(
+        "--size", type=_positive, default=128, metavar="PX", help="thumbnail size in pixels (128)"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="show a random sample of the split drawn with this seed, not its first N records",
+    )
+
+
+def _positive(text: str) -> int:
+    number = int(text)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
+    return number
+
+
+def _first_split(output: str) -> str:
+    try:
+        splits = list(read_manifest(output).get("splits", {}))
+    except FileNotFoundError:
+        splits = []
+    return splits[0] if splits else "train"
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    """Writes the contact sheet; returns 1 if the dataset or some of its records are unreadable."""
+    del extra  # the dispatcher refuses unknown flags for this command
+    try:
+        split = args.split or _first_split(args.output)
+        dataset = Dataset(args.output, split)
+        wanted = None
+        if args.seed is not None:
+            total = len(dataset)
+            wanted = set(random.Random(args.seed).sample(range(total), min(args.images, total)))
+        tiles = []
+        for item in _records(dataset.shards, wanted):
+            if len(tiles) == args.images:
+                break
+            if isinstance(item, str):
+                tiles.append(_Tile("unreadable", problem=item))
+            else:
+                tiles.append(_tile(item, dataset.classes))
+    except (OSError, ValueError) as error:  # no dataset, no such split, framing damage...
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if not tiles:
+        print(f"error: split {split!r} of {args.output} has no records", file=sys.stderr)
+        return 1
+    sheet = _contact_sheet(tiles, args.columns, args.size)
+    buffer = io.BytesIO()
+    sheet.save(buffer, "PNG", optimize=True)
+    with fsspec.open(args.out, "wb") as f:
+        f.write(buffer.getvalue())
+    columns = min(args.columns, len(tiles))
+    rows = math.ceil(len(tiles) / columns)
+    grid = f"{rows} {'row' if rows == 1 else 'rows'} of {columns}"
+    print(
+        f"wrote {args.out}: {len(tiles)} images of split {split!r} "
+        f"({grid}, {sheet.width}x{sheet.height} pixels)"
+    )
+    problems = sum(tile.image is None or tile.warn for tile in tiles)
+    if problems:
+        print(
+            f"error: {problems} of {len(tiles)} records could not be shown as they state "
+            f"(their tiles say why)",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

@@ -1,0 +1,240 @@
+"""The spec and preview commands on a real build, and on hand-made shards that break the rules."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from imagegen import make_collection
+from PIL import Image
+
+from beam_tfrecord.cli import main
+from beam_tfrecord.example import BytesList, Int64List, decode_example, encode_example
+from beam_tfrecord.reader import Dataset
+from beam_tfrecord.tfrecord import open_writer, read_records
+
+pytestmark = pytest.mark.slow
+
+
+def _tensorflow():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if os.environ.get("CI"):
+        import tensorflow as tf  # in CI the test must run, never skip
+
+        return tf
+    return pytest.importorskip("tensorflow")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """40 images in two classes, built by the real pipeline into shards of 20-60 KB."""
+    from beam_tfrecord.config import BuildConfig
+    from beam_tfrecord.pipeline import build
+
+    root = tmp_path_factory.mktemp("spec")
+    src, out = root / "src", root / "out" / "pets"
+    make_collection(src, {"cat": 20, "dog": 20}, seed=3)
+    build(
+        BuildConfig(
+            inputs=(f"{src}/**",), output=str(out), min_shard_size="20KB", max_shard_size="60KB"
+        ),
+        [],
+    )
+    return out
+
+
+def _all_records(out: Path) -> list[bytes]:
+    manifest = json.loads((out / "manifest.json").read_text())
+    return [data for shard in manifest["shards"] for data in read_records(str(out / shard["file"]))]
+
+
+def _spec(capsys, *args: str) -> str:
+    capsys.readouterr()
+    assert main(["spec", *args]) == 0
+    return capsys.readouterr().out
+
+
+def _write_dataset(
+    folder: Path, records: list[bytes], labels: str = "none", classes: tuple[str, ...] = ()
+) -> Path:
+    """A hand-made build: one train shard and a manifest saying how it was labelled."""
+    folder.mkdir(parents=True)
+    name = "odd-train.tfrecord-00000-of-00001"
+    with open_writer(str(folder / name)) as writer:
+        for record in records:
+            writer.write(record)
+    manifest = {
+        "config": {"labels": labels},
+        "classes": list(classes),
+        "splits": {"train": {"examples": len(records), "shards": 1}},
+        "shards": [{"file": name, "split": "train", "index": 0, "examples": len(records)}],
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def test_the_printed_spec_parses_every_record_with_tensorflow(built, capsys):
+    tf = _tensorflow()
+    code = _spec(capsys, str(built))
+    assert code.startswith("# The tf.io.parse_example feature spec of")
+    assert "from manifest.json and all 40 records" in code
+    namespace: dict = {}
+    exec(code, namespace)
+    spec = namespace["feature_spec"]
+    assert set(spec) == {
+        "image/encoded", "image/format", "image/height", "image/width", "image/channels",
+        "image/class/label", "image/class/text", "image/filename", "image/key/sha256",
+    }  # fmt: skip
+    assert all(isinstance(f, tf.io.FixedLenFeature) and f.shape == [] for f in spec.values())
+    records = _all_records(built)
+    parsed = tf.io.parse_example(tf.constant(records), spec)
+    for i, record in enumerate(records):
+        expected = decode_example(record)
+        for name, tensor in parsed.items():
+            assert tensor[i].numpy() == expected[name][0], name
+    classes = (built / "labels.txt").read_text().splitlines()
+    labels, texts = parsed["image/class/label"].numpy(), parsed["image/class/text"].numpy()
+    for label, text in zip(labels, texts, strict=True):
+        assert classes[label] == text.decode()
+
+
+def test_json_spec_for_scripts(built, capsys):
+    description = json.loads(_spec(capsys, str(built), "--json", "--scan", "3"))
+    assert description["manifest"] is True
+    assert description["records"] == 40 and description["scanned"] == 3
+    assert description["features"]["image/class/label"] == {
+        "kind": "int64", "dtype": "int64", "parser": "FixedLenFeature", "shape": [],
+    }  # fmt: skip
+    assert description["features"]["image/encoded"]["dtype"] == "string"
+    assert "first 3 of 40 records" in _spec(capsys, str(built), "--scan", "3")
+
+
+def test_labels_none_and_lists_that_vary_give_var_len_features(tmp_path, capsys):
+    base = {
+        "image/encoded": b"\x89PNG", "image/format": "png", "image/height": 1,
+        "image/width": 1, "image/channels": 3, "image/filename": "a.png",
+        "image/key/sha256": "0" * 64,
+    }  # fmt: skip
+    records = [
+        encode_example({**base, "boxes": [0.1, 0.2, 0.3, 0.4], "tags": ["a"], "pair": [1, 2]}),
+        encode_example({**base, "boxes": [0.5, 0.6, 0.7, 0.8], "tags": ["b", "c"], "pair": [3, 4]}),
+        encode_example({**base, "boxes": [0.1, 0.2, 0.3, 0.4], "pair": [5, 6], "empty": BytesList()}),
+    ]  # fmt: skip
+    out = _write_dataset(tmp_path / "odd", records, labels="none")
+    description = json.loads(_spec(capsys, str(out), "--json"))
+    features = description["features"]
+    assert "image/class/label" not in features and "image/class/text" not in features
+    assert features["boxes"] == {
+        "kind": "float", "dtype": "float32", "parser": "FixedLenFeature", "shape": [4],
+    }  # fmt: skip
+    assert features["pair"]["shape"] == [2]
+    assert features["tags"]["parser"] == "VarLenFeature", "absent from one record, 1 or 2 long"
+    assert features["empty"]["parser"] == "VarLenFeature", "empty lists are not fixed"
+    assert features["image/height"]["parser"] == "FixedLenFeature"
+    code = _spec(capsys, str(out))
+    assert '"tags": tf.io.VarLenFeature(tf.string),' in code
+    assert '"boxes": tf.io.FixedLenFeature([4], tf.float32),' in code
+    if os.environ.get("CI") or _has_tensorflow():
+        tf = _tensorflow()
+        namespace: dict = {}
+        exec(code, namespace)
+        parsed = tf.io.parse_example(tf.constant(records), namespace["feature_spec"])
+        assert parsed["boxes"].shape == (3, 4)
+        assert tf.sparse.to_dense(parsed["tags"]).numpy().tolist() == [
+            [b"a", b""], [b"b", b"c"], [b"", b""]
+        ]  # fmt: skip
+
+
+def _has_tensorflow() -> bool:
+    try:
+        import tensorflow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_an_empty_build_takes_its_spec_from_the_manifest(tmp_path, capsys):
+    out = _write_dataset(tmp_path / "empty", [], labels="dir")
+    description = json.loads(_spec(capsys, str(out), "--json"))
+    assert description["records"] == 0
+    assert description["features"]["image/class/label"]["parser"] == "FixedLenFeature"
+    assert len(description["features"]) == 9
+
+
+def test_a_feature_of_two_kinds_is_refused_by_name(tmp_path, capsys):
+    records = [encode_example({"x": [1]}), encode_example({"x": ["one"]})]
+    out = _write_dataset(tmp_path / "mixed", records)
+    assert main(["spec", str(out)]) == 1
+    assert "feature 'x' holds bytes values, other records int64" in capsys.readouterr().err
+    assert main(["spec", str(tmp_path / "nothing")]) == 1
+    assert f"{tmp_path / 'nothing'}: no such folder" in capsys.readouterr().err
+
+
+def _png(path: Path) -> np.ndarray:
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        return np.asarray(image.convert("RGB"))
+
+
+def test_preview_draws_a_captioned_contact_sheet(built, tmp_path, capsys):
+    png = tmp_path / "grid.png"
+    status = main(["preview", str(built), "-n", "10", "--columns", "4", "--size", "64",
+                   "-o", str(png)])  # fmt: skip
+    assert status == 0, capsys.readouterr().err
+    assert f"wrote {png}: 10 images of split 'train' (3 rows of 4" in capsys.readouterr().out
+    pixels = _png(png)
+    height, width, _ = pixels.shape
+    assert width == 4 * 64, "columns x thumbnail size"
+    assert height % 3 == 0 and 64 + 8 <= height // 3 <= 64 + 40, "3 rows of thumbnail + caption"
+    cell = height // 3
+    assert pixels.std() > 20, "not blank"
+    # Each of the 10 thumbnails holds an image (the generated ones are noisy), the 2 cells
+    # after them are empty, and every caption band holds dark text.
+    for number in range(12):
+        row, column = divmod(number, 4)
+        thumb = pixels[row * cell : row * cell + 64, column * 64 : (column + 1) * 64]
+        caption = pixels[row * cell + 64 : (row + 1) * cell, column * 64 : (column + 1) * 64]
+        if number < 10:
+            assert thumb.std() > 10, number
+            assert caption.min() < 100, f"caption {number} has text"
+        else:
+            assert thumb.std() == 0 and caption.std() == 0, number
+
+
+def test_preview_sample_is_seeded(built, tmp_path, capsys):
+    pngs = [tmp_path / f"{name}.png" for name in ("a", "b", "c")]
+    for png, seed in zip(pngs, ("1", "1", "2"), strict=True):
+        assert main(["preview", str(built), "--seed", seed, "-n", "3",
+                     "-o", str(png)]) == 0  # fmt: skip
+    assert pngs[0].read_bytes() == pngs[1].read_bytes()
+    assert _png(pngs[0]).shape == (_png(pngs[0]).shape[0], 3 * 128, 3)
+    first = tmp_path / "first.png"
+    assert main(["preview", str(built), "-n", "3", "-o", str(first)]) == 0
+    assert len({p.read_bytes() for p in (*pngs, first)}) >= 2, "a sample is not always the head"
+
+
+def test_preview_draws_a_placeholder_for_what_does_not_decode(built, tmp_path, capsys):
+    good = next(read_records(str(next(built.glob("pets-test.tfrecord-*")))))
+    fields = decode_example(good)
+    truncated = encode_example({**fields, "image/encoded": [fields["image/encoded"][0][:200]]})
+    wrong_shape = encode_example({**fields, "image/height": [5]})
+    no_image = encode_example({"image/class/label": Int64List(value=[0])})
+    records = [good, truncated, b"\x01\x02not an example", wrong_shape, no_image, good]
+    out = _write_dataset(tmp_path / "bad", records, labels="dir", classes=("cat", "dog"))
+    # Damage one record's payload: its CRC no longer matches, and reading goes on after it.
+    shard = out / "odd-train.tfrecord-00000-of-00001"
+    data = bytearray(shard.read_bytes())
+    data[-30] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    png = tmp_path / "bad.png"
+    capsys.readouterr()
+    assert main(["preview", str(out), "--columns", "3", "--size", "96", "-o", str(png)]) == 1
+    captured = capsys.readouterr()
+    assert "6 images" in captured.out
+    assert "5 of 6 records could not be shown" in captured.err
+    pixels = _png(png)
+    assert pixels.shape[1] == 3 * 96 and pixels.shape[0] % 2 == 0
+    assert len(Dataset(str(out), "train")) == 6
