@@ -121,7 +121,9 @@ def decode_image(encoded: bytes, channels: int = 3, image_format: str | None = N
             # The build checked each image's size; Pillow's DecompressionBombWarning is noise here.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(encoded), formats=formats) as image:
-                pixels = np.asarray(image.convert(_MODES[channels]), dtype=np.uint8)
+                # np.array, not asarray: a view of Pillow's bytes is read-only, which
+                # torch.from_numpy warns about and in-place transforms refuse.
+                pixels = np.array(image.convert(_MODES[channels]), dtype=np.uint8)
     # Pillow reports damaged data as many types (OSError, SyntaxError, struct.error, ...).
     except Exception as error:
         raise ValueError(

@@ -87,6 +87,7 @@ def test_decode_gives_the_stated_shapes_and_the_source_pixels(built):
         record = stated[item["filename"]]
         shape = (record["image/height"], record["image/width"], record["image/channels"])
         assert item["image"].shape == shape and item["image"].dtype == np.uint8
+        assert item["image"].flags.writeable, "torch.from_numpy wants a writable array"
         assert item["label"] == record["image/class/label"]
         assert item["class_name"] == item["filename"].split("/")[0]
         source = Image.open(out.parent.parent / "src" / item["filename"]).convert("RGB")
