@@ -34,6 +34,7 @@ _VALUE_FLAGS = {
     "resize": "resize",
     "encode": "encode",
     "store": "store",
+    "split_by": "split_by",
     "max_skipped_fraction": "max_skipped_fraction",
     "planning_bucket_records": "planning_bucket_records",
 }
@@ -119,6 +120,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--store", choices=["encoded", "raw"], help="raw: decoded uint8 pixels (for small images)"
     )
+    group = parser.add_argument_group("duplicates and leakage")
+    group.add_argument(
+        "--dedup", action="store_true", default=None,
+        help="write one of each set of byte-identical images; report the other copies",
+    )  # fmt: skip
+    group.add_argument(
+        "--split-by", metavar="REGEX",
+        help="images whose capture in the relative path is equal share a split (e.g. a patient id)",
+    )  # fmt: skip
     group.add_argument("--planning-bucket-records", type=int, help=argparse.SUPPRESS)
 
 
@@ -151,7 +161,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
             settings.pop(setting, None)
             settings.pop(flag, None)
             settings[setting] = value
-    for flag in ("overwrite", "resume", "exif_orientation"):
+    for flag in ("overwrite", "resume", "exif_orientation", "dedup"):
         if getattr(args, flag) is not None:
             settings[flag] = getattr(args, flag)
     return BuildConfig.from_settings(settings)

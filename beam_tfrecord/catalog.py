@@ -17,7 +17,7 @@ class Reason:
     VANISHED = "vanished"
     SOURCE_CHANGED = "source_changed"
     TOO_LARGE = "larger_than_max_shard_size"
-    DUPLICATE_INPUT = "duplicate_input"
+    DUPLICATE = "duplicate"  # byte-identical to another input, which was written instead
     # Image checks add their own codes (empty_file, truncated, corrupt, too_many_pixels, ...).
 
 
@@ -44,6 +44,7 @@ class ImageEntry:
     encoded_size: int = 0
     record_size: int = 0
     notes: tuple[str, ...] = ()
+    source_sha256: str = ""  # of the source's bytes, when the build hashes sources (--dedup)
 
     @property
     def sort_key(self) -> tuple[int, str]:

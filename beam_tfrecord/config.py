@@ -169,6 +169,9 @@ class BuildConfig:
         resize: `N` (shorter side), `WxH` (fit within) or `exact:WxH[:crop|pad|stretch]`, or None.
         encode: `jpeg` or `png` to write every image in that format, or None to choose per image.
         store: `encoded` (image files) or `raw` (decoded uint8 pixels, for small images).
+        dedup: write one of each set of byte-identical images and report the other copies.
+        split_by: a regex over the relative path; images whose capture (first group, or the
+            group named `group`) is equal share a split (one subject, patient or scene).
         max_skipped_fraction: fail the build (after writing the report) when more inputs are skipped.
         planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
     """
@@ -196,6 +199,8 @@ class BuildConfig:
     resize: str | None = None
     encode: str | None = None
     store: str = "encoded"
+    dedup: bool = False
+    split_by: str | None = None
     max_skipped_fraction: float | None = None
     planning_bucket_records: int = 200_000
 
@@ -290,6 +295,18 @@ class BuildConfig:
         _check_choice("store", self.store, ("encoded", "raw"))
         if self.store == "raw" and self.encode is not None:
             raise ConfigError("encode", "--store raw writes pixels, not image files; drop --encode")
+        if self.split_by is not None:
+            try:
+                compiled = re.compile(self.split_by)
+            except re.error as err:
+                raise ConfigError(
+                    "split_by", f"regex {self.split_by!r} does not compile: {err}"
+                ) from None
+            if compiled.groups == 0:
+                raise ConfigError(
+                    "split_by",
+                    f"regex {self.split_by!r} has no capture group; mark the shared part with (...)",
+                )
         if self.max_skipped_fraction is not None and not 0 <= self.max_skipped_fraction <= 1:
             raise ConfigError(
                 "max_skipped_fraction",

@@ -27,6 +27,7 @@ from beam_tfrecord.preparation import Preparer
 from beam_tfrecord.transforms import (
     METRICS_NAMESPACE,
     CheckImages,
+    DropDuplicates,
     LabelImages,
     ListImages,
     PlanShards,
@@ -60,6 +61,8 @@ def preparer(config: BuildConfig) -> Preparer:
         seed=config.seed,
         policy=image_policy(config),
         max_record_size=config.max_shard_size,
+        split_by=config.split_by,
+        hash_sources=config.dedup,
     )
 
 
@@ -101,17 +104,18 @@ class ConvertImages(beam.PTransform):
         )
         labeled = sources | "LabelImages" >> LabelImages(prep)
         checked = labeled["labeled"] | "CheckImages" >> CheckImages(prep, labeled["classes"])
-        planned = checked["entries"] | "PlanShards" >> PlanShards(
+        entries, reports = checked["entries"], [labeled["report"], checked["report"]]
+        if config.dedup:
+            unique = entries | "DropDuplicates" >> DropDuplicates()
+            entries = unique["entries"]
+            reports.append(unique["report"])
+        planned = entries | "PlanShards" >> PlanShards(
             config.min_shard_size, config.max_shard_size, config.planning_bucket_records
         )
         written = planned["shards"] | "WriteShards" >> WriteShards(
             config.output, config.name, image_policy(config), planned["plan"], resume=config.resume
         )
-        report = (
-            labeled["report"],
-            checked["report"],
-            written["report"],
-        ) | "Report" >> beam.Flatten()
+        report = (*reports, written["report"]) | "Report" >> beam.Flatten()
         listed = sources | "CountListed" >> beam.combiners.Count.Globally()
         summary = (
             pbegin
@@ -134,7 +138,7 @@ class ConvertImages(beam.PTransform):
             )
         )
         return {
-            "entries": checked["entries"],
+            "entries": entries,
             "shards": written["results"],
             "report": report,
             "summary": summary,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -49,6 +52,10 @@ class Preparer:
         seed: the build's seed.
         policy: how images are checked and normalized.
         max_record_size: records larger than this cannot fit in any shard.
+        split_by: a regex whose capture (the first group, or the group named `group`) in the
+            relative path is the split key, so images of one subject share a split; None to
+            split image by image.
+        hash_sources: read every source whole and record its SHA-256 (for --dedup).
     """
 
     label_rule: LabelRule
@@ -57,6 +64,20 @@ class Preparer:
     seed: int
     policy: ImagePolicy
     max_record_size: int
+    split_by: str | None = None
+    hash_sources: bool = False
+
+    def split_key(self, relpath: str) -> str:
+        """What an image's split is drawn from: its relative path, or its --split-by capture."""
+        if self.split_by is None:
+            return relpath
+        pattern = _compiled(self.split_by)
+        match = pattern.search(relpath)
+        if match is None:
+            return relpath  # an image outside every group is a group of its own
+        group = match.group("group" if "group" in pattern.groupindex else 1)
+        # The prefix keeps a capture from ever colliding with some other image's path.
+        return relpath if group is None else f"split-by:{group}"
 
     def label(self, source: SourceFile) -> str | ReportEntry | None:
         """The source's label, None when labels are off, or the report entry saying why it has none."""
@@ -83,7 +104,7 @@ class Preparer:
         self, source: SourceFile, label: str | None, class_id: int | None
     ) -> ImageEntry | ReportEntry:
         """Checks the image and returns its planned entry, or the report entry saying why it is left out."""
-        split = assign_split(source.relpath, self.splits, self.seed)
+        split = assign_split(self.split_key(source.relpath), self.splits, self.seed)
 
         def skipped(reason: str, message: str) -> ReportEntry:
             return ReportEntry(
@@ -91,7 +112,7 @@ class Preparer:
             )
 
         try:
-            info, size = self._check(source)
+            info, size, digest = self._check(source)
         except ImageError as err:
             return skipped(err.code, err.message)
         except FileNotFoundError:
@@ -130,21 +151,29 @@ class Preparer:
             encoded_size=encoded_size,
             record_size=record_size,
             notes=tuple(info.notes),
+            source_sha256=digest,
         )
 
-    def _check(self, source: SourceFile) -> tuple[ImageInfo, int]:
-        """The image's check, and its size now (an input list leaves it to be found here)."""
+    def _check(self, source: SourceFile) -> tuple[ImageInfo, int, str]:
+        """The image's check, its size now (an input list leaves it to be found here), and the
+        SHA-256 of its bytes when sources are hashed (else "")."""
         size = source.size
         if size < 0:
             fs, path = fsspec.core.url_to_fs(source.url)
             size = fs.size(path)
-        if self.policy.validate != "decode" and size > HEADER_BYTES:
+        if self.policy.validate != "decode" and size > HEADER_BYTES and not self.hash_sources:
             head = read_source(source.url, HEADER_BYTES)
             try:
-                return check_image(head, self.policy, size=size), size
+                return check_image(head, self.policy, size=size), size, ""
             except NeedFullData:
                 pass
-        # Read whole: a decode check needs every byte, and a file listed as empty may have been
-        # written since (a vanished one must be reported as vanished).
+        # Read whole: a decode check and a content hash need every byte, and a file listed as
+        # empty may have been written since (a vanished one must be reported as vanished).
         data = read_source(source.url)
-        return check_image(data, self.policy, size=len(data)), len(data)
+        digest = hashlib.sha256(data).hexdigest() if self.hash_sources else ""
+        return check_image(data, self.policy, size=len(data)), len(data), digest
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)

@@ -13,7 +13,7 @@ import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 
-from beam_tfrecord.catalog import ReportEntry
+from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.listing import (
@@ -40,6 +40,7 @@ from beam_tfrecord.sharding import (
 __all__ = [
     "METRICS_NAMESPACE",
     "CheckImages",
+    "DropDuplicates",
     "LabelImages",
     "ListImages",
     "PlanShards",
@@ -193,14 +194,6 @@ class _PrepareFn(beam.DoFn):
             return
         if result.reencode:
             self._reencoded.inc()
-            yield pvalue.TaggedOutput(
-                REPORT,
-                ReportEntry(
-                    result.url, result.relpath, "normalized",
-                    "re-encoded so that TensorFlow decodes it as stated: " + ", ".join(result.notes),
-                    action="modified", split=result.split, label=label, notes=result.notes,
-                ),
-            )  # fmt: skip
         yield result
 
 
@@ -219,6 +212,63 @@ class CheckImages(beam.PTransform):
         results = labeled | "Check" >> beam.ParDo(
             _PrepareFn(self._preparer), classes=pvalue.AsSingleton(self._classes)
         ).with_outputs(REPORT, main="entries")
+        return {"entries": results.entries, "report": results[REPORT]}
+
+
+class _KeepOneCopyFn(beam.DoFn):
+    def __init__(self):
+        self._skipped = _counter("images_skipped")
+        self._duplicates = _counter("duplicates_dropped")
+
+    def process(self, element: tuple[str, Iterable[ImageEntry]]):
+        _, copies = element
+        # The copy kept is the one with the smallest relative path, on every runner; its split
+        # is the only one the content can be in, so no copy leaks from test into training.
+        kept, *others = sorted(copies, key=lambda e: (e.relpath, e.url))
+        yield kept
+        if not others:
+            return
+        for copy in others:
+            self._skipped.inc()
+            self._duplicates.inc()
+            message = f"byte-identical to {kept.relpath!r}, which was written instead"
+            if copy.label != kept.label:
+                message += f" (labelled {kept.label!r} there, {copy.label!r} here)"
+            yield pvalue.TaggedOutput(
+                REPORT,
+                ReportEntry(
+                    copy.url,
+                    copy.relpath,
+                    Reason.DUPLICATE,
+                    message,
+                    split=copy.split,
+                    label=copy.label,
+                ),
+            )
+        names = ", ".join(repr(c.relpath) for c in others)
+        yield pvalue.TaggedOutput(
+            REPORT,
+            ReportEntry(
+                kept.url, kept.relpath, Reason.DUPLICATE, f"written once for its identical copies {names}",
+                action="kept", split=kept.split, label=kept.label,
+            ),
+        )  # fmt: skip
+
+
+class DropDuplicates(beam.PTransform):
+    """Keeps one of each set of byte-identical images (entries need their source_sha256).
+
+    Groups metadata by content hash; image bytes never move. Returns a dict: `entries` and
+    `report` (one line for every copy: the copies dropped, and the one kept).
+    """
+
+    def expand(self, entries):
+        results = (
+            entries
+            | "KeyByContent" >> beam.Map(lambda e: (e.source_sha256, e))
+            | "GroupCopies" >> beam.GroupByKey()
+            | "KeepOne" >> beam.ParDo(_KeepOneCopyFn()).with_outputs(REPORT, main="entries")
+        )
         return {"entries": results.entries, "report": results[REPORT]}
 
 
@@ -338,6 +388,7 @@ class _WriteShardFn(beam.DoFn):
             index,
             shards,
         )
+        entries = list(entries)
         result, skipped = write_shard(spec, entries, self._policy, resume=self._resume)
         self._written.inc(result.examples)
         self._bytes.inc(result.bytes)
@@ -345,6 +396,17 @@ class _WriteShardFn(beam.DoFn):
         for entry in skipped:
             self._skipped.inc()
             yield pvalue.TaggedOutput(REPORT, entry)
+        left_out = {entry.url for entry in skipped}
+        for entry in entries:
+            if entry.reencode and entry.url not in left_out:
+                yield pvalue.TaggedOutput(
+                    REPORT,
+                    ReportEntry(
+                        entry.url, entry.relpath, "normalized",
+                        "re-encoded so that TensorFlow decodes it as stated: " + ", ".join(entry.notes),
+                        action="modified", split=entry.split, label=entry.label, notes=entry.notes,
+                    ),
+                )  # fmt: skip
         yield result
 
 
