@@ -6,6 +6,8 @@ import contextlib
 import gzip
 import io
 import logging
+import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
@@ -13,6 +15,7 @@ from typing import Any, BinaryIO
 
 import crc32c
 import fsspec
+from fsspec.implementations.local import LocalFileOpener
 
 __all__ = [
     "COMPRESSION_TYPES",
@@ -38,6 +41,14 @@ _FRAMING_SIZE = _HEADER_SIZE + _FOOTER_SIZE
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _HEADER = struct.Struct("<QI")
+_pack_length = _LENGTH.pack
+_pack_crc = _CRC.pack
+_pack_header = _HEADER.pack
+# Records bound for a local file wait until this many bytes can go in one os.writev. The kernel
+# writes large pieces to the page cache far more cheaply than 100 KB ones (on Linux 6.18 ext4,
+# 4 MiB writes of the same bytes take about a third less time), which more than pays for the
+# checksums; past 4 MiB the gain flattens while the memory held keeps growing.
+_BATCH_BYTES = 4 << 20
 # Payloads above this are read in pieces, so that a corrupt length whose CRC happens to match
 # cannot make us allocate exabytes before noticing the file is shorter.
 _MAX_SINGLE_READ = 64 << 20
@@ -102,11 +113,115 @@ class CorruptRecordError(OSError):
         return (type(self), (self.path, self.offset, self.reason, self.damage_offset))
 
 
+def _max_iovecs() -> int:
+    """How many pieces one os.writev may take (IOV_MAX; POSIX promises at least 16)."""
+    try:
+        return max(16, os.sysconf("SC_IOV_MAX"))
+    except (AttributeError, ValueError, OSError):
+        return 16
+
+
+def _local_file(stream: Any) -> Any:
+    """Returns the plain local file under ``stream`` when writing to its descriptor is safe.
+
+    That is an unbuffered file, or a write-only buffered one (which we flush before each
+    writev), possibly inside fsspec's local file. Anything that transforms, hashes, uploads or
+    reads back what it is given (GzipFile, fsspec's remote files, a wrapper of the caller's)
+    returns None and gets plain ``write`` calls, since its ``fileno()`` would bypass it.
+    """
+    if not hasattr(os, "writev"):
+        return None
+    if type(stream) is LocalFileOpener:
+        stream = stream.f
+    kind = type(stream)
+    if not (kind is io.FileIO or (kind is io.BufferedWriter and type(stream.raw) is io.FileIO)):
+        return None
+    if stream.closed or not stream.writable():
+        return None
+    return stream
+
+
+class _PendingFrames:
+    """Framed records waiting for one os.writev to a local file, payloads held by reference."""
+
+    __slots__ = ("_file", "_name", "_position", "max_parts", "parts", "size")
+
+    def __init__(self, file: Any, name: str):
+        self._file = file
+        self._name = name
+        self.max_parts = _max_iovecs() // 3 * 3
+        self.parts: list[Any] = []
+        self.size = 0
+        # Where our next frame must start, to catch anything else moving the file under us;
+        # -1 where no position says that: pipes, devices (/dev/null stays at 0), append mode.
+        self._position = -1
+        file.flush()  # anything the caller wrote before us goes first
+        fd = file.fileno()
+        if "a" not in file.mode and stat.S_ISREG(os.fstat(fd).st_mode):
+            self._position = os.lseek(fd, 0, os.SEEK_CUR)
+
+    def drain(self) -> None:
+        """Writes the pending frames in one system call (more only if the kernel takes less)."""
+        parts = self.parts
+        if not parts:
+            return
+        try:
+            file = self._file
+            if file.closed:
+                raise ValueError(
+                    f"{self._name}: closed with {len(parts) // 3} records still waiting in its "
+                    f"TFRecordWriter; leave the writer's with block before closing the file"
+                )
+            file.flush()  # a buffered file's own bytes go first
+            fd = file.fileno()
+            if self._position >= 0:
+                here = os.lseek(fd, 0, os.SEEK_CUR)
+                if here != self._position:
+                    raise OSError(
+                        f"{self._name}: {len(parts) // 3} records waiting in a TFRecordWriter "
+                        f"were not written: something else wrote to the file or moved its "
+                        f"position (the next record was to start at byte {self._position}, "
+                        f"the file is at byte {here})"
+                    )
+            size = self.size
+            written = os.writev(fd, parts)
+            while written < size:
+                parts, size = _unwritten(parts, written), size - written
+                written = os.writev(fd, parts)
+            if self._position >= 0:
+                self._position += self.size
+        finally:
+            self.parts.clear()
+            self.size = 0
+
+
+def _unwritten(parts: list[Any], written: int) -> list[Any]:
+    """The pieces of ``parts`` past its first ``written`` bytes."""
+    for index, part in enumerate(parts):
+        view = memoryview(part).cast("B")  # a memoryview's len() counts items, not bytes
+        if written < len(view):
+            return [view[written:], *parts[index + 1 :]]
+        written -= len(view)
+    return []
+
+
 class TFRecordWriter:
     """Writes TFRecord frames to a binary stream that the caller opened and will close.
 
     Each record becomes: uint64 LE length, uint32 LE masked CRC32C of those 8 bytes, the
     data, uint32 LE masked CRC32C of the data.
+
+    Used as a context manager on a plain local file (``open(path, "wb")``, unbuffered too, or
+    fsspec's local files, as ``open_writer`` uses it), the writer batches: it keeps up to 4 MiB
+    of frames, payloads by reference and never copied, and hands them to the kernel in one
+    ``os.writev``, which costs the kernel much less than record-sized writes. Pending frames
+    reach the file on ``flush()``, ``close()`` and when the ``with`` block exits, so the file
+    must be closed after that; the bytes are exactly those that writing each record at once
+    gives. Until then the file's own ``tell()`` does not count them, and nothing else may write
+    to it (that raises OSError when the frames go out). Records that are not ``bytes`` (a
+    bytearray, a memoryview) may be changed by the caller afterwards, so they go out before
+    ``write`` returns. Outside a ``with`` block, and on any other stream, each record's three
+    pieces go to ``stream.write`` before ``write`` returns, as three calls.
 
     Example:
         >>> buffer = io.BytesIO()
@@ -125,6 +240,10 @@ class TFRecordWriter:
         self._stream = stream
         self._records = 0
         self._bytes = 0
+        self._closed = False
+        # Records wait only within a with block: its end is certain to come, and before the
+        # caller closes the file, which a garbage-collected writer could not promise.
+        self._pending: _PendingFrames | None = None
 
     framed_size = staticmethod(framed_size)
 
@@ -141,8 +260,8 @@ class TFRecordWriter:
     def write(self, record: bytes | bytearray | memoryview) -> int:
         """Frames and writes one record.
 
-        The payload is handed to the stream as is, never concatenated with its header: for
-        large records a copy would cost as much as the checksum.
+        The payload is handed on as is, never concatenated with its header: for large records
+        a copy would cost as much as the checksum.
 
         Args:
             record: The payload, any contiguous bytes-like object.
@@ -152,6 +271,7 @@ class TFRecordWriter:
 
         Raises:
             TypeError: If ``record`` is not bytes-like (a str, say).
+            ValueError: If the writer is closed.
         """
         if type(record) is bytes:  # the common case first: a type check is cheaper than isinstance
             length = len(record)
@@ -159,23 +279,69 @@ class TFRecordWriter:
             length = memoryview(record).nbytes
         else:
             raise TypeError(f"record must be bytes-like, got {type(record).__name__}")
+        if self._closed:
+            raise ValueError("write to a closed TFRecordWriter")
         # masked_crc32c inlined: this runs once per record, and for small records the cost of
         # two more Python calls is a measurable share of the whole.
-        crc = _crc32c(_LENGTH.pack(length))
-        length_crc = (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-        write = self._stream.write
-        write(_HEADER.pack(length, length_crc))
-        write(record)
-        crc = _crc32c(record)
-        write(_CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF))
+        crc = _crc32c(_pack_length(length))
+        header = _pack_header(length, (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+        pending = self._pending
+        if pending is None:
+            write = self._stream.write
+            write(header)
+            write(record)
+            # Checksummed after the stream took the payload, so the payload is hot in cache.
+            crc = _crc32c(record)
+            write(_pack_crc((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF))
+        else:
+            crc = _crc32c(record)
+            parts = pending.parts
+            parts += (
+                header,
+                record,
+                _pack_crc((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF),
+            )
+            pending.size += length + _FRAMING_SIZE
+            # Only bytes are immutable; a caller may reuse any other buffer once we return.
+            if (
+                pending.size >= _BATCH_BYTES
+                or len(parts) >= pending.max_parts
+                or type(record) is not bytes
+            ):
+                pending.drain()
         size = length + _FRAMING_SIZE
         self._records += 1
         self._bytes += size
         return size
 
     def flush(self) -> None:
-        """Flushes the underlying stream."""
+        """Writes the pending records to the stream, then flushes the stream."""
+        if self._pending is not None:
+            self._pending.drain()
         self._stream.flush()
+
+    def close(self) -> None:
+        """Writes the pending records to the stream, which stays open; then refuses records.
+
+        Raises:
+            ValueError: If the file was closed while records were pending.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.drain()
+
+    def __enter__(self) -> TFRecordWriter:
+        if self._pending is None and not self._closed:
+            file = _local_file(self._stream)
+            if file is not None:
+                self._pending = _PendingFrames(file, _name_of(self._stream))
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
 
 class _ZlibWriter(io.RawIOBase):
@@ -327,7 +493,9 @@ def open_writer(
         codec = _from_suffix(url) or "NONE"
     with fsspec.open(url, "wb", **storage_options) as raw:
         if codec == "NONE":
-            yield TFRecordWriter(raw)
+            # Closing the writer writes the records it batched, before the file closes.
+            with TFRecordWriter(raw) as writer:
+                yield writer
             return
         if codec == "GZIP":
             # filename="" keeps the file's name out of the header, mtime=0 the clock.
@@ -337,7 +505,8 @@ def open_writer(
         else:
             stream = _ZlibWriter(raw)
         try:
-            yield TFRecordWriter(stream)
+            with TFRecordWriter(stream) as writer:
+                yield writer
         finally:
             stream.close()
 

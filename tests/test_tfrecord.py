@@ -5,16 +5,20 @@ from __future__ import annotations
 import gzip
 import io
 import logging
+import os
 import pickle
 import struct
 import subprocess
 import zlib
 from pathlib import Path
+from typing import Any
 
+import fsspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from beam_tfrecord import tfrecord
 from beam_tfrecord.tfrecord import (
     CorruptRecordError,
     TFRecordReader,
@@ -281,6 +285,122 @@ def test_corrupt_record_error_pickles():
         error.damage_offset,
         str(error),
     )
+
+
+# --- batching on local files ------------------------------------------------------------------
+
+
+def _buffered(path: Path) -> Any:
+    return open(path, "wb")
+
+
+def _unbuffered(path: Path) -> Any:
+    return open(path, "wb", buffering=0)
+
+
+def _fsspec_local(path: Path) -> Any:
+    return fsspec.open(str(path), "wb").open()
+
+
+@pytest.mark.parametrize("opener", [_buffered, _unbuffered, _fsspec_local])
+def test_local_file_gets_the_same_bytes_by_flush(tmp_path, opener):
+    records = [b"x" * 100_000, b"", bytearray(b"mutable"), memoryview(b"efgh").cast("H")] * 50
+    path = tmp_path / "batched.tfrecord"
+    with opener(path) as f:
+        with TFRecordWriter(f) as writer:
+            sizes = [writer.write(record) for record in records]
+            writer.flush()
+            assert path.read_bytes() == _framed(records)
+            assert sizes == [framed_size(memoryview(r).nbytes) for r in records]
+            assert writer.bytes_written == sum(sizes) == f.tell()
+            writer.write(b"after the flush")
+        assert not f.closed
+        with pytest.raises(ValueError, match="closed TFRecordWriter"):
+            writer.write(b"late")
+    assert path.read_bytes() == _framed([*records, b"after the flush"])
+
+
+def test_more_records_than_one_writev_takes(tmp_path):
+    records = [bytes([i % 256]) * (i % 7) for i in range(5000)]
+    path = tmp_path / "many.tfrecord"
+    with open(path, "wb") as f, TFRecordWriter(f) as writer:
+        for record in records:
+            writer.write(record)
+    assert path.read_bytes() == _framed(records)
+
+
+def test_bytes_written_to_the_file_before_the_writer_come_first(tmp_path):
+    path = tmp_path / "prefix.tfrecord"
+    with open(path, "wb") as f:
+        f.write(_framed([b"by hand"]))
+        with TFRecordWriter(f) as writer:
+            writer.write(b"by the writer")
+    assert list(read_records(str(path))) == [b"by hand", b"by the writer"]
+
+
+def test_a_reused_buffer_goes_out_before_write_returns(tmp_path):
+    path = tmp_path / "reused.tfrecord"
+    buffer = bytearray(b"first")
+    with open(path, "wb") as f, TFRecordWriter(f) as writer:
+        writer.write(buffer)
+        buffer[:] = b"again"
+        writer.write(buffer)
+    assert list(read_records(str(path))) == [b"first", b"again"]
+
+
+def test_outside_a_with_block_records_go_straight_to_the_stream(tmp_path):
+    path = tmp_path / "unbatched.tfrecord"
+    with open(path, "wb") as f:
+        writer = TFRecordWriter(f)
+        writer.write(b"at once")
+    # The file was closed before the writer was: nothing may be waiting in the writer.
+    assert list(read_records(str(path))) == [b"at once"]
+    writer.close()
+
+
+def test_closing_the_file_under_pending_records_raises(tmp_path):
+    with open(tmp_path / "closed.tfrecord", "wb") as f, TFRecordWriter(f) as writer:
+        writer.write(b"pending")
+        f.close()
+        with pytest.raises(ValueError, match="closed with 1 records still waiting"):
+            writer.close()
+
+
+def test_writing_to_the_file_under_pending_records_raises(tmp_path):
+    with open(tmp_path / "interleaved.tfrecord", "wb") as f, TFRecordWriter(f) as writer:
+        writer.write(b"pending")
+        f.write(_framed([b"sneaked in"]))
+        with pytest.raises(OSError, match="to start at byte 0, the file is at byte 26"):
+            writer.flush()
+
+
+def test_short_writes_are_resumed(tmp_path, monkeypatch):
+    def stingy_writev(fd, parts):  # a kernel that takes at most 1000 bytes per call
+        return os.write(fd, b"".join(parts)[:1000])
+
+    monkeypatch.setattr(tfrecord.os, "writev", stingy_writev)
+    records = [b"a" * 2500, b"b" * 10, memoryview(b"cdef").cast("H"), b"g" * 999]
+    path = tmp_path / "short.tfrecord"
+    with open(path, "wb") as f, TFRecordWriter(f) as writer:
+        for record in records:
+            writer.write(record)
+    assert path.read_bytes() == _framed(records)
+
+
+def test_a_pipe_gets_the_same_bytes():
+    read_end, write_end = os.pipe()
+    with open(read_end, "rb") as reader:
+        with open(write_end, "wb") as f, TFRecordWriter(f) as writer:
+            for record in RECORDS:
+                writer.write(record)
+        assert reader.read() == _framed(RECORDS)
+
+
+def test_a_device_that_keeps_no_position_is_written_to():
+    with open(os.devnull, "wb") as f, TFRecordWriter(f) as writer:
+        for _ in range(100):
+            writer.write(bytes(100_000))
+    assert writer.bytes_written == 100 * framed_size(100_000)
 
 
 # --- round trips --------------------------------------------------------------------------
