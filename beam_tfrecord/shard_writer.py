@@ -115,22 +115,32 @@ def write_shard(
     skipped: list[ReportEntry] = []
     counts: Counter[str] = Counter()
     fs.makedirs(posixpath.dirname(final_path), exist_ok=True)
+    direct = temp_path == final_path
+    # An object store completes an upload when its file is closed, even when the writing failed;
+    # without autocommit it completes only on commit(), so a failed shard never appears.
+    raw = fs.open(temp_path, "wb", autocommit=False) if direct else fs.open(temp_path, "wb")
     try:
-        with fs.open(temp_path, "wb") as raw:
-            stream = _HashingStream(raw)
-            writer = TFRecordWriter(stream)
-            for entry in ordered:
-                record = _record_for(entry, policy, skipped)
-                if record is None:
-                    continue
-                writer.write(record)
-                if entry.label is not None:
-                    counts[entry.label] += 1
-        if temp_path != final_path:
+        stream = _HashingStream(raw)
+        writer = TFRecordWriter(stream)
+        for entry in ordered:
+            record = _record_for(entry, policy, skipped)
+            if record is None:
+                continue
+            writer.write(record)
+            if entry.label is not None:
+                counts[entry.label] += 1
+        raw.close()
+        if direct:
+            raw.commit()
+        else:
             fs.mv(temp_path, final_path)
     except BaseException:
-        if temp_path != final_path and fs.exists(temp_path):
-            fs.rm(temp_path)
+        if direct:
+            _cancel_upload(raw, temp_path)
+        else:
+            raw.close()
+            if fs.exists(temp_path):
+                fs.rm(temp_path)
         raise
     result = ShardResult(
         split=spec.split,
@@ -145,6 +155,20 @@ def write_shard(
         "wrote shard %s: %d examples, %d bytes", spec.file_name, result.examples, result.bytes
     )
     return result, skipped
+
+
+def _cancel_upload(raw, path: str) -> None:
+    """Abandons an uncommitted upload: nothing of it appears, nothing is left to flush."""
+    try:
+        # Frees what the store keeps of the upload so far (S3 keeps, and bills, the parts of an
+        # unfinished multipart upload until it is aborted).
+        raw.discard()
+    except Exception as err:  # the shard's own error is the one to raise
+        _LOG.warning("could not cancel the unfinished upload of %s: %s", path, err)
+    finally:
+        # Closing would upload the rest of the buffer, to no purpose; this also keeps the
+        # file's finalizer from doing it.
+        raw.closed = True
 
 
 def _record_for(entry: ImageEntry, policy: ImagePolicy, skipped: list[ReportEntry]) -> bytes | None:
