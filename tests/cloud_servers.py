@@ -1,0 +1,202 @@
+"""Real object stores on 127.0.0.1 for tests: moto's S3 server for s3://, gcp-storage-emulator for gs://.
+
+Each server runs in its own process, started once per session on a free port and stopped at the
+end. Clients find them through the environment alone (no storage_options anywhere), so the library
+code under test is the code users run, and Beam's worker processes, which inherit the environment,
+find them too:
+
+    s3://  AWS_ENDPOINT_URL_S3=http://127.0.0.1:N, dummy AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY,
+           AWS_DEFAULT_REGION=us-east-1, and no AWS config or credentials files.
+    gs://  STORAGE_EMULATOR_HOST=http://127.0.0.1:N, FSSPEC_GS_TOKEN=anon (no credential lookup),
+           GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false (gcsfs's bucket-type probe goes over gRPC, which
+           the emulator does not speak: each new bucket stalls on it for up to a minute).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import fsspec
+import fsspec.config
+import pytest
+
+__all__ = ["ObjectStore", "gcs_store", "s3_store", "upload"]
+
+_HOST = "127.0.0.1"
+_START_SECONDS = 60  # moto imports a lot; a loaded CI machine may be slow to start it
+_STOP_SECONDS = 10
+_buckets = itertools.count()
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    """A running object-store server and the URL scheme that reaches it."""
+
+    protocol: str
+    endpoint: str
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        return fsspec.filesystem(self.protocol)
+
+    def new_bucket(self, prefix: str = "bucket") -> str:
+        """Creates an empty bucket with a name no other test uses; returns its URL."""
+        name = f"{prefix}-{os.getpid()}-{next(_buckets)}"
+        self.fs.mkdir(name)
+        return f"{self.protocol}://{name}"
+
+
+def upload(local: Path, url: str) -> None:
+    """Copies every file below a local folder (hidden ones too) to the same relative paths at `url`."""
+    fs, root = fsspec.core.url_to_fs(url)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        fs.pipe_file(f"{root}/{path.relative_to(local).as_posix()}", path.read_bytes())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((_HOST, 0))
+        return s.getsockname()[1]
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(_STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(_STOP_SECONDS)
+
+
+def _serve(command: list[str], ready_path: str, log: Path) -> Iterator[str]:
+    """Runs a server process until the generator is closed; yields its endpoint URL.
+
+    The port is found free just before the server binds it; should another process take it in
+    between, the server exits and is started again on another port.
+    """
+    for _ in range(3):
+        port = _free_port()
+        endpoint = f"http://{_HOST}:{port}"
+        with open(log, "ab") as out:
+            process = subprocess.Popen(
+                [*command, str(port)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        try:
+            deadline = time.monotonic() + _START_SECONDS
+            while process.poll() is None and time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(endpoint + ready_path, timeout=2):
+                        break
+                except urllib.error.HTTPError:
+                    break  # it answers
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                if process.poll() is None:
+                    raise RuntimeError(
+                        f"{command[:3]} did not answer in {_START_SECONDS} s; see {log}"
+                    )
+                continue  # it exited: most likely the port was taken
+            yield endpoint
+            return
+        finally:
+            _stop(process)
+    raise RuntimeError(f"{command[:3]} would not start; see {log}:\n{log.read_text()[-2000:]}")
+
+
+def _clear_instances(*protocols: str) -> None:
+    # fsspec caches filesystem instances; one made before (or after) these servers would keep
+    # pointing where the environment pointed when it was made.
+    for protocol in protocols:
+        fsspec.get_filesystem_class(protocol).clear_instance_cache()
+
+
+@pytest.fixture(scope="session")
+def s3_store(tmp_path_factory) -> Iterator[ObjectStore]:
+    """moto's S3 server, with s3fs (and boto) pointed at it through the environment."""
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto.server")
+    logs = tmp_path_factory.mktemp("moto")
+    server = _serve(
+        [sys.executable, "-m", "moto.server", "-H", _HOST, "-p"], "/moto-api/", logs / "server.log"
+    )
+    endpoint = next(server)
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+                env.delenv(name, raising=False)
+            env.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+            env.setenv("AWS_ACCESS_KEY_ID", "testing")
+            env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+            env.setenv("AWS_DEFAULT_REGION", "us-east-1")
+            # Nothing from a developer's ~/.aws may steer the clients elsewhere.
+            env.setenv("AWS_CONFIG_FILE", str(logs / "no-aws-config"))
+            env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(logs / "no-aws-credentials"))
+            _clear_instances("s3")
+            try:
+                yield ObjectStore("s3", endpoint)
+            finally:
+                _clear_instances("s3")
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def gcs_store(tmp_path_factory) -> Iterator[ObjectStore]:
+    """gcp-storage-emulator, with gcsfs pointed at it through the environment."""
+    pytest.importorskip("gcsfs")
+    pytest.importorskip("gcp_storage_emulator")
+    logs = tmp_path_factory.mktemp("gcs-emulator")
+    server = _serve(
+        [
+            sys.executable,
+            "-m",
+            "gcp_storage_emulator",
+            "start",
+            "--in-memory",
+            "-H",
+            _HOST,
+            "--port",
+        ],
+        "/storage/v1/b",
+        logs / "server.log",
+    )
+    endpoint = next(server)
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("STORAGE_EMULATOR_HOST", endpoint)
+            # Read by gcsfs and fsspec when imported, so by Beam's worker processes; this process
+            # may have imported them already, hence the two settings below.
+            env.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+            env.setenv("FSSPEC_GS_TOKEN", "anon")
+            env.setitem(
+                fsspec.config.conf, "gs", {**fsspec.config.conf.get("gs", {}), "token": "anon"}
+            )
+            import gcsfs
+            import gcsfs.core
+
+            for protocol in ("gs", "gcs"):
+                fsspec.register_implementation(protocol, gcsfs.core.GCSFileSystem, clobber=True)
+            _clear_instances("gs")
+            try:
+                yield ObjectStore("gs", endpoint)
+            finally:
+                _clear_instances("gs")
+                for protocol in ("gs", "gcs"):
+                    fsspec.register_implementation(protocol, gcsfs.GCSFileSystem, clobber=True)
+    finally:
+        server.close()

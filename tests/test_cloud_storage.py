@@ -1,0 +1,290 @@
+"""Builds from a bucket into a bucket, on s3:// and gs://, against real servers on 127.0.0.1.
+
+The servers (moto and gcp-storage-emulator, see cloud_servers.py) speak the stores' HTTP APIs, so
+s3fs and gcsfs run their real code: listings with bucket-relative names, implicit folders, uploads
+that appear whole when complete, no rename.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import fsspec
+import pytest
+
+# The fixtures are imported for pytest to find them; tests ask for them by name.
+from cloud_servers import ObjectStore, gcs_store, s3_store, upload  # noqa: F401
+from imagegen import make_collection
+
+from beam_tfrecord.catalog import ImageEntry
+from beam_tfrecord.cli import main
+from beam_tfrecord.config import BuildConfig, ConfigError
+from beam_tfrecord.example import decode_example
+from beam_tfrecord.listing import SourceFile
+from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
+from beam_tfrecord.pipeline import BuildResult, build, image_policy, preparer
+from beam_tfrecord.shard_writer import ShardSpec, write_shard
+from beam_tfrecord.splits import assign_split
+from beam_tfrecord.tfrecord import read_records
+
+pytestmark = pytest.mark.slow
+
+CLASSES = {"cat": 16, "dog": 14, "fox": 10}
+MIN, MAX = 40_000, 120_000
+SHARD_RE = re.compile(r"^(?P<name>.+)-(?P<split>[a-z]+)\.tfrecord-(?P<i>\d{5})-of-(?P<n>\d{5})$")
+SHARD_NAME = re.compile(r"\.tfrecord-\d{5}-of-\d{5}")
+METADATA = {LABELS_FILE, MANIFEST_FILE, REPORT_FILE}
+MULTI_PROCESS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+
+
+def _config(inputs: str, output: str, **overrides) -> BuildConfig:
+    settings = {
+        "inputs": (inputs,),
+        "output": output,
+        "min_shard_size": MIN,
+        "max_shard_size": MAX,
+        "seed": 7,
+    }
+    settings.update(overrides)
+    return BuildConfig(**settings)
+
+
+def _objects(url: str) -> dict[str, bytes]:
+    """Every object below a URL (hidden ones too), by path relative to it, read fresh."""
+    fs, root = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache()
+    root = root.rstrip("/")
+    return {name[len(root) + 1 :]: fs.cat_file(name) for name in sorted(fs.find(root))}
+
+
+def _store(request, protocol: str) -> ObjectStore:
+    return request.getfixturevalue({"s3": "s3_store", "gs": "gcs_store"}[protocol])
+
+
+def _strays(files: dict[str, bytes], manifest: dict) -> set[str]:
+    """Objects of an output folder that no finished build leaves: hidden ones (temporaries),
+    and shards (or files named for shards) that the manifest does not list."""
+    listed = {s["file"] for s in manifest["shards"]}
+    listed |= {s["index_file"] for s in manifest["shards"] if s.get("index_file")}
+    return {
+        name
+        for name in files
+        if any(part.startswith(".") for part in name.split("/"))
+        or (SHARD_NAME.search(name) and name not in listed)
+    }
+
+
+def _shards(files: dict[str, bytes]) -> dict[str, bytes]:
+    return {name: data for name, data in files.items() if SHARD_RE.match(name)}
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory) -> tuple[Path, dict[str, bytes]]:
+    src = tmp_path_factory.mktemp("photos")
+    images = make_collection(src, CLASSES, seed=5)
+    (src / "dog" / "broken.jpg").write_bytes(images["dog/dog_0000.jpg"][:300])  # truncated
+    (src / "cat" / ".hidden.jpg").write_bytes(images["cat/cat_0001.jpg"])  # not an input at all
+    return src, images
+
+
+@pytest.fixture(scope="module")
+def local_build(collection, tmp_path_factory) -> tuple[BuildResult, dict[str, bytes]]:
+    src, _ = collection
+    out = tmp_path_factory.mktemp("local") / "pets"
+    result = build(_config(f"{src}/**", str(out)), [])
+    return result, {p.name: p.read_bytes() for p in out.iterdir() if SHARD_RE.match(p.name)}
+
+
+@dataclass
+class BucketBuild:
+    store: ObjectStore
+    source: str  # the uploaded collection's folder URL
+    output: str
+    config: BuildConfig
+    result: BuildResult
+    images: dict[str, bytes]
+    copies: list[tuple[str, str]]  # (from, to) of every copy or rename in the store
+
+
+@pytest.fixture(scope="module", params=["s3", "gs"])
+def bucket_build(request, collection) -> BucketBuild:
+    store = _store(request, request.param)
+    src, images = collection
+    source = f"{store.new_bucket('photos')}/collections/pets"
+    upload(src, source)
+    output = f"{store.new_bucket('datasets')}/v1/pets"
+    config = _config(f"{source}/**", output)
+    # Object stores have no rename: gcsfs and s3fs copy, then delete (and gcsfs first retries a
+    # native rename for half a minute). A build must publish by writing final names directly.
+    copies: list[tuple[str, str]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        cls = type(store.fs)
+        for method in ("_cp_file", "_mv_file"):
+            real = getattr(cls, method)
+
+            async def recorded(self, path1, path2, *args, _real=real, **kwargs):
+                copies.append((path1, path2))
+                return await _real(self, path1, path2, *args, **kwargs)
+
+            patch.setattr(cls, method, recorded)
+        result = build(config, [])
+    return BucketBuild(store, source, output, config, result, images, copies)
+
+
+def test_every_image_in_one_shard_with_its_bytes_and_label_or_reported(bucket_build):
+    b = bucket_build
+    files = _objects(b.output)
+    classes = files[LABELS_FILE].decode().splitlines()
+    seen: Counter[str] = Counter()
+    for name, data in _shards(files).items():
+        split = SHARD_RE.match(name)["split"]
+        for record in read_records(io.BytesIO(data)):
+            features = decode_example(record)
+            relpath = features["image/filename"][0].decode()
+            seen[relpath] += 1
+            assert features["image/encoded"] == [b.images[relpath]], relpath
+            label = relpath.split("/")[0]
+            assert features["image/class/text"] == [label.encode()]
+            assert features["image/class/label"] == [classes.index(label)]
+            assert assign_split(relpath, b.config.splits, b.config.seed) == split
+    assert seen == Counter(set(b.images)), "every image is written, exactly once"
+
+    report = [json.loads(line) for line in files[REPORT_FILE].decode().splitlines()]
+    assert {r["relpath"]: r["reason"] for r in report} == {"dog/broken.jpg": "truncated"}
+    assert report[0]["url"] == f"{b.source}/dog/broken.jpg"
+    inputs = b.result.manifest["inputs"]
+    assert inputs["listed"] == len(b.images) + 1, "the hidden file is not an input"
+    assert (inputs["written"], inputs["skipped"]) == (len(b.images), 1)
+
+
+def test_manifest_and_labels_match_the_objects(bucket_build):
+    b = bucket_build
+    files = _objects(b.output)
+    manifest = json.loads(files[MANIFEST_FILE])
+    assert manifest == b.result.manifest
+    assert files[LABELS_FILE] == b"cat\ndog\nfox\n"
+    shards = _shards(files)
+    assert sorted(s["file"] for s in manifest["shards"]) == sorted(shards)
+    assert len([s for s in shards if "-train." in s]) >= 2, "the train split spans shards"
+    for shard in manifest["shards"]:
+        data = shards[shard["file"]]
+        assert shard["bytes"] == len(data)
+        if shard["split"] == "train":
+            assert MIN <= len(data) <= MAX, (shard["file"], len(data))
+        assert shard["sha256"] == hashlib.sha256(data).hexdigest()
+        assert shard["examples"] == sum(1 for _ in read_records(io.BytesIO(data)))
+
+
+def test_no_temporary_or_partial_objects_are_left(bucket_build):
+    b = bucket_build
+    bucket = b.output.split("/v1/")[0]
+    files = _objects(bucket)
+    assert all(name.startswith("v1/pets/") for name in files)
+    assert _strays(_objects(b.output), b.result.manifest) == set()
+    assert b.copies == [], "everything was written under its final name"
+    if b.store.protocol == "s3":
+        fs, path = fsspec.core.url_to_fs(bucket)
+        assert fs.list_multipart_uploads(path) == [], "no upload is left unfinished"
+
+
+def test_same_shards_as_a_build_from_local_disk(bucket_build, local_build):
+    local_result, local_shards = local_build
+    assert _shards(_objects(bucket_build.output)) == local_shards
+    assert bucket_build.result.manifest["shards"] == local_result.manifest["shards"]
+
+
+def test_overwrite_replaces_a_build_and_removes_its_stale_shards(bucket_build):
+    b = bucket_build
+    fs, _ = fsspec.core.url_to_fs(b.output)
+    target = f"{b.store.new_bucket('rebuild')}/pets"
+    for name, data in _objects(b.output).items():
+        fs.pipe_file(f"{target}/{name}", data)
+    fs.pipe_file(f"{target}/.pets-train.tfrecord-00001-of-00003.tmp-deadbeef", b"partial")
+    fs.pipe_file(f"{target}/notes.md", b"a user's file")
+    with pytest.raises(ConfigError, match=r"already holds an earlier build; pass --overwrite"):
+        build(_config(f"{b.source}/**", target), [])
+
+    # Larger shards: the train shards of the first build are stale (other names, other count).
+    result = build(
+        _config(
+            f"{b.source}/**", target, overwrite=True, min_shard_size=MAX, max_shard_size=4 * MAX
+        ),
+        [],
+    )
+    files = _objects(target)
+    new_shards = {s["file"] for s in result.manifest["shards"]}
+    stale = set(_shards(_objects(b.output))) - new_shards
+    assert any("-train." in name for name in stale), "the train split has fewer shards now"
+    assert set(_shards(files)) == new_shards
+    assert _strays(files, result.manifest) == set()
+    assert set(files) >= METADATA
+    assert files["notes.md"] == b"a user's file", "files a build does not write are left alone"
+    assert result.manifest["inputs"]["written"] == len(b.images)
+
+
+def test_verify_and_inspect_a_bucket(bucket_build, capsys):
+    b = bucket_build
+    shards = b.result.manifest["shards"]
+    assert main(["verify", f"{b.output}/"]) == 0
+    out = capsys.readouterr().out
+    records = sum(s["examples"] for s in shards)
+    assert f"total: {len(shards)} files, {records} records" in out
+    first = shards[0]
+    assert f"OK       {b.output}/{first['file']}: {first['examples']} records" in out
+
+    url = f"{b.output}/{first['file']}"
+    assert main(["inspect", url, "-n", "1", "--json"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    with fsspec.open(url, "rb") as f:
+        expected = decode_example(next(read_records(f)))["image/filename"][0].decode()
+    assert [(line["file"], line["index"]) for line in lines] == [(url, 0)]
+    assert lines[0]["features"]["image/filename"] == {"kind": "bytes", "values": [expected]}
+
+
+def test_multi_process_workers_find_the_store_through_the_environment(
+    request, collection, local_build
+):
+    # Beam's workers are other processes here: they reach the emulator through the environment
+    # they inherit, as workers of a real runner reach the real store through theirs.
+    store = _store(request, "gs")
+    src, images = collection
+    source = f"{store.new_bucket('photos')}/pets"
+    upload(src, source)
+    output = f"{store.new_bucket('datasets')}/pets"
+    result = build(_config(f"{source}/**", output), MULTI_PROCESS)
+    assert result.manifest["inputs"]["written"] == len(images)
+    assert _shards(_objects(output)) == local_build[1]
+
+
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_a_failed_shard_leaves_no_object(request, protocol, collection):
+    """An upload appears only when complete: a shard whose writing fails is not published."""
+    store = _store(request, protocol)
+    src, images = collection
+    source = f"{store.new_bucket('photos')}/pets"
+    upload(src, source)
+    bucket = store.new_bucket("datasets")
+    config = _config(f"{source}/**", f"{bucket}/pets")
+    prep = preparer(config)
+    entries = sorted(
+        (
+            prep.prepare(SourceFile(f"{source}/{relpath}", relpath, len(data)), "cat", 0)
+            for relpath, data in sorted(images.items())[:6]
+        ),
+        key=lambda e: e.sort_key,
+    )
+    assert all(isinstance(e, ImageEntry) for e in entries)
+    # A record whose size disagrees with the plan is a bug: writing stops there with an error,
+    # after five records were written.
+    entries[-1] = dataclasses.replace(entries[-1], record_size=entries[-1].record_size + 1)
+    spec = ShardSpec(config.output, "pets-train.tfrecord-00000-of-00001", "train", 0, 1)
+    with pytest.raises(AssertionError, match="planned"):
+        write_shard(spec, entries, image_policy(config))
+    assert _objects(bucket) == {}
