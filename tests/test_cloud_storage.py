@@ -288,3 +288,15 @@ def test_a_failed_shard_leaves_no_object(request, protocol, collection):
     with pytest.raises(AssertionError, match="planned"):
         write_shard(spec, entries, image_policy(config))
     assert _objects(bucket) == {}
+
+
+def test_missing_output_bucket_is_refused_not_created(s3_store, tmp_path, capsys):  # noqa: F811
+    """A typo in the output bucket's name fails before the build; no bucket appears."""
+    src = tmp_path / "src"
+    make_collection(src, {"a": 2}, seed=1)
+    status = main(["build", "--input", f"{src}/**", "--output", "s3://no-such-bucket-typo/ds"])
+    assert status == 2
+    assert "--output: 's3://no-such-bucket-typo/ds' is not writable" in capsys.readouterr().err
+    fs = fsspec.filesystem("s3")
+    fs.invalidate_cache()
+    assert not fs.exists("no-such-bucket-typo")
