@@ -16,6 +16,7 @@ import fsspec
 
 from beam_tfrecord.catalog import ReportEntry
 from beam_tfrecord.labels import ClassMap
+from beam_tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX
 from beam_tfrecord.shard_writer import ShardResult, is_temporary
 
 __all__ = [
@@ -100,6 +101,7 @@ def build_manifest(
                 "examples": s.examples,
                 "bytes": s.bytes,
                 "sha256": s.sha256,
+                "index_file": s.index_file,
             }
             for s in shards
         ],
@@ -148,11 +150,15 @@ def read_manifest(output_dir: str) -> dict[str, Any]:
 
 
 def is_build_file(file_name: str) -> bool:
-    """Whether a file in an output folder is one a build writes (shards, their temporaries, metadata)."""
-    return (
-        file_name in _METADATA_FILES
-        or is_temporary(file_name)
-        or fnmatch.fnmatch(file_name, _SHARD_GLOB)
+    """Whether a file in an output folder is one a build writes (shards, their indexes and
+    temporaries, metadata). `file_name` is relative to the folder: `index/{shard}.index`."""
+    folder, name = posixpath.split(file_name)
+    if folder == INDEX_DIR:
+        return is_temporary(name) or (
+            name.endswith(INDEX_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
+        )
+    return not folder and (
+        name in _METADATA_FILES or is_temporary(name) or fnmatch.fnmatch(name, _SHARD_GLOB)
     )
 
 
@@ -160,16 +166,20 @@ def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
     """Removes the shards and temporaries of earlier or failed attempts that this build did not write.
 
     Only files a build writes are touched; anything else a user keeps in the folder stays.
+    Names, kept and removed, are relative to the folder: a stale shard's index is
+    `index/{shard}.index`.
     """
     fs, path = fsspec.core.url_to_fs(output_dir)
     keep = set(keep) | set(_METADATA_FILES)
     removed = []
-    try:
-        names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
-    except FileNotFoundError:
-        return removed
-    for name in sorted(names):
-        if name not in keep and is_build_file(name):
-            fs.rm(posixpath.join(path, name))
-            removed.append(name)
+    for folder in ("", INDEX_DIR):
+        try:
+            listed = fs.ls(posixpath.join(path, folder) if folder else path, detail=False)
+        except FileNotFoundError:
+            continue
+        for name in sorted(posixpath.basename(p.rstrip("/")) for p in listed):
+            relative = posixpath.join(folder, name)
+            if relative not in keep and is_build_file(relative):
+                fs.rm(posixpath.join(path, relative))
+                removed.append(relative)
     return removed

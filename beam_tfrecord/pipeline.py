@@ -77,7 +77,9 @@ def _finalize(results, report, classes, listed, config_dict, split_names, output
         listed=listed,
     )
     write_build_files(output_dir, manifest, classes, report)
-    removed = remove_stale_files(output_dir, keep=[s["file"] for s in manifest["shards"]])
+    keep = [s["file"] for s in manifest["shards"]]
+    keep += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
+    removed = remove_stale_files(output_dir, keep=keep)
     if removed:
         _LOG.info(
             "removed %d stale files of an earlier build: %s", len(removed), ", ".join(removed[:5])

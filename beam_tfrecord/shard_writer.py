@@ -16,6 +16,7 @@ from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.example import decode_example
 from beam_tfrecord.images import ImageError, ImagePolicy, encode_for_tensorflow
 from beam_tfrecord.preparation import read_source
+from beam_tfrecord.record_index import index_file_name, index_line
 from beam_tfrecord.records import image_record
 from beam_tfrecord.tfrecord import CorruptRecordError, TFRecordWriter, framed_size, read_records
 
@@ -58,6 +59,7 @@ class ShardResult:
     sha256: str
     class_counts: tuple[tuple[str, int], ...] = ()
     resumed: bool = False
+    index_file: str | None = None  # its record index, relative to the output folder
 
 
 class _HashingStream:
@@ -101,9 +103,14 @@ def write_shard(
     """
     ordered = sorted(entries, key=lambda e: e.sort_key)
     fs, final_path = fsspec.core.url_to_fs(spec.url)
+    index_name = index_file_name(spec.file_name)
+    index_path = posixpath.join(posixpath.dirname(final_path), index_name)
     if resume:
-        result = _verify_existing(fs, final_path, spec, ordered)
-        if result is not None:
+        kept = _verify_existing(fs, final_path, spec, ordered)
+        if kept is not None:
+            result, index = kept
+            # An earlier run may have died between publishing the shard and its index.
+            _publish_small_file(fs, index_path, index)
             _LOG.info("kept finished shard %s (%d examples)", spec.file_name, result.examples)
             return result, []
     if _atomic_rename(fs):
@@ -114,6 +121,9 @@ def write_shard(
         temp_path = final_path
     skipped: list[ReportEntry] = []
     counts: Counter[str] = Counter()
+    # A few bytes per record; held until the shard is published, so that no index ever
+    # describes a shard that is not there.
+    index: list[str] = []
     fs.makedirs(posixpath.dirname(final_path), exist_ok=True)
     direct = temp_path == final_path
     # An object store completes an upload when its file is closed, even when the writing failed;
@@ -126,7 +136,8 @@ def write_shard(
             record = _record_for(entry, policy, skipped)
             if record is None:
                 continue
-            writer.write(record)
+            offset = writer.bytes_written
+            index.append(index_line(offset, writer.write(record)))
             if entry.label is not None:
                 counts[entry.label] += 1
         raw.close()
@@ -142,6 +153,7 @@ def write_shard(
             if fs.exists(temp_path):
                 fs.rm(temp_path)
         raise
+    _publish_small_file(fs, index_path, "".join(index))
     result = ShardResult(
         split=spec.split,
         index=spec.index,
@@ -150,6 +162,7 @@ def write_shard(
         bytes=writer.bytes_written,
         sha256=stream.sha256.hexdigest(),
         class_counts=tuple(sorted(counts.items())),
+        index_file=index_name,
     )
     _LOG.info(
         "wrote shard %s: %d examples, %d bytes", spec.file_name, result.examples, result.bytes
@@ -225,10 +238,29 @@ def _record_for(entry: ImageEntry, policy: ImagePolicy, skipped: list[ReportEntr
     return record
 
 
+def _publish_small_file(fs: fsspec.AbstractFileSystem, path: str, text: str) -> None:
+    """Writes a small file whole under its final name, the way shards are published."""
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    if not _atomic_rename(fs):
+        fs.pipe_file(path, text.encode("ascii"))
+        return
+    temp = posixpath.join(
+        posixpath.dirname(path), f".{posixpath.basename(path)}{TEMP_MARKER}{uuid.uuid4().hex}"
+    )
+    try:
+        fs.pipe_file(temp, text.encode("ascii"))
+        fs.mv(temp, path)
+    except BaseException:
+        if fs.exists(temp):
+            fs.rm(temp)
+        raise
+
+
 def _verify_existing(
     fs, final_path: str, spec: ShardSpec, ordered: list[ImageEntry]
-) -> ShardResult | None:
-    """The result of a shard already written by an earlier run of the same build, if it is intact.
+) -> tuple[ShardResult, str] | None:
+    """The result and index of a shard already written by an earlier run of the same build, if
+    it is intact.
 
     Intact means: every record's CRCs check, and the records are exactly the planned images in the
     planned order with their planned sizes. A shard that left an image out is written again.
@@ -240,10 +272,12 @@ def _verify_existing(
         return None
     sha = hashlib.sha256()
     counts: Counter[str] = Counter()
+    index: list[str] = []
     try:
         with fs.open(final_path, "rb") as f:
-            records = read_records(f, compression="NONE")
-            for entry, record in zip(ordered, records, strict=True):
+            records = read_records(f, compression="NONE", with_offsets=True)
+            for entry, (offset, record) in zip(ordered, records, strict=True):
+                index.append(index_line(offset, framed_size(len(record))))
                 features = decode_example(record)
                 if features.get("image/filename") != [
                     entry.relpath.encode("utf-8", "surrogateescape")
@@ -256,7 +290,7 @@ def _verify_existing(
                 sha.update(block)
     except (CorruptRecordError, ValueError, OSError):
         return None
-    return ShardResult(
+    result = ShardResult(
         split=spec.split,
         index=spec.index,
         file_name=spec.file_name,
@@ -265,4 +299,6 @@ def _verify_existing(
         sha256=sha.hexdigest(),
         class_counts=tuple(sorted(counts.items())),
         resumed=True,
+        index_file=index_file_name(spec.file_name),
     )
+    return result, "".join(index)

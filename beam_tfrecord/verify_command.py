@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import posixpath
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import fsspec
 from fsspec.core import url_to_fs
 from google.protobuf.message import DecodeError
 
 from beam_tfrecord.example import Example
-from beam_tfrecord.tfrecord import COMPRESSION_TYPES, TFRecordReader
+from beam_tfrecord.record_index import IndexCheck, index_candidates
+from beam_tfrecord.tfrecord import (
+    COMPRESSION_TYPES,
+    CorruptRecordError,
+    TFRecordReader,
+    framed_size,
+)
 
 __all__ = ["FileReport", "add_arguments", "expand_paths", "run", "verify_file"]
 
@@ -35,14 +43,16 @@ class FileReport:
         path: The file's URL or path.
         records: Intact records read (those that are not Examples included).
         bytes: The file's size on its filesystem.
-        errors: One message per problem, each naming the file and byte offset; empty when
-            the file is sound.
+        errors: One message per problem, each naming the file and byte offset (or the
+            index file and line); empty when the file is sound.
+        index: The record index checked against the file, if one was.
     """
 
     path: str
     records: int = 0
     bytes: int = 0
     errors: list[str] = field(default_factory=list)
+    index: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -51,17 +61,25 @@ class FileReport:
 
 
 def verify_file(
-    url: str, compression: str | None = "auto", *, examples: bool = True, **storage_options: Any
+    url: str,
+    compression: str | None = "auto",
+    *,
+    examples: bool = True,
+    index: str | None = "auto",
+    **storage_options: Any,
 ) -> FileReport:
     """Reads a whole TFRecord file, checking every CRC and (by default) every Example.
 
     Damage does not raise: a record with a bad data CRC is reported and reading goes on;
-    framing damage is reported and ends the file.
+    framing damage is reported and ends the file. A record index (DALI's `offset length`
+    lines) is checked in the same pass: line n must give record n's offset and framed length.
 
     Args:
         url: A local path or fsspec URL.
         compression: "NONE", "GZIP", "ZLIB" or "auto" (suffix, then content).
         examples: Also check that each record parses as a tf.train.Example.
+        index: The file's record index; "auto" checks `index/{name}.index` beside the file, as
+            a build writes it, or else `{name}.index`, when there is one; None checks none.
         **storage_options: Passed to fsspec.
 
     Returns:
@@ -72,6 +90,8 @@ def verify_file(
     """
     fs, path = url_to_fs(url, **storage_options)
     report = FileReport(path=url, bytes=fs.size(path))
+    if index == "auto":
+        index = next((c for c in index_candidates(url) if _exists(c, **storage_options)), None)
     reader = TFRecordReader(
         url,
         compression,
@@ -83,24 +103,59 @@ def verify_file(
     problems: list[tuple[int, str]] = []
     not_examples = 0
     parse = Example.FromString
-    for offset, record in reader:
-        if examples:
-            try:
-                parse(record)
-            except DecodeError:
-                not_examples += 1
-                if not_examples <= _MAX_ERRORS:
-                    problems.append(
-                        (offset, f"{url}: record at byte offset {offset} is not a tf.train.Example")
-                    )
+    with contextlib.ExitStack() as stack:
+        check = None
+        if index is not None:
+            check = IndexCheck(
+                index, stack.enter_context(fsspec.open(index, "r", **storage_options))
+            )
+            report.index = index
+        noted = 0  # reader.damage already given to the index check
+        for offset, record in reader:
+            if check is not None:
+                noted = _note_damaged(check, reader.damage, noted)
+                check.record(offset, framed_size(len(record)))
+            if examples:
+                try:
+                    parse(record)
+                except DecodeError:
+                    not_examples += 1
+                    if not_examples <= _MAX_ERRORS:
+                        message = f"{url}: record at byte offset {offset} is not a tf.train.Example"
+                        problems.append((offset, message))
+        if check is not None:
+            _note_damaged(check, reader.damage, noted)
+            # Framing damage ends reading, and the index lines past it cannot be checked.
+            check.finish(complete=all(_frame_is_whole(d) for d in reader.damage))
     problems.extend((damage.offset, str(damage)) for damage in reader.damage)
     report.records = reader.records_read
     report.errors = [message for _, message in sorted(problems)]
+    if check is not None:
+        report.errors.extend(check.errors)
     if not_examples > _MAX_ERRORS:
         report.errors.append(
             f"{url}: {not_examples - _MAX_ERRORS} more records are not tf.train.Examples"
         )
     return report
+
+
+def _frame_is_whole(damage: CorruptRecordError) -> bool:
+    # Only a bad data CRC is found past the header (damage_offset is then the payload's first
+    # byte): the record's length, and so where the next one starts, is known.
+    return damage.damage_offset != damage.offset
+
+
+def _note_damaged(check: IndexCheck, damage: list[CorruptRecordError], noted: int) -> int:
+    """Gives the index check the skipped records the reader noted since `noted`."""
+    for error in damage[noted:]:
+        if _frame_is_whole(error):
+            check.damaged(error.offset)
+    return len(damage)
+
+
+def _exists(url: str, **storage_options: Any) -> bool:
+    fs, path = url_to_fs(url, **storage_options)
+    return fs.exists(path)
 
 
 def _is_sidecar(relative: str) -> bool:
@@ -216,6 +271,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         state = "OK" if report.ok else "DAMAGED"
         print(
             f"{state:8s} {url}: {_count(report.records, 'record')}, {_count(report.bytes, 'byte')}"
+            + (", index checked" if report.index else "")
         )
         for message in report.errors:
             print(f"         {message}")

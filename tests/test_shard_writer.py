@@ -82,7 +82,8 @@ def test_retry_rewrites_identical_bytes_and_leaves_no_temporaries(planned, tmp_p
     second, _ = write_shard(spec, entries[::-1], POLICY)
     assert Path(spec.url).read_bytes() == data
     assert first == second
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [spec.file_name]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [spec.file_name, "index"]
+    assert [p.name for p in (tmp_path / "out" / "index").iterdir()] == [f"{spec.file_name}.index"]
 
 
 def test_interrupted_write_leaves_no_file_under_the_final_name(planned, tmp_path, monkeypatch):
