@@ -18,6 +18,7 @@ from beam_tfrecord.catalog import ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX
 from beam_tfrecord.shard_writer import ShardResult, is_temporary
+from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 
 __all__ = [
     "LABELS_FILE",
@@ -138,10 +139,14 @@ def write_build_files(
 
 
 def discard_manifest(output_dir: str) -> None:
-    """Removes a finished build's manifest, if any, before its folder is rebuilt."""
-    fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, MANIFEST_FILE))
-    if fs.exists(path):
-        fs.rm(path)
+    """Removes a finished build's manifest, if any, before its folder is rebuilt.
+
+    TFDS's dataset_info.json goes too: to TFDS it is what says a folder holds a finished build.
+    """
+    for name in (MANIFEST_FILE, DATASET_INFO_FILE):
+        fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
+        if fs.exists(path):
+            fs.rm(path)
 
 
 def read_manifest(output_dir: str) -> dict[str, Any]:
@@ -158,7 +163,10 @@ def is_build_file(file_name: str) -> bool:
             name.endswith(INDEX_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
         )
     return not folder and (
-        name in _METADATA_FILES or is_temporary(name) or fnmatch.fnmatch(name, _SHARD_GLOB)
+        name in _METADATA_FILES
+        or name in TFDS_FILES
+        or is_temporary(name)
+        or fnmatch.fnmatch(name, _SHARD_GLOB)
     )
 
 

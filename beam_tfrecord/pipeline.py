@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import posixpath
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,12 +19,14 @@ from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.manifest import (
     build_manifest,
     discard_manifest,
+    publish_text,
     read_manifest,
     remove_stale_files,
     write_build_files,
 )
 from beam_tfrecord.preflight import preflight
 from beam_tfrecord.preparation import Preparer
+from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.transforms import (
     METRICS_NAMESPACE,
     CheckImages,
@@ -76,8 +79,12 @@ def _finalize(results, report, classes, listed, config_dict, split_names, output
         report=report,
         listed=listed,
     )
+    # TFDS's files describe the same build; they go before manifest.json, which comes last.
+    tfds = tfds_files(manifest)
+    for name, text in tfds.items():
+        publish_text(posixpath.join(output_dir, name), text)
     write_build_files(output_dir, manifest, classes, report)
-    keep = [s["file"] for s in manifest["shards"]]
+    keep = [*tfds, *(s["file"] for s in manifest["shards"])]
     keep += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     removed = remove_stale_files(output_dir, keep=keep)
     if removed:

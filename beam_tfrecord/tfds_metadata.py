@@ -1,0 +1,148 @@
+"""TensorFlow Datasets metadata for a build: dataset_info.json and features.json, made without TFDS.
+
+With these files beside the shards, `tfds.builder_from_directory(OUTPUT)` loads a build: images
+decoded, labels as a ClassLabel with their names. The files are the JSON TFDS 4.9 itself writes
+(`DatasetInfo.write_to_directory`); tests load a real build with TFDS to hold us to that.
+
+TFDS reads the features of a record by the flat keys its FeaturesDict names, so the FeaturesDict
+is keyed by our record keys as they are ("image/encoded", "image/class/label", ...) and a loaded
+example is a dict with exactly the keys of README's record table. Nested FeaturesDicts would
+flatten to the same keys, but would load as `ex["image"]["class"]["label"]`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "DATASET_INFO_FILE",
+    "FEATURES_FILE",
+    "LABEL_NAMES_FILE",
+    "TFDS_FILES",
+    "TFDS_VERSION",
+    "dataset_info_json",
+    "features_json",
+    "tfds_files",
+]
+
+DATASET_INFO_FILE = "dataset_info.json"
+FEATURES_FILE = "features.json"
+# TFDS keeps a ClassLabel's names in a file beside features.json named after the feature's key,
+# its "/" turned into "." (ClassLabel.save_metadata): features.json itself holds only the count.
+LABEL_NAMES_FILE = "image.class.label.labels.txt"
+TFDS_FILES = (DATASET_INFO_FILE, FEATURES_FILE, LABEL_NAMES_FILE)
+# TFDS wants an x.y.z version; a build has no version of its own (its manifest says what it is).
+TFDS_VERSION = "1.0.0"
+
+_FEATURES = "tensorflow_datasets.core.features."
+_CHANNELS = {"rgb": 3, "gray": 1, "keep": None}
+# The shard names `sharding.shard_file_name` writes, in TFDS's template language. The dataset
+# name is spelled out rather than left to {DATASET}: TFDS's {DATASET} only matches names that are
+# Python identifiers, and ours may hold '-' and '.'.
+_FILEPATH_TEMPLATE = "{name}-{{SPLIT}}.{{FILEFORMAT}}-{{SHARD_X_OF_Y}}"
+
+
+def _text() -> dict[str, Any]:
+    return {"pythonClassName": _FEATURES + "text_feature.Text", "text": {}}
+
+
+def _int64() -> dict[str, Any]:
+    return {
+        "pythonClassName": _FEATURES + "scalar.Scalar",
+        "tensor": {"dtype": "int64", "encoding": "none", "shape": {}},
+    }
+
+
+def features_json(*, channels: int | None, num_classes: int | None) -> dict[str, Any]:
+    """The features.json of a build, as `tfds.features.FeaturesDict.to_proto()` writes it.
+
+    Args:
+        channels: the channels every image decodes to (3 for --color rgb, 1 for gray), or None
+            when they vary (--color keep): TFDS then decodes each image to its own channels.
+        num_classes: the number of classes, or None for a build without labels (--labels none),
+            whose records have neither `image/class/label` nor `image/class/text`.
+    """
+    # int64 dimensions are strings in proto JSON; -1 is an unknown dimension.
+    dims = ["-1", "-1", "-1" if channels is None else str(channels)]
+    features: dict[str, Any] = {
+        # No encoding format: TFDS then decodes with tf.image.decode_image, JPEG and PNG alike.
+        "image/encoded": {
+            "pythonClassName": _FEATURES + "image_feature.Image",
+            "image": {"dtype": "uint8", "shape": {"dimensions": dims}},
+        },
+        "image/format": _text(),
+        "image/height": _int64(),
+        "image/width": _int64(),
+        "image/channels": _int64(),
+        "image/filename": _text(),
+        "image/key/sha256": _text(),
+    }
+    if num_classes is not None:
+        features["image/class/label"] = {
+            "pythonClassName": _FEATURES + "class_label_feature.ClassLabel",
+            "classLabel": {"numClasses": str(num_classes)},
+        }
+        features["image/class/text"] = _text()
+    return {
+        "featuresDict": {"features": features},
+        "pythonClassName": _FEATURES + "features_dict.FeaturesDict",
+    }
+
+
+def dataset_info_json(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The dataset_info.json of a build, from its manifest (see `manifest.build_manifest`)."""
+    name = manifest["name"]
+    config = manifest["config"]
+    splits = []
+    for split, info in manifest["splits"].items():
+        lengths = [s["examples"] for s in manifest["shards"] if s["split"] == split]
+        splits.append(
+            {
+                "filepathTemplate": _FILEPATH_TEMPLATE.format(name=name),
+                "name": split,
+                "numBytes": str(info["bytes"]),
+                # An empty split keeps its place; TFDS lists it, and refuses only to read it.
+                "shardLengths": [str(n) for n in lengths],
+            }
+        )
+    info: dict[str, Any] = {
+        "description": (
+            "Images converted to TFRecord by beam-tfrecord; manifest.json holds the build's "
+            "settings, counts and checksums."
+        ),
+        "fileFormat": "tfrecord",
+        "moduleName": "beam_tfrecord",
+        "name": name,
+        "splits": splits,
+        "version": TFDS_VERSION,
+    }
+    if config["labels"] != "none":
+        # as_supervised=True then yields (image, label) pairs.
+        info["supervisedKeys"] = {
+            "tuple": {
+                "items": [{"featureKey": "image/encoded"}, {"featureKey": "image/class/label"}]
+            }
+        }
+    return info
+
+
+def tfds_files(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """The TFDS files of a build and their text, by file name; a build without labels has no
+    label names file."""
+    config = manifest["config"]
+    labeled = config["labels"] != "none"
+    features = features_json(
+        channels=_CHANNELS[config["color"]],
+        num_classes=len(manifest["classes"]) if labeled else None,
+    )
+    files = {
+        # The layout TFDS writes: features.json indented by 4 and dataset_info.json by 2, keys
+        # sorted, so a diff against a TFDS-written folder shows only what differs.
+        FEATURES_FILE: json.dumps(features, indent=4, sort_keys=True),
+        DATASET_INFO_FILE: json.dumps(dataset_info_json(manifest), indent=2, sort_keys=True),
+    }
+    if labeled:
+        files[LABEL_NAMES_FILE] = "".join(f"{name}\n" for name in manifest["classes"])
+    return files
