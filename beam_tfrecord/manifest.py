@@ -178,6 +178,8 @@ def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
     `index/{shard}.index`.
     """
     fs, path = fsspec.core.url_to_fs(output_dir)
+    # s3fs and gcsfs cache listings for the life of the process; this one must be fresh.
+    fs.invalidate_cache(path)
     keep = set(keep) | set(_METADATA_FILES)
     removed = []
     for folder in ("", INDEX_DIR):

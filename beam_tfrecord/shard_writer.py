@@ -265,6 +265,7 @@ def _verify_existing(
     Intact means: every record's CRCs check, and the records are exactly the planned images in the
     planned order with their planned sizes. A shard that left an image out is written again.
     """
+    fs.invalidate_cache(posixpath.dirname(final_path))  # object stores cache listings
     if not fs.exists(final_path):
         return None
     expected_bytes = sum(e.record_size for e in ordered)
