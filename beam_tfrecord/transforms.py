@@ -65,6 +65,15 @@ class _ExpandTaskFn(beam.DoFn):
         yield from expand_task(task, self._extensions)
 
 
+class _CountFn(beam.DoFn):
+    def __init__(self, name: str):
+        self._counter = _counter(name)
+
+    def process(self, element):
+        self._counter.inc()
+        yield element
+
+
 class _OnePerFileFn(beam.DoFn):
     def __init__(self):
         self._listed = _counter("images_listed")
@@ -127,6 +136,9 @@ class ListImages(beam.PTransform):
                     | f"Spread{level}" >> beam.Reshuffle()
                 )
             found = tasks | "Expand" >> beam.ParDo(_ExpandTaskFn(self._extensions))
+        if self._input_list is None and len(self._patterns) == 1:
+            # The parts of one pattern are disjoint, so no file can be listed twice: no shuffle.
+            return found | "CountListed" >> beam.ParDo(_CountFn("images_listed"))
         return (
             found
             | "KeyByUrl" >> beam.Map(lambda s: (s.url, s))
