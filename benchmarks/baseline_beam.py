@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output")
     parser.add_argument("--shards", type=int, required=True)
     args, beam_args = parser.parse_known_args(argv)
+    os.makedirs(args.output, exist_ok=True)
     paths = sorted(glob.glob(os.path.join(args.source, "**", "*.jpg"), recursive=True))
     with beam.Pipeline(options=PipelineOptions(beam_args)) as p:
         _ = (

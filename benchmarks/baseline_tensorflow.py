@@ -15,6 +15,7 @@ from PIL import Image
 
 def main(argv: list[str]) -> int:
     source, output = argv
+    os.makedirs(output, exist_ok=True)
     paths = sorted(glob.glob(os.path.join(source, "**", "*.jpg"), recursive=True))
     classes = sorted({os.path.basename(os.path.dirname(p)) for p in paths})
     shard_bytes, shard, written = 150e6, 0, 0
