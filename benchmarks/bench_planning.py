@@ -199,12 +199,12 @@ class _WorkerPeaks:
 
 
 def _record_inputs_sent() -> list[int]:
-    """Records the largest message in each bundle input the DirectRunner sends a worker.
+    """Records the size of each bundle input the DirectRunner sends a worker.
 
-    The DirectRunner (FnApiRunner) sends a worker its whole share of a GroupByKey's output as one
-    message (GroupingBuffer.partition), which the worker holds while it processes it: a cost that
-    grows with the collection and belongs to this runner, not to the pipeline. Wraps a private
-    method; it only measures.
+    The DirectRunner (FnApiRunner) sends a worker its whole share of a stage's input, a
+    GroupByKey's output included, as one gRPC message, which the worker holds while it processes
+    it: a cost that grows with the collection and belongs to this runner, not to the pipeline.
+    Wraps a private method; it only measures.
     """
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
@@ -213,7 +213,8 @@ def _record_inputs_sent() -> list[int]:
 
     def measured_send(self, process_bundle_id, read_transform_id, byte_streams):
         byte_streams = list(byte_streams or [])
-        sizes.append(max((len(b) for b in byte_streams), default=0))
+        # Written without a flush in between, so the worker gets them as one message.
+        sizes.append(sum(len(b) for b in byte_streams))
         return send(self, process_bundle_id, read_transform_id, byte_streams)
 
     fn_runner.BundleManager._send_input_to_worker = measured_send
@@ -347,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print(
         f"  largest message the runner sent a worker: {max(sent, default=0) / 2**20:,.0f} MiB "
-        "(a GroupByKey's output for that worker, in one piece: a DirectRunner cost)"
+        "(a stage's whole input for that worker, in one piece: a DirectRunner cost)"
     )
     print(f"  launcher (DirectRunner, holds its in-memory shuffle) peak RSS {_mib(launcher_kib)}")
     if problems:
