@@ -18,6 +18,14 @@ _COMMANDS = {
 }
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type for counts such as `-n`: 0 or more."""
+    number = int(text)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
+    return number
+
+
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     from beam_tfrecord import __version__
 

@@ -16,6 +16,7 @@ from typing import Any
 from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError
 
+from beam_tfrecord.cli import non_negative_int
 from beam_tfrecord.example import Example, example_to_dict
 from beam_tfrecord.tfrecord import COMPRESSION_TYPES, CorruptRecordError, read_records
 from beam_tfrecord.verify_command import expand_paths
@@ -207,7 +208,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-n",
         "--records",
-        type=_non_negative,
+        type=non_negative_int,
         default=5,
         metavar="N",
         help="records to show per file (default 5; 0 shows all)",
@@ -224,13 +225,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=COMPRESSION_TYPES,
         help="compression of the files (default: auto, from suffix then content)",
     )
-
-
-def _non_negative(text: str) -> int:
-    number = int(text)
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
-    return number
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from beam_tfrecord.cli import non_negative_int
 from beam_tfrecord.example import decode_example_kinds
 from beam_tfrecord.manifest import MANIFEST_FILE, read_manifest
 from beam_tfrecord.reader import Shard, list_shards
@@ -204,7 +205,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--scan",
-        type=_non_negative,
+        type=non_negative_int,
         default=1000,
         metavar="N",
         help="records to read, the first shard of every split first (default 1000; 0 reads all)",
@@ -212,13 +213,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the spec as JSON, for scripts, not as Python"
     )
-
-
-def _non_negative(text: str) -> int:
-    number = int(text)
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
-    return number
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:

@@ -26,3 +26,17 @@ def conformance_dir() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+@pytest.fixture(scope="session")
+def tf():
+    """TensorFlow, imported once: under CI a missing TensorFlow fails the run, elsewhere it skips.
+
+    Compatibility with TensorFlow is the point of those tests, so CI must never skip them.
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if os.environ.get("CI"):
+        import tensorflow
+
+        return tensorflow
+    return pytest.importorskip("tensorflow")

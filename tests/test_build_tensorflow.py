@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,15 +11,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-def _tensorflow():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if os.environ.get("CI"):
-        import tensorflow as tf  # in CI the test must run, never skip
-
-        return tf
-    return pytest.importorskip("tensorflow")
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +51,7 @@ def test_summary_and_report_of_the_sample(sample_build):
     assert manifest["splits"]["train"]["shards"] >= 2
 
 
-def test_tensorflow_reads_every_record_and_decodes_every_image(sample_build):
-    tf = _tensorflow()
+def test_tensorflow_reads_every_record_and_decodes_every_image(sample_build, tf):
     out, _ = sample_build
     manifest = json.loads((out / "manifest.json").read_text())
     classes = (out / "labels.txt").read_text().splitlines()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import time
 
@@ -152,7 +151,7 @@ def test_policy_and_config_refuse_bad_transforms():
         ({"resize": "64x64", "jpeg_quality": 60}, "fit"),
     ],
 )
-def test_build_with_transforms_decodes_in_tensorflow(tmp_path, settings, check):
+def test_build_with_transforms_decodes_in_tensorflow(tmp_path, settings, check, tf):
     from beam_tfrecord.pipeline import build
 
     src = tmp_path / "src"
@@ -166,8 +165,6 @@ def test_build_with_transforms_decodes_in_tensorflow(tmp_path, settings, check):
         for r in read_records(str(p))
     ]
     assert len(records) == 12
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    tf = __import__("tensorflow") if os.environ.get("CI") else pytest.importorskip("tensorflow")
     for f in records:
         h, w, c = f["image/height"][0], f["image/width"][0], f["image/channels"][0]
         if check == "raw":

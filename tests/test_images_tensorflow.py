@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
 import numpy as np
@@ -16,16 +15,6 @@ from beam_tfrecord.images import ImageError, ImagePolicy, check_image, encode_fo
 CORPUS = hostile_corpus()
 BY_NAME = {case.name: case for case in CORPUS}
 WRITTEN = [case for case in CORPUS if case.expect.outcome == "written"]
-
-
-@pytest.fixture(scope="module")
-def tf() -> ModuleType:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if os.environ.get("CI"):
-        import tensorflow  # in CI a missing TensorFlow is a failure, not a skip
-
-        return tensorflow
-    return pytest.importorskip("tensorflow")
 
 
 def _decode(tf: ModuleType, data: bytes, channels: int) -> np.ndarray:

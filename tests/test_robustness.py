@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -22,15 +21,6 @@ from beam_tfrecord.tfrecord import read_records
 REPO = Path(__file__).resolve().parents[1]
 SHARD_RE = re.compile(r"^ds-[a-z]+\.tfrecord-\d{5}-of-\d{5}$")
 pytestmark = pytest.mark.slow
-
-
-def _tensorflow():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if os.environ.get("CI"):
-        import tensorflow as tf
-
-        return tf
-    return pytest.importorskip("tensorflow")
 
 
 def _shards(out: Path) -> dict[str, bytes]:
@@ -90,8 +80,7 @@ def test_hostile_build_succeeds_and_accounts_for_every_case(hostile_build, capsy
     assert manifest["inputs"]["written"] == len(cases) - n_skipped
 
 
-def test_every_written_hostile_image_decodes_in_tensorflow_as_stated(hostile_build):
-    tf = _tensorflow()
+def test_every_written_hostile_image_decodes_in_tensorflow_as_stated(hostile_build, tf):
     _, out, _ = hostile_build
     count = 0
     for name in _shards(out):

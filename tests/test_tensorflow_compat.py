@@ -53,16 +53,6 @@ KINDS = {
 }
 
 
-@pytest.fixture(scope="module")
-def tf() -> Any:
-    """TensorFlow, imported once for the module; missing it fails under CI, skips elsewhere."""
-    if os.environ.get("CI"):
-        import tensorflow
-
-        return tensorflow
-    return pytest.importorskip("tensorflow")
-
-
 def _parse_spec(tf: Any) -> dict[str, Any]:
     return {
         "label": tf.io.FixedLenFeature([], tf.int64),
