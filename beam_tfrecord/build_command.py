@@ -214,6 +214,15 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     _print_summary(result, config)
+    unaccounted = result.manifest["inputs"].get("unaccounted", 0)
+    if unaccounted:
+        print(
+            f"{prog}: error: {unaccounted} of the {result.manifest['inputs']['listed']} listed inputs were "
+            "neither written nor reported: the runner lost them between stages. The shards are "
+            "incomplete; build again (the DirectRunner's in_memory mode does not lose data)",
+            file=sys.stderr,
+        )
+        return 1
     if (
         config.max_skipped_fraction is not None
         and result.skipped_fraction > config.max_skipped_fraction

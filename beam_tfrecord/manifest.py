@@ -92,6 +92,10 @@ def build_manifest(
             "skipped": len(skipped),
             "skipped_by_reason": dict(sorted(Counter(r.reason for r in skipped).items())),
             "modified": sum(1 for r in report if r.action == "modified"),
+            # Every listed input is written or reported. Anything else was lost by the runner
+            # between stages (seen with the DirectRunner's multi-process mode at millions of
+            # elements), and the build must not pass for complete.
+            "unaccounted": listed - written - len(skipped),
         },
         "splits": splits,
         "shards": [

@@ -46,7 +46,7 @@ def test_summary_and_report_of_the_sample(sample_build):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"] == {
         "listed": 46, "written": 45, "skipped": 1,
-        "skipped_by_reason": {"truncated": 1}, "modified": 3,
+        "skipped_by_reason": {"truncated": 1}, "modified": 3, "unaccounted": 0,
     }  # fmt: skip
     assert manifest["splits"]["train"]["shards"] >= 2
 

@@ -107,6 +107,7 @@ def test_every_input_written_once_with_its_bytes_and_label_or_reported(built):
     assert manifest["inputs"]["listed"] == len(images) + 2
     assert manifest["inputs"]["written"] == len(images)
     assert manifest["inputs"]["skipped"] == 2
+    assert manifest["inputs"]["unaccounted"] == 0
 
 
 def test_labels_file_and_class_ids(built):
