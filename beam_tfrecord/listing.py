@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import fsspec
 
+from beam_tfrecord.storage import to_url
+
 __all__ = [
     "ListingTask",
     "SourceFile",
@@ -61,18 +63,6 @@ def pattern_base(pattern: str) -> str:
 def is_hidden(relpath: str) -> bool:
     """Whether any component of a relative path is hidden (`.git/`, `.DS_Store`, `._x.jpg`)."""
     return any(part.startswith(".") for part in relpath.split("/") if part)
-
-
-def to_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
-    """A path as returned by `fs` back into a URL that `fsspec.open` understands anywhere."""
-    if _is_local(fs):
-        return path
-    return fs.unstrip_protocol(path)
-
-
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local")
 
 
 @dataclass(frozen=True)

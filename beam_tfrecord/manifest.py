@@ -18,6 +18,7 @@ from beam_tfrecord.catalog import ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX
 from beam_tfrecord.shard_writer import ShardResult, is_temporary
+from beam_tfrecord.storage import publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 
 __all__ = [
@@ -116,15 +117,7 @@ def build_manifest(
 def publish_text(url: str, text: str) -> None:
     """Writes a small text file so that a reader sees the old file or the new one, never a part."""
     fs, path = fsspec.core.url_to_fs(url)
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("file", "local"):
-        temp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.tmp-publish")
-        with fs.open(temp, "w", encoding="utf-8") as f:
-            f.write(text)
-        fs.mv(temp, path)
-    else:
-        fs.pipe_file(path, text.encode("utf-8"))
+    publish(fs, path, text.encode("utf-8"))
 
 
 def write_build_files(

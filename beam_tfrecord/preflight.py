@@ -10,6 +10,7 @@ import fsspec
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.listing import first_match, has_magic, input_list_chunks, pattern_base
 from beam_tfrecord.manifest import MANIFEST_FILE
+from beam_tfrecord.storage import is_object_store
 
 __all__ = ["preflight"]
 
@@ -78,12 +79,11 @@ def _check_output(config: BuildConfig) -> None:
     # Prove the output is writable with a real write, so the failure comes now and not after
     # hours of work on the first shard.
     probe = posixpath.join(path, f".write-probe-{uuid.uuid4().hex}")
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     try:
-        if protocol in ("file", "local", "memory"):
-            fs.makedirs(path, exist_ok=True)
         # On object stores folders are implicit, and makedirs would create a missing bucket
         # (s3fs does): a typo in a bucket name must be refused, not become a new bucket.
+        if not is_object_store(fs):
+            fs.makedirs(path, exist_ok=True)
         fs.pipe_file(probe, b"")
         fs.rm(probe)
     except (OSError, ValueError) as err:

@@ -21,6 +21,7 @@ from PIL import Image
 from beam_tfrecord.example import decode_example
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE
 from beam_tfrecord.records import image_record
+from beam_tfrecord.storage import to_url
 from beam_tfrecord.tfrecord import read_records
 
 __all__ = ["Dataset", "Shard", "decode_image", "list_shards", "parse_record"]
@@ -167,7 +168,6 @@ def _listed_shards(
 ) -> list[Shard]:
     """The shards found by name when there is no manifest, checked to be whole sets."""
     fs, path = url_to_fs(source, **storage_options)
-    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
     try:
         names = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
     except FileNotFoundError:
@@ -195,7 +195,7 @@ def _listed_shards(
             if index not in indices:
                 raise FileNotFoundError(f"{_join(source, name)}: shard missing, and no manifest")
             url = _join(path, name)
-            shards.append(Shard(url if "file" in protocols else fs.unstrip_protocol(url)))
+            shards.append(Shard(to_url(fs, url)))
     return shards
 
 

@@ -18,14 +18,12 @@ from beam_tfrecord.images import ImageError, ImagePolicy, encode_for_tensorflow
 from beam_tfrecord.preparation import read_source
 from beam_tfrecord.record_index import index_file_name, index_line
 from beam_tfrecord.records import image_record
+from beam_tfrecord.storage import TEMP_MARKER, is_object_store, publish
 from beam_tfrecord.tfrecord import CorruptRecordError, TFRecordWriter, framed_size, read_records
 
 __all__ = ["TEMP_MARKER", "ShardResult", "ShardSpec", "is_temporary", "write_shard"]
 
 _LOG = logging.getLogger(__name__)
-
-# Temporary files are hidden (leading dot) so that no reader's glob over shard names sees them.
-TEMP_MARKER = ".tmp-"
 
 
 def is_temporary(file_name: str) -> bool:
@@ -74,14 +72,6 @@ class _HashingStream:
         return self._stream.write(data)
 
 
-def _atomic_rename(fs: fsspec.AbstractFileSystem) -> bool:
-    # On a local or POSIX-like filesystem a rename publishes a file whole. Object stores have no
-    # rename (gcsfs and s3fs copy then delete), but an object only appears once its upload
-    # completes, so there the final name is written directly.
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local", "memory")
-
-
 def write_shard(
     spec: ShardSpec,
     entries: Iterable[ImageEntry],
@@ -110,10 +100,10 @@ def write_shard(
         if kept is not None:
             result, index = kept
             # An earlier run may have died between publishing the shard and its index.
-            _publish_small_file(fs, index_path, index)
+            publish(fs, index_path, index.encode("ascii"))
             _LOG.info("kept finished shard %s (%d examples)", spec.file_name, result.examples)
             return result, []
-    if _atomic_rename(fs):
+    if not is_object_store(fs):
         temp_path = posixpath.join(
             posixpath.dirname(final_path), f".{spec.file_name}{TEMP_MARKER}{uuid.uuid4().hex}"
         )
@@ -153,7 +143,7 @@ def write_shard(
             if fs.exists(temp_path):
                 fs.rm(temp_path)
         raise
-    _publish_small_file(fs, index_path, "".join(index))
+    publish(fs, index_path, "".join(index).encode("ascii"))
     result = ShardResult(
         split=spec.split,
         index=spec.index,
@@ -236,24 +226,6 @@ def _record_for(entry: ImageEntry, policy: ImagePolicy, skipped: list[ReportEntr
             f"{entry.url}: record is {framed_size(len(record))} bytes, planned {entry.record_size}"
         )
     return record
-
-
-def _publish_small_file(fs: fsspec.AbstractFileSystem, path: str, text: str) -> None:
-    """Writes a small file whole under its final name, the way shards are published."""
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    if not _atomic_rename(fs):
-        fs.pipe_file(path, text.encode("ascii"))
-        return
-    temp = posixpath.join(
-        posixpath.dirname(path), f".{posixpath.basename(path)}{TEMP_MARKER}{uuid.uuid4().hex}"
-    )
-    try:
-        fs.pipe_file(temp, text.encode("ascii"))
-        fs.mv(temp, path)
-    except BaseException:
-        if fs.exists(temp):
-            fs.rm(temp)
-        raise
 
 
 def _verify_existing(

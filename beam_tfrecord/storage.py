@@ -1,0 +1,58 @@
+"""Facts about an fsspec filesystem that decide how a build reads and publishes files."""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+
+import fsspec
+
+__all__ = ["TEMP_MARKER", "is_local", "is_object_store", "protocol_of", "publish", "to_url"]
+
+# Temporary files are hidden (leading dot) and carry this marker, so that no reader's glob over
+# shard names sees them and cleanup recognises them.
+TEMP_MARKER = ".tmp-"
+
+
+def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
+    """The filesystem's main protocol: `file`, `memory`, `gs`, `s3`, ..."""
+    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether paths on `fs` are plain local paths."""
+    return protocol_of(fs) in ("file", "local")
+
+
+def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether `fs` is an object store: no real folders and no atomic rename.
+
+    There a rename is a copy and a delete (tens of seconds on the GCS emulator) and makedirs may
+    create a bucket, but an object only appears once its upload completes. So files are written
+    under their final names, and folders are never made. Elsewhere (local disk, memory) files are
+    written under a temporary name and renamed, which publishes them whole.
+    """
+    return protocol_of(fs) not in ("file", "local", "memory")
+
+
+def to_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """A path as returned by `fs` back into a URL that `fsspec.open` understands anywhere."""
+    return path if is_local(fs) else fs.unstrip_protocol(path)
+
+
+def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
+    """Writes a small file so that a reader sees no file or the whole file, never a part."""
+    if is_object_store(fs):
+        fs.pipe_file(path, data)
+        return
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    temp = posixpath.join(
+        posixpath.dirname(path), f".{posixpath.basename(path)}{TEMP_MARKER}{uuid.uuid4().hex}"
+    )
+    try:
+        fs.pipe_file(temp, data)
+        fs.mv(temp, path)
+    except BaseException:
+        if fs.exists(temp):
+            fs.rm(temp)
+        raise
