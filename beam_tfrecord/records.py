@@ -8,38 +8,10 @@ from collections.abc import Mapping, Sequence
 from beam_tfrecord.example import Example
 from beam_tfrecord.tfrecord import framed_size
 
-__all__ = ["image_features", "image_record", "image_record_size", "serialized_size"]
+__all__ = ["image_record", "image_record_size", "serialized_size"]
 
-# A bytes feature value may be given by its length alone when only the size is wanted.
+# A feature value as serialized_size takes it: a list holds one kind.
 Value = bytes | int | float
-
-
-def image_features(
-    *,
-    encoded: bytes,
-    image_format: str,
-    height: int,
-    width: int,
-    channels: int,
-    filename: str,
-    sha256: str,
-    label: int | None = None,
-    label_text: str | None = None,
-) -> dict[str, list]:
-    """The feature map of one image, in the layout TensorFlow's image tutorials and TFDS read."""
-    features: dict[str, list] = {
-        "image/encoded": [encoded],
-        "image/format": [image_format.encode()],
-        "image/height": [height],
-        "image/width": [width],
-        "image/channels": [channels],
-        "image/filename": [filename.encode("utf-8", "surrogateescape")],
-        "image/key/sha256": [sha256.encode()],
-    }
-    if label is not None:
-        features["image/class/label"] = [label]
-        features["image/class/text"] = [(label_text or "").encode("utf-8")]
-    return features
 
 
 def image_record(
@@ -66,7 +38,9 @@ def image_record(
     feature["image/width"].int64_list.value.append(width)
     feature["image/channels"].int64_list.value.append(channels)
     feature["image/filename"].bytes_list.value.append(filename.encode("utf-8", "surrogateescape"))
-    feature["image/key/sha256"].bytes_list.value.append(hashlib.sha256(encoded).hexdigest().encode())
+    feature["image/key/sha256"].bytes_list.value.append(
+        hashlib.sha256(encoded).hexdigest().encode()
+    )
     if label is not None:
         feature["image/class/label"].int64_list.value.append(label)
         feature["image/class/text"].bytes_list.value.append((label_text or "").encode("utf-8"))
@@ -109,16 +83,14 @@ def _bytes_feature(length: int) -> int:
 
 
 def _int_feature(value: int) -> int:
-    return _delimited(_delimited(_varint_len(value)))  # Feature{int64_list: Int64List{packed value}}
+    return _delimited(
+        _delimited(_varint_len(value))
+    )  # Feature{int64_list: Int64List{packed value}}
 
 
 def _entry(key: str, feature_size: int) -> int:
     # A map entry {key, value}: its length prefix covers both, so it is summed before wrapping.
     return _delimited(_KEY_SIZES[key] + _delimited(feature_size))
-
-
-class _BytesOfLength(int):
-    """Stands for a bytes value of this length in `serialized_size`."""
 
 
 def _varint_len(value: int) -> int:
@@ -145,8 +117,8 @@ def _list_size(values: Sequence[Value]) -> int:
     if not values:
         return 0
     first = values[0]
-    if isinstance(first, (bytes, _BytesOfLength)):
-        return sum(_delimited(v if isinstance(v, _BytesOfLength) else len(v)) for v in values)
+    if isinstance(first, bytes):
+        return sum(_delimited(len(v)) for v in values)
     if isinstance(first, float):
         return _delimited(4 * len(values))  # packed fixed32
     return _delimited(sum(_varint_len(v) for v in values))  # packed varints
