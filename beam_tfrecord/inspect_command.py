@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from beam_tfrecord.cli import non_negative_int
 from beam_tfrecord.example import Example, example_to_dict
 from beam_tfrecord.tfrecord import COMPRESSION_TYPES, CorruptRecordError, read_records
-from beam_tfrecord.verify_command import expand_paths
+from beam_tfrecord.verify_command import expand_or_complain
 
 __all__ = ["add_arguments", "run"]
 
@@ -230,11 +230,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Shows the records of the files; returns 1 if a file is missing or damaged."""
     del extra  # the dispatcher refuses unknown flags for this command
-    status = 0
-    files, unmatched = expand_paths(args.files)
-    for pattern in unmatched:
-        print(f"error: {pattern}: no such file or directory", file=sys.stderr)
-        status = 1
+    files, unmatched = expand_or_complain(args.files)
+    status = 1 if unmatched else 0
     limit = args.records or None
     for url in files:
         if not args.json:

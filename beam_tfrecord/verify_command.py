@@ -23,7 +23,14 @@ from beam_tfrecord.tfrecord import (
     framed_size,
 )
 
-__all__ = ["FileReport", "add_arguments", "expand_paths", "run", "verify_file"]
+__all__ = [
+    "FileReport",
+    "add_arguments",
+    "expand_or_complain",
+    "expand_paths",
+    "run",
+    "verify_file",
+]
 
 # Files a directory of shards commonly holds besides shards: a build's manifest.json,
 # report.jsonl and labels.txt, TFDS's dataset_info.json and *.index, notes.
@@ -168,6 +175,14 @@ def _is_sidecar(relative: str) -> bool:
     return posixpath.splitext(parts[-1])[1].lower() in _SIDECAR_SUFFIXES
 
 
+def expand_or_complain(patterns: list[str]) -> tuple[list[str], list[str]]:
+    """`expand_paths`, printing an error for each pattern that names nothing."""
+    files, unmatched = expand_paths(patterns)
+    for pattern in unmatched:
+        print(f"error: {pattern}: no such file or directory", file=sys.stderr)
+    return files, unmatched
+
+
 def expand_paths(patterns: Iterable[str], **storage_options: Any) -> tuple[list[str], list[str]]:
     """Turns command-line paths into the TFRecord files they name.
 
@@ -256,11 +271,8 @@ def _count(number: int, noun: str) -> str:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Verifies the files; returns 0 when all are sound, 1 otherwise."""
     del extra  # the dispatcher refuses unknown flags for this command
-    status = 0
-    files, unmatched = expand_paths(args.paths)
-    for pattern in unmatched:
-        print(f"error: {pattern}: no such file or directory", file=sys.stderr)
-        status = 1
+    files, unmatched = expand_or_complain(args.paths)
+    status = 1 if unmatched else 0
     totals = {"records": 0, "bytes": 0, "damaged": 0}
     not_examples = False
     for url in files:
