@@ -1,0 +1,122 @@
+"""Reading ahead: a few threads fetch the next sources while the caller works through them in order.
+
+A build is a copy with a little work per image, and reading one file at a time leaves the disk
+(or the object store, where every read waits a round trip) idle while that work runs, and the
+CPU idle while each read waits. `ReadAhead` keeps a bounded number of fetches in flight and
+hands the results back in the order the items came, so what a worker outputs does not depend
+on which read finished first.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Generic, TypeVar
+
+__all__ = ["DEFAULT_BUDGET", "ReadAhead", "new_executor", "read_ahead"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+# Bytes in flight at most (by the caller's estimate), whatever the number of threads: a run of
+# large images holds up the window before it holds up memory.
+DEFAULT_BUDGET = 64 * 1024 * 1024
+
+
+def new_executor(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="read-ahead")
+
+
+class ReadAhead(Generic[T, R]):
+    """Runs `fetch(item)` on a thread pool, at most `threads` items ahead, results in order.
+
+    Feed items with `add`, which returns the (item, future) pairs that must be consumed now,
+    oldest first: those already fetched, and as many as it takes to bring the window back to
+    `threads` items and `budget` bytes. `drain` returns the rest. `future.result()` returns what
+    `fetch` returned or raises what it raised.
+
+    With threads=0 every fetch runs in the caller's thread when its item is added. An
+    `executor` given is shared, not shut down by `close`; else the object has threads of its own.
+    """
+
+    def __init__(
+        self,
+        fetch: Callable[[T], R],
+        *,
+        threads: int,
+        budget: int = DEFAULT_BUDGET,
+        size_of: Callable[[T], int] | None = None,
+        executor: ThreadPoolExecutor | None = None,
+    ):
+        if threads < 0:
+            raise ValueError(f"threads must be 0 or more, got {threads}")
+        self._fetch = fetch
+        self._threads = threads
+        self._budget = budget
+        self._size_of = size_of or (lambda _: 0)
+        self._pending: deque[tuple[T, Future[R], int]] = deque()
+        self._bytes = 0
+        self._own_pool = executor is None and threads > 0
+        self._pool = executor if executor is not None or not threads else new_executor(threads)
+
+    def add(self, item: T) -> list[tuple[T, Future[R]]]:
+        size = self._size_of(item)
+        if self._pool is None:
+            future: Future[R] = Future()
+            try:
+                future.set_result(self._fetch(item))
+            except Exception as err:  # handed to the caller with its item, as a thread would
+                future.set_exception(err)
+            return [(item, future)]
+        self._pending.append((item, self._pool.submit(self._fetch, item), size))
+        self._bytes += size
+        ready = []
+        while self._pending and (
+            self._pending[0][1].done()
+            or len(self._pending) > self._threads
+            or (self._bytes > self._budget and len(self._pending) > 1)
+        ):
+            ready.append(self._pop())
+        return ready
+
+    def drain(self) -> list[tuple[T, Future[R]]]:
+        return [self._pop() for _ in range(len(self._pending))]
+
+    def close(self) -> None:
+        """Stops the threads; fetches not yet consumed are abandoned."""
+        for _, future, _ in self._pending:
+            future.cancel()
+        self._pending.clear()
+        self._bytes = 0
+        if self._own_pool:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _pop(self) -> tuple[T, Future[R]]:
+        item, future, size = self._pending.popleft()
+        self._bytes -= size
+        return item, future
+
+    def __enter__(self) -> ReadAhead[T, R]:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def read_ahead(
+    items: Iterable[T],
+    fetch: Callable[[T], R],
+    *,
+    threads: int,
+    budget: int = DEFAULT_BUDGET,
+    size_of: Callable[[T], int] | None = None,
+    executor: ThreadPoolExecutor | None = None,
+) -> Iterator[tuple[T, Future[R]]]:
+    """(item, future of fetch(item)) for every item, in order, fetched up to `threads` ahead."""
+    with ReadAhead(
+        fetch, threads=threads, budget=budget, size_of=size_of, executor=executor
+    ) as ahead:
+        for item in items:
+            yield from ahead.add(item)
+        yield from ahead.drain()
