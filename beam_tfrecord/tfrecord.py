@@ -230,14 +230,17 @@ class TFRecordWriter:
         19
     """
 
-    def __init__(self, stream: BinaryIO):
+    def __init__(self, stream: BinaryIO, *, checksum: bool = False):
         """Wraps ``stream``, which must accept every byte of each ``write`` call.
 
         Args:
             stream: An open, writable binary stream (buffered file, fsspec file, BytesIO).
                 The writer never closes it.
+            checksum: Keep the CRC32C of every byte written (``crc32c``): the file's checksum,
+                for the price of one more CRC of each record, without reading the file back.
         """
         self._stream = stream
+        self._checksum = 0 if checksum else None
         self._records = 0
         self._bytes = 0
         self._closed = False
@@ -256,6 +259,17 @@ class TFRecordWriter:
     def bytes_written(self) -> int:
         """Number of (uncompressed) bytes written so far, framing included."""
         return self._bytes
+
+    @property
+    def crc32c(self) -> int:
+        """The CRC32C (unmasked, as ``gcloud storage hash`` gives it) of every byte written so far.
+
+        Raises:
+            ValueError: If the writer was made without ``checksum=True``.
+        """
+        if self._checksum is None:
+            raise ValueError("this TFRecordWriter keeps no checksum; pass checksum=True")
+        return self._checksum
 
     def write(self, record: bytes | bytearray | memoryview) -> int:
         """Frames and writes one record.
@@ -292,15 +306,13 @@ class TFRecordWriter:
             write(record)
             # Checksummed after the stream took the payload, so the payload is hot in cache.
             crc = _crc32c(record)
-            write(_pack_crc((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF))
+            footer = _pack_crc((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+            write(footer)
         else:
             crc = _crc32c(record)
+            footer = _pack_crc((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
             parts = pending.parts
-            parts += (
-                header,
-                record,
-                _pack_crc((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF),
-            )
+            parts += (header, record, footer)
             pending.size += length + _FRAMING_SIZE
             # Only bytes are immutable; a caller may reuse any other buffer once we return.
             if (
@@ -309,6 +321,8 @@ class TFRecordWriter:
                 or type(record) is not bytes
             ):
                 pending.drain()
+        if self._checksum is not None:
+            self._checksum = _crc32c(footer, _crc32c(record, _crc32c(header, self._checksum)))
         size = length + _FRAMING_SIZE
         self._records += 1
         self._bytes += size

@@ -13,6 +13,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import fsspec
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -431,3 +432,27 @@ def test_round_trip_through_files(tmp_path_factory, compression):
         assert list(read_records(url)) == records
 
     round_trip()
+
+
+@pytest.mark.parametrize("batched", [True, False])
+def test_writer_checksum_is_the_crc32c_of_the_whole_file(tmp_path, batched):
+    path = tmp_path / "checked.tfrecord"
+    records = [b"", b"x", bytes(range(256)) * 400, bytearray(b"mutable")]
+    with open(path, "wb") as f:
+        writer = TFRecordWriter(f, checksum=True)
+        if batched:  # the with block batches into writev; the checksum must not care
+            with writer:
+                for record in records:
+                    writer.write(record)
+        else:
+            for record in records:
+                writer.write(record)
+        checksum = writer.crc32c
+    assert checksum == crc32c.crc32c(path.read_bytes())
+
+
+def test_writer_without_checksum_refuses_to_make_one_up():
+    writer = TFRecordWriter(io.BytesIO())
+    writer.write(b"abc")
+    with pytest.raises(ValueError, match="checksum=True"):
+        _ = writer.crc32c
