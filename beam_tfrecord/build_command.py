@@ -37,6 +37,7 @@ _VALUE_FLAGS = {
     "split_by": "split_by",
     "max_skipped_fraction": "max_skipped_fraction",
     "planning_bucket_records": "planning_bucket_records",
+    "read_ahead": "read_ahead",
 }
 
 
@@ -128,6 +129,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--split-by", metavar="REGEX",
         help="images whose capture in the relative path is equal share a split (e.g. a patient id)",
+    )  # fmt: skip
+    group = parser.add_argument_group("throughput")
+    group.add_argument(
+        "--read-ahead", type=int, metavar="N",
+        help="images each worker reads concurrently (default 16; more for object stores)",
     )  # fmt: skip
     group.add_argument("--planning-bucket-records", type=int, help=argparse.SUPPRESS)
 

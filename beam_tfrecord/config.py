@@ -174,6 +174,8 @@ class BuildConfig:
             group named `group`) is equal share a split (one subject, patient or scene).
         max_skipped_fraction: fail the build (after writing the report) when more inputs are skipped.
         planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
+        read_ahead: images each worker reads concurrently, ahead of the one it checks or writes
+            (object stores, where every read waits a round trip, want more).
     """
 
     inputs: tuple[str, ...] = ()
@@ -203,6 +205,7 @@ class BuildConfig:
     split_by: str | None = None
     max_skipped_fraction: float | None = None
     planning_bucket_records: int = 200_000
+    read_ahead: int = 16
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, str):
@@ -314,6 +317,14 @@ class BuildConfig:
             )
         if self.planning_bucket_records < 1:
             raise ConfigError("planning_bucket_records", "must be at least 1")
+        if (
+            isinstance(self.read_ahead, bool)
+            or not isinstance(self.read_ahead, int)
+            or not 0 <= self.read_ahead <= 1024
+        ):
+            raise ConfigError(
+                "read_ahead", f"must be between 0 and 1024 images, got {self.read_ahead!r}"
+            )
         if self.overwrite and self.resume:
             raise ConfigError(
                 "resume", "--resume keeps finished shards; it cannot go with --overwrite"
@@ -386,7 +397,9 @@ class BuildConfig:
             values["splits"] = parse_splits(values["splits"])
         if "classes" in values:
             values["classes"] = parse_classes(values["classes"])
-        for int_key in ("seed", "max_pixels", "jpeg_quality", "planning_bucket_records"):
+        for int_key in (
+            "seed", "max_pixels", "jpeg_quality", "planning_bucket_records", "read_ahead",
+        ):  # fmt: skip
             if isinstance(values.get(int_key), str):
                 try:
                     values[int_key] = int(values[int_key])

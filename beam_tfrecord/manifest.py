@@ -106,7 +106,7 @@ def build_manifest(
                 "index": s.index,
                 "examples": s.examples,
                 "bytes": s.bytes,
-                "sha256": s.sha256,
+                "crc32c": s.crc32c,
                 "index_file": s.index_file,
             }
             for s in shards

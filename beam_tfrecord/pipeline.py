@@ -69,21 +69,21 @@ def preparer(config: BuildConfig) -> Preparer:
     )
 
 
-def _finalize(results, report, classes, listed, config_dict, split_names, output_dir):
+def _finalize(results, report, census, config_dict, split_names, output_dir):
     """Runs once, after every shard is written: metadata files last, then stale files go."""
     manifest = build_manifest(
         config=config_dict,
         split_names=split_names,
-        classes=classes,
+        classes=census.classes,
         shards=results,
         report=report,
-        listed=listed,
+        listed=census.listed,
     )
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
     tfds = tfds_files(manifest)
     for name, text in tfds.items():
         publish_text(posixpath.join(output_dir, name), text)
-    write_build_files(output_dir, manifest, classes, report)
+    write_build_files(output_dir, manifest, census.classes, report)
     keep = [*tfds, *(s["file"] for s in manifest["shards"])]
     keep += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     removed = remove_stale_files(output_dir, keep=keep)
@@ -112,38 +112,45 @@ class ConvertImages(beam.PTransform):
             config.inputs, config.extensions, input_list=config.input_list, listing=config.listing
         )
         labeled = sources | "LabelImages" >> LabelImages(prep)
-        checked = labeled["labeled"] | "CheckImages" >> CheckImages(prep, labeled["classes"])
+        census = labeled["census"]
+        checked = labeled["labeled"] | "CheckImages" >> CheckImages(
+            prep, census, read_ahead=config.read_ahead
+        )
         entries, reports = checked["entries"], [labeled["report"], checked["report"]]
         if config.dedup:
             unique = entries | "DropDuplicates" >> DropDuplicates()
             entries = unique["entries"]
             reports.append(unique["report"])
+        # No split can hold more images than were listed: that bounds the planning buckets.
+        most = census | "ListedCount" >> beam.Map(lambda c: c.listed)
         planned = entries | "PlanShards" >> PlanShards(
-            config.min_shard_size, config.max_shard_size, config.planning_bucket_records
+            config.min_shard_size, config.max_shard_size, config.planning_bucket_records, most
         )
         written = planned["shards"] | "WriteShards" >> WriteShards(
-            config.output, config.name, image_policy(config), planned["plan"], resume=config.resume
+            config.output,
+            config.name,
+            image_policy(config),
+            planned["plan"],
+            resume=config.resume,
+            read_ahead=config.read_ahead,
         )
         report = (*reports, written["report"]) | "Report" >> beam.Flatten()
-        listed = sources | "CountListed" >> beam.combiners.Count.Globally()
         summary = (
             pbegin
             | "Finalize" >> beam.Create([None])
             | "WriteManifest"
             >> beam.Map(
-                lambda _, results, report, classes, listed: _finalize(
+                lambda _, results, report, census: _finalize(
                     results,
                     report,
-                    classes,
-                    listed,
+                    census,
                     config.to_dict(),
                     config.split_names,
                     config.output,
                 ),
                 results=pvalue.AsList(written["results"]),
                 report=pvalue.AsList(report),
-                classes=pvalue.AsSingleton(labeled["classes"]),
-                listed=pvalue.AsSingleton(listed),
+                census=pvalue.AsSingleton(census),
             )
         )
         return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import fsspec
@@ -17,7 +17,7 @@ from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.records import image_record_size
 from beam_tfrecord.splits import assign_split, shuffle_key
 
-__all__ = ["HEADER_BYTES", "Preparer", "read_source"]
+__all__ = ["HEADER_BYTES", "Fetched", "Preparer", "read_source"]
 
 # Enough for the headers of nearly every image; the rare one with a larger EXIF block is re-read whole.
 HEADER_BYTES = 64 * 1024
@@ -39,6 +39,18 @@ def read_source(url: str, length: int | None = None) -> bytes:
     if length is None:
         return fs.cat_file(path)
     return fs.cat_file(path, start=0, end=length)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What a check reads of a source: its size and its bytes, all of them or a prefix."""
+
+    size: int
+    data: bytes
+
+    @property
+    def complete(self) -> bool:
+        return len(self.data) == self.size
 
 
 @dataclass(frozen=True)
@@ -100,10 +112,40 @@ class Preparer:
             )  # fmt: skip
         return label
 
+    def fetch(self, source: SourceFile) -> Fetched:
+        """Reads what the check of `source` needs: a prefix when the header will do, else all.
+
+        Only IO, so that it can run ahead of the checks on other threads.
+
+        Raises:
+            FileNotFoundError: the file is gone.
+            OSError: it cannot be read.
+        """
+        size = source.size
+        if size < 0:  # an input list leaves the size to be found here
+            fs, path = fsspec.core.url_to_fs(source.url)
+            size = fs.size(path)
+        if self.policy.validate != "decode" and size > HEADER_BYTES and not self.hash_sources:
+            return Fetched(size, read_source(source.url, HEADER_BYTES))
+        # Whole: a decode check and a content hash need every byte, and a file listed as empty
+        # may have been written since (a vanished one must be reported as vanished).
+        data = read_source(source.url)
+        return Fetched(len(data), data)
+
     def prepare(
-        self, source: SourceFile, label: str | None, class_id: int | None
+        self,
+        source: SourceFile,
+        label: str | None,
+        class_id: int | None,
+        fetched: Callable[[], Fetched] | None = None,
     ) -> ImageEntry | ReportEntry:
-        """Checks the image and returns its planned entry, or the report entry saying why it is left out."""
+        """Checks the image and returns its planned entry, or the report entry saying why it is left out.
+
+        Args:
+            source, label, class_id: the image, as listed and labelled.
+            fetched: returns what `fetch(source)` returns (or raises what it raises), when the
+                read was done ahead; None to read now.
+        """
         split = assign_split(self.split_key(source.relpath), self.splits, self.seed)
 
         def skipped(reason: str, message: str) -> ReportEntry:
@@ -112,7 +154,9 @@ class Preparer:
             )
 
         try:
-            info, size, digest = self._check(source)
+            info, size, digest = self._check(
+                source, fetched() if fetched is not None else self.fetch(source)
+            )
         except ImageError as err:
             return skipped(err.code, err.message)
         except FileNotFoundError:
@@ -154,22 +198,16 @@ class Preparer:
             source_sha256=digest,
         )
 
-    def _check(self, source: SourceFile) -> tuple[ImageInfo, int, str]:
-        """The image's check, its size now (an input list leaves it to be found here), and the
-        SHA-256 of its bytes when sources are hashed (else "")."""
-        size = source.size
-        if size < 0:
-            fs, path = fsspec.core.url_to_fs(source.url)
-            size = fs.size(path)
-        if self.policy.validate != "decode" and size > HEADER_BYTES and not self.hash_sources:
-            head = read_source(source.url, HEADER_BYTES)
+    def _check(self, source: SourceFile, fetched: Fetched) -> tuple[ImageInfo, int, str]:
+        """The image's check, its size now, and the SHA-256 of its bytes when sources are hashed
+        (else "")."""
+        if not fetched.complete:
             try:
-                return check_image(head, self.policy, size=size), size, ""
+                return check_image(fetched.data, self.policy, size=fetched.size), fetched.size, ""
             except NeedFullData:
-                pass
-        # Read whole: a decode check and a content hash need every byte, and a file listed as
-        # empty may have been written since (a vanished one must be reported as vanished).
-        data = read_source(source.url)
+                pass  # the rare header past the prefix (a large EXIF block)
+            fetched = Fetched(fetched.size, read_source(source.url))
+        data = fetched.data
         digest = hashlib.sha256(data).hexdigest() if self.hash_sources else ""
         return check_image(data, self.policy, size=len(data)), len(data), digest
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import posixpath
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import crc32c
 import fsspec
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.example import decode_example
 from beam_tfrecord.images import ImageError, ImagePolicy, encode_for_tensorflow
+from beam_tfrecord.prefetch import read_ahead as ahead_of
 from beam_tfrecord.preparation import read_source
 from beam_tfrecord.record_index import index_file_name, index_line
 from beam_tfrecord.records import image_record
@@ -54,22 +56,10 @@ class ShardResult:
     file_name: str
     examples: int
     bytes: int
-    sha256: str
+    crc32c: str  # of the whole file, 8 hex digits, as `gcloud storage hash --hex` prints it
     class_counts: tuple[tuple[str, int], ...] = ()
     resumed: bool = False
     index_file: str | None = None  # its record index, relative to the output folder
-
-
-class _HashingStream:
-    """A write-only stream that hashes what passes through, so the shard is never read back."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self.sha256 = hashlib.sha256()
-
-    def write(self, data) -> int:
-        self.sha256.update(data)
-        return self._stream.write(data)
 
 
 def write_shard(
@@ -78,10 +68,14 @@ def write_shard(
     policy: ImagePolicy,
     *,
     resume: bool = False,
+    read_ahead: int = 0,
+    executor: ThreadPoolExecutor | None = None,
 ) -> tuple[ShardResult, list[ReportEntry]]:
     """Writes one shard and returns what it holds and the inputs it had to leave out.
 
-    Records are written in shuffle-key order; only one image's bytes are in memory at a time.
+    Records are written in shuffle-key order. The next `read_ahead` sources are read while one
+    is written (on `executor`'s threads when given), so only that many images' bytes are in
+    memory at a time.
     A record is checked against its planned size before it is written, so a source that changed
     since planning is reported instead of breaking the shard's size bounds.
 
@@ -90,6 +84,8 @@ def write_shard(
         entries: its planned images, in any order.
         policy: the image policy the entries were planned with.
         resume: keep a shard already at its final name when it verifies against the plan.
+        read_ahead: sources read concurrently ahead of the one being written; 0 for none.
+        executor: threads to read on, shared between shards; else the call makes its own.
     """
     ordered = sorted(entries, key=lambda e: e.sort_key)
     fs, final_path = fsspec.core.url_to_fs(spec.url)
@@ -120,16 +116,23 @@ def write_shard(
     # without autocommit it completes only on commit(), so a failed shard never appears.
     raw = fs.open(temp_path, "wb", autocommit=False) if direct else fs.open(temp_path, "wb")
     try:
-        stream = _HashingStream(raw)
-        writer = TFRecordWriter(stream)
-        for entry in ordered:
-            record = _record_for(entry, policy, skipped)
-            if record is None:
-                continue
-            offset = writer.bytes_written
-            index.append(index_line(offset, writer.write(record)))
-            if entry.label is not None:
-                counts[entry.label] += 1
+        sources = ahead_of(
+            ordered,
+            _read_entry,
+            threads=read_ahead,
+            size_of=lambda e: e.source_size,
+            executor=executor,
+        )
+        # The writer keeps the file's checksum as it goes, so the shard is never read back.
+        with TFRecordWriter(raw, checksum=True) as writer:
+            for entry, data in sources:
+                record = _record_for(entry, data.result, policy, skipped)
+                if record is None:
+                    continue
+                offset = writer.bytes_written
+                index.append(index_line(offset, writer.write(record)))
+                if entry.label is not None:
+                    counts[entry.label] += 1
         raw.close()
         if direct:
             raw.commit()
@@ -150,7 +153,7 @@ def write_shard(
         file_name=spec.file_name,
         examples=writer.records_written,
         bytes=writer.bytes_written,
-        sha256=stream.sha256.hexdigest(),
+        crc32c=f"{writer.crc32c:08x}",
         class_counts=tuple(sorted(counts.items())),
         index_file=index_name,
     )
@@ -174,8 +177,20 @@ def _cancel_upload(raw, path: str) -> None:
         raw.closed = True
 
 
-def _record_for(entry: ImageEntry, policy: ImagePolicy, skipped: list[ReportEntry]) -> bytes | None:
-    """The serialized record of one planned image, or None (and a report entry) if it cannot be."""
+def _read_entry(entry: ImageEntry) -> bytes:
+    return read_source(entry.url)
+
+
+def _record_for(
+    entry: ImageEntry,
+    read: Callable[[], bytes],
+    policy: ImagePolicy,
+    skipped: list[ReportEntry],
+) -> bytes | None:
+    """The serialized record of one planned image, or None (and a report entry) if it cannot be.
+
+    `read` returns the source's bytes, or raises what reading it raised.
+    """
 
     def skip(reason: str, message: str) -> None:
         skipped.append(
@@ -185,7 +200,7 @@ def _record_for(entry: ImageEntry, policy: ImagePolicy, skipped: list[ReportEntr
         )
 
     try:
-        data = read_source(entry.url)
+        data = read()
     except FileNotFoundError:
         skip(Reason.VANISHED, "the file was planned but was gone when its shard was written")
         return None
@@ -243,7 +258,7 @@ def _verify_existing(
     expected_bytes = sum(e.record_size for e in ordered)
     if fs.size(final_path) != expected_bytes:
         return None
-    sha = hashlib.sha256()
+    checksum = 0
     counts: Counter[str] = Counter()
     index: list[str] = []
     try:
@@ -260,7 +275,7 @@ def _verify_existing(
                     counts[entry.label] += 1
         with fs.open(final_path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
-                sha.update(block)
+                checksum = crc32c.crc32c(block, checksum)
     except (CorruptRecordError, ValueError, OSError):
         return None
     result = ShardResult(
@@ -269,7 +284,7 @@ def _verify_existing(
         file_name=spec.file_name,
         examples=len(ordered),
         bytes=expected_bytes,
-        sha256=sha.hexdigest(),
+        crc32c=f"{checksum:08x}",
         class_counts=tuple(sorted(counts.items())),
         resumed=True,
         index_file=index_file_name(spec.file_name),

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImagePolicy
@@ -25,7 +27,8 @@ from beam_tfrecord.listing import (
     read_input_list_chunk,
     split_task,
 )
-from beam_tfrecord.preparation import Preparer
+from beam_tfrecord.prefetch import ReadAhead, new_executor
+from beam_tfrecord.preparation import HEADER_BYTES, Preparer
 from beam_tfrecord.shard_writer import ShardSpec, write_shard
 from beam_tfrecord.sharding import (
     SplitStats,
@@ -39,6 +42,7 @@ from beam_tfrecord.sharding import (
 
 __all__ = [
     "METRICS_NAMESPACE",
+    "Census",
     "CheckImages",
     "DropDuplicates",
     "LabelImages",
@@ -161,11 +165,56 @@ class _LabelFn(beam.DoFn):
             yield (source, label)
 
 
-class LabelImages(beam.PTransform):
-    """Derives each image's class name and the class map.
+@dataclass(frozen=True)
+class Census:
+    """What the whole listing says, before any image is read: how many inputs, which classes."""
 
-    Returns a dict: `labeled` (SourceFile, label) pairs, `classes` a one-element PCollection holding
-    the ClassMap, and `report` the inputs that got no label.
+    listed: int
+    classes: ClassMap
+
+
+class _CensusFn(beam.CombineFn):
+    """Counts the listed inputs and collects their labels in one combine.
+
+    The class map must be known before the records are sized (a class id is part of a record),
+    and the count bounds every split's size for planning; one combine gives both, where separate
+    distinct, collect and count steps would each be a stage of their own.
+    """
+
+    def __init__(self, preparer: Preparer):
+        self._preparer = preparer
+
+    def create_accumulator(self) -> tuple[int, set[str]]:
+        return 0, set()
+
+    def add_input(self, accumulator, source: SourceFile):
+        listed, labels = accumulator
+        label = self._preparer.label(source)
+        if isinstance(label, str):
+            labels.add(label)
+        return listed + 1, labels
+
+    def merge_accumulators(self, accumulators):
+        listed, labels = 0, set()
+        for count, more in accumulators:
+            listed += count
+            labels |= more
+        return listed, labels
+
+    def extract_output(self, accumulator) -> Census:
+        listed, labels = accumulator
+        fixed = self._preparer.fixed_classes
+        if fixed is not None or not self._preparer.label_rule.enabled:
+            return Census(listed, ClassMap(fixed or ()))
+        return Census(listed, ClassMap.from_labels(labels))
+
+
+class LabelImages(beam.PTransform):
+    """Derives each image's class name, and the census of the listing (count and class map).
+
+    Returns a dict: `labeled` (SourceFile, label) pairs, spread evenly over the workers whatever
+    folders they were listed from; `census` a one-element PCollection holding the Census; and
+    `report` the inputs that got no label.
     """
 
     def __init__(self, preparer: Preparer):
@@ -176,30 +225,66 @@ class LabelImages(beam.PTransform):
         results = sources | "Label" >> beam.ParDo(_LabelFn(self._preparer)).with_outputs(
             REPORT, main="labeled"
         )
-        fixed = self._preparer.fixed_classes
-        if fixed is not None or not self._preparer.label_rule.enabled:
-            classes = sources.pipeline | "FixedClasses" >> beam.Create([ClassMap(fixed or ())])
-        else:
-            classes = (
-                results.labeled
-                | "Labels" >> beam.Map(lambda pair: pair[1])
-                | "DistinctLabels" >> beam.Distinct()
-                | "AllLabels" >> beam.combiners.ToList()
-                | "ClassMap" >> beam.Map(ClassMap.from_labels)
-            )
-        return {"labeled": results.labeled, "classes": classes, "report": results[REPORT]}
+        census = sources | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
+        # A listing part is one folder, and folders differ in size by orders of magnitude: the
+        # checks that follow would run on whichever worker listed the big one.
+        labeled = results.labeled | "Spread" >> beam.Reshuffle()
+        return {"labeled": labeled, "census": census, "report": results[REPORT]}
 
 
 class _PrepareFn(beam.DoFn):
-    def __init__(self, preparer: Preparer):
+    """Checks images while the next ones are being read (`read_ahead` at a time)."""
+
+    def __init__(self, preparer: Preparer, read_ahead: int):
         self._preparer = preparer
+        self._threads = read_ahead
         self._skipped = _counter("images_skipped")
         self._reencoded = _counter("images_to_reencode")
 
-    def process(self, element: tuple[SourceFile, str | None], classes: ClassMap):
+    def setup(self):
+        self._executor = new_executor(self._threads) if self._threads else None
+
+    def start_bundle(self):
+        # Per bundle: a bundle that failed must not hand its reads to the retry.
+        self._ahead = ReadAhead(
+            self._fetch,
+            threads=self._threads,
+            size_of=self._read_size,
+            executor=self._executor,
+        )
+        self._classes = None
+
+    def process(self, element: tuple[SourceFile, str | None], census: Census):
+        self._classes = census.classes  # for finish_bundle, which gets no side inputs
+        for ready in self._ahead.add(element):
+            yield from self._prepare(*ready)
+
+    def finish_bundle(self):
+        for ready in self._ahead.drain():
+            for output in self._prepare(*ready):
+                if isinstance(output, pvalue.TaggedOutput):
+                    yield pvalue.TaggedOutput(
+                        output.tag, GlobalWindows.windowed_value(output.value)
+                    )
+                else:
+                    yield GlobalWindows.windowed_value(output)
+        self._ahead.close()
+
+    def teardown(self):
+        if getattr(self, "_executor", None) is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def _fetch(self, element):
+        return self._preparer.fetch(element[0])
+
+    def _read_size(self, element) -> int:
+        size = element[0].size
+        return size if size >= 0 else HEADER_BYTES
+
+    def _prepare(self, element, fetched):
         source, label = element
-        class_id = classes.id_of(label) if label is not None else None
-        result = self._preparer.prepare(source, label, class_id)
+        class_id = self._classes.id_of(label) if label is not None else None
+        result = self._preparer.prepare(source, label, class_id, fetched.result)
         if isinstance(result, ReportEntry):
             self._skipped.inc()
             yield pvalue.TaggedOutput(REPORT, result)
@@ -215,14 +300,15 @@ class CheckImages(beam.PTransform):
     Returns a dict: `entries` and `report` (skipped inputs, and images the build had to change).
     """
 
-    def __init__(self, preparer: Preparer, classes):
+    def __init__(self, preparer: Preparer, census, read_ahead: int = 16):
         super().__init__()
         self._preparer = preparer
-        self._classes = classes
+        self._census = census
+        self._read_ahead = read_ahead
 
     def expand(self, labeled):
         results = labeled | "Check" >> beam.ParDo(
-            _PrepareFn(self._preparer), classes=pvalue.AsSingleton(self._classes)
+            _PrepareFn(self._preparer, self._read_ahead), census=pvalue.AsSingleton(self._census)
         ).with_outputs(REPORT, main="entries")
         return {"entries": results.entries, "report": results[REPORT]}
 
@@ -284,11 +370,39 @@ class DropDuplicates(beam.PTransform):
         return {"entries": results.entries, "report": results[REPORT]}
 
 
-def _merge_stats(stats: Iterable[SplitStats]) -> SplitStats:
-    merged = SplitStats()
-    for s in stats:
-        merged = merged.merge(s)
-    return merged
+class _BucketStatsFn(beam.CombineFn):
+    """Records, bytes and largest record of every (split, bucket), in one combine."""
+
+    def create_accumulator(self) -> dict:
+        return {}
+
+    def add_input(self, accumulator: dict, keyed):
+        key, entry = keyed
+        size = entry.record_size
+        stats = accumulator.get(key)
+        if stats is None:
+            accumulator[key] = [1, size, size]
+        else:
+            stats[0] += 1
+            stats[1] += size
+            stats[2] = max(stats[2], size)
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> dict:
+        merged: dict = {}
+        for accumulator in accumulators:
+            for key, (records, size, largest) in accumulator.items():
+                stats = merged.get(key)
+                if stats is None:
+                    merged[key] = [records, size, largest]
+                else:
+                    stats[0] += records
+                    stats[1] += size
+                    stats[2] = max(stats[2], largest)
+        return merged
+
+    def extract_output(self, accumulator: dict) -> dict:
+        return {key: SplitStats(*stats) for key, stats in accumulator.items()}
 
 
 class _PlanBucketFn(beam.DoFn):
@@ -305,21 +419,25 @@ class _PlanBucketFn(beam.DoFn):
             yield (split, shard), entry
 
 
-def _split_plans(
-    split_stats: dict, bucket_bytes: dict, bucket_records: int, bounds: tuple[int, int]
-) -> dict:
-    """Per split: total bytes, shard count, bucket count and each bucket's start offset."""
+def _split_plans(bucket_stats: dict, buckets: int, bounds: tuple[int, int]) -> dict:
+    """Per split: records, bytes, shard count, bucket count and each bucket's start offset."""
+    per_split: dict[str, dict[int, SplitStats]] = {}
+    for (split, bucket), stats in bucket_stats.items():
+        per_split.setdefault(split, {})[bucket] = stats
     plans = {}
-    for split, stats in split_stats.items():
-        buckets = num_buckets(stats.records, bucket_records)
-        per_bucket = {b: n for (s, b), n in bucket_bytes.items() if s == split}
+    for split, by_bucket in sorted(per_split.items()):
+        total = SplitStats()
+        for stats in by_bucket.values():
+            total = total.merge(stats)
         plans[split] = {
-            "records": stats.records,
-            "bytes": stats.bytes,
-            "max_record": stats.max_record,
-            "shards": num_shards(stats.bytes, stats.max_record, *bounds),
+            "records": total.records,
+            "bytes": total.bytes,
+            "max_record": total.max_record,
+            "shards": num_shards(total.bytes, total.max_record, *bounds),
             "buckets": buckets,
-            "bucket_offsets": bucket_offsets(per_bucket, buckets),
+            "bucket_offsets": bucket_offsets(
+                {b: stats.bytes for b, stats in by_bucket.items()}, buckets
+            ),
         }
     return plans
 
@@ -328,47 +446,40 @@ class PlanShards(beam.PTransform):
     """Places every planned image in a shard of its split, on metadata only.
 
     Records are ordered by shuffle key and cut into shards of nearly equal bytes. Planning is
-    spread over key-range buckets of at most `bucket_records` records, so no worker holds more
-    than one bucket's metadata, however large the split.
+    spread over key-range buckets, as many as it takes for `bucket_records` records each when
+    a split holds all `most` of the inputs, so no worker holds more than about one bucket's
+    metadata, however large the split. Knowing that bound before the records are counted lets
+    one combine give each bucket's bytes and each split's totals.
 
     Returns a dict: `shards`, ((split, shard index), [ImageEntry]) pairs, and `plan`, a one-element
     PCollection with each split's plan (records, bytes, shard count).
     """
 
-    def __init__(self, min_shard_size: int, max_shard_size: int, bucket_records: int):
+    def __init__(self, min_shard_size: int, max_shard_size: int, bucket_records: int, most):
+        """`most` is a one-element PCollection: an int no split's record count exceeds."""
         super().__init__()
         self._bounds = (min_shard_size, max_shard_size)
         self._bucket_records = bucket_records
+        self._most = most
 
     def expand(self, entries):
-        split_stats = (
-            entries
-            | "SizeOfEach"
-            >> beam.Map(lambda e: (e.split, SplitStats(1, e.record_size, e.record_size)))
-            | "SizeOfSplit" >> beam.CombinePerKey(_merge_stats)
-            | "StatsDict" >> beam.combiners.ToDict()
-        )
         bucket_records = self._bucket_records
         keyed = entries | "Bucket" >> beam.Map(
-            lambda e, stats: (
-                (
-                    e.split,
-                    bucket_of(e.shuffle_key, num_buckets(stats[e.split].records, bucket_records)),
-                ),
+            lambda e, most: (
+                (e.split, bucket_of(e.shuffle_key, num_buckets(most, bucket_records))),
                 e,
             ),
-            stats=pvalue.AsSingleton(split_stats),
-        )
-        bucket_bytes = (
-            keyed
-            | "SizeOfEachInBucket" >> beam.Map(lambda kv: (kv[0], kv[1].record_size))
-            | "SizeOfBucket" >> beam.CombinePerKey(sum)
-            | "BucketDict" >> beam.combiners.ToDict()
+            most=pvalue.AsSingleton(self._most),
         )
         bounds = self._bounds
-        plan = split_stats | "SplitPlans" >> beam.Map(
-            lambda stats, buckets: _split_plans(stats, buckets, bucket_records, bounds),
-            buckets=pvalue.AsSingleton(bucket_bytes),
+        plan = (
+            keyed
+            | "SizeOfBuckets" >> beam.CombineGlobally(_BucketStatsFn())
+            | "SplitPlans"
+            >> beam.Map(
+                lambda stats, most: _split_plans(stats, num_buckets(most, bucket_records), bounds),
+                most=pvalue.AsSingleton(self._most),
+            )
         )
         shards = (
             keyed
@@ -380,15 +491,25 @@ class PlanShards(beam.PTransform):
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, output_dir: str, name: str, policy: ImagePolicy, resume: bool):
+    def __init__(
+        self, output_dir: str, name: str, policy: ImagePolicy, resume: bool, read_ahead: int
+    ):
         self._output_dir = output_dir
         self._name = name
         self._policy = policy
         self._resume = resume
+        self._read_ahead = read_ahead
         self._written = _counter("images_written")
         self._skipped = _counter("images_skipped")
         self._bytes = _counter("bytes_written")
         self._shards = _counter("shards_written")
+
+    def setup(self):
+        self._executor = new_executor(self._read_ahead) if self._read_ahead else None
+
+    def teardown(self):
+        if getattr(self, "_executor", None) is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
 
     def process(self, element, plan):
         (split, index), entries = element
@@ -401,7 +522,14 @@ class _WriteShardFn(beam.DoFn):
             shards,
         )
         entries = list(entries)
-        result, skipped = write_shard(spec, entries, self._policy, resume=self._resume)
+        result, skipped = write_shard(
+            spec,
+            entries,
+            self._policy,
+            resume=self._resume,
+            read_ahead=self._read_ahead,
+            executor=self._executor,
+        )
         self._written.inc(result.examples)
         self._bytes.inc(result.bytes)
         self._shards.inc()
@@ -428,9 +556,17 @@ class WriteShards(beam.PTransform):
     Returns a dict: `results` (ShardResult per shard) and `report` (images that could not be written).
     """
 
-    def __init__(self, output_dir: str, name: str, policy: ImagePolicy, plan, resume: bool = False):
+    def __init__(
+        self,
+        output_dir: str,
+        name: str,
+        policy: ImagePolicy,
+        plan,
+        resume: bool = False,
+        read_ahead: int = 16,
+    ):
         super().__init__()
-        self._fn = _WriteShardFn(output_dir, name, policy, resume)
+        self._fn = _WriteShardFn(output_dir, name, policy, resume, read_ahead)
         self._plan = plan
 
     def expand(self, shards):

@@ -242,8 +242,9 @@ def _pipeline(args, splits) -> beam.Pipeline:
     _ = entries | "CountDelivered" >> beam.FlatMap(
         _count_delivered, beam.pvalue.AsSingleton(generated)
     )
+    # A build bounds its buckets by the listed count; here every generated entry is "listed".
     planned = entries | "PlanShards" >> PlanShards(
-        args.min_shard_size, args.max_shard_size, args.bucket_records
+        args.min_shard_size, args.max_shard_size, args.bucket_records, generated
     )
     plan = planned["plan"] | "CountPlan" >> beam.Map(_count_plan)
     _ = planned["shards"] | "CheckShards" >> beam.ParDo(

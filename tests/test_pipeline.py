@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import apache_beam as beam
+import crc32c
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from imagegen import make_collection
@@ -163,7 +164,7 @@ def test_manifest_matches_the_files(built):
     for shard in manifest["shards"]:
         data = files[shard["file"]]
         assert shard["bytes"] == len(data)
-        assert shard["sha256"] == hashlib.sha256(data).hexdigest()
+        assert shard["crc32c"] == f"{crc32c.crc32c(data):08x}"
         assert shard["examples"] == sum(1 for _ in read_records(str(out / shard["file"])))
     records = _read_output(out)
     for split, info in manifest["splits"].items():
@@ -189,6 +190,18 @@ def test_same_inputs_same_bytes_across_worker_counts(built, tmp_path):
     again = tmp_path / "pets"
     build(_config(Path(config.inputs[0][:-3]), again, labels=config.labels), MULTI_PROCESS)
     assert _shard_bytes(again) == first
+
+
+def test_reading_ahead_changes_no_byte(built, tmp_path):
+    config, out, result, _ = built
+    assert config.read_ahead > 1, "the fixture build reads ahead"
+    sequential = tmp_path / "pets"
+    again = build(
+        _config(Path(config.inputs[0][:-3]), sequential, labels=config.labels, read_ahead=0)
+    )
+    assert _shard_bytes(sequential) == _shard_bytes(out)
+    assert again.manifest["inputs"] == result.manifest["inputs"]
+    assert (sequential / "report.jsonl").read_text() == (out / "report.jsonl").read_text()
 
 
 def test_adding_images_never_moves_old_ones(tmp_path):
