@@ -19,7 +19,7 @@ from beam_tfrecord.images import ImageError, ImagePolicy, encode_for_tensorflow
 from beam_tfrecord.prefetch import read_ahead as ahead_of
 from beam_tfrecord.preparation import read_source
 from beam_tfrecord.record_index import index_file_name, index_line
-from beam_tfrecord.records import image_record
+from beam_tfrecord.records import image_record_parts
 from beam_tfrecord.storage import TEMP_MARKER, is_object_store, publish
 from beam_tfrecord.tfrecord import CorruptRecordError, TFRecordWriter, framed_size, read_records
 
@@ -130,7 +130,7 @@ def write_shard(
                 if record is None:
                     continue
                 offset = writer.bytes_written
-                index.append(index_line(offset, writer.write(record)))
+                index.append(index_line(offset, writer.write_parts(record)))
                 if entry.label is not None:
                     counts[entry.label] += 1
         raw.close()
@@ -186,8 +186,9 @@ def _record_for(
     read: Callable[[], bytes],
     policy: ImagePolicy,
     skipped: list[ReportEntry],
-) -> bytes | None:
-    """The serialized record of one planned image, or None (and a report entry) if it cannot be.
+) -> tuple[bytes, bytes, bytes] | None:
+    """The serialized record of one planned image, in pieces (`image_record_parts`), or None
+    (and a report entry) if it cannot be.
 
     `read` returns the source's bytes, or raises what reading it raised.
     """
@@ -225,7 +226,7 @@ def _record_for(
             f"the file changed between planning and writing ({entry.encoded_size} -> {len(encoded)} bytes)",
         )
         return None
-    record = image_record(
+    record = image_record_parts(
         encoded,
         image_format=entry.image_format,
         height=entry.height,
@@ -236,10 +237,9 @@ def _record_for(
         label_text=entry.label,
     )
     # The planner placed this record by its size; a mismatch would be a bug, never a silent overshoot.
-    if framed_size(len(record)) != entry.record_size:
-        raise AssertionError(
-            f"{entry.url}: record is {framed_size(len(record))} bytes, planned {entry.record_size}"
-        )
+    size = framed_size(sum(len(part) for part in record))
+    if size != entry.record_size:
+        raise AssertionError(f"{entry.url}: record is {size} bytes, planned {entry.record_size}")
     return record
 
 

@@ -10,7 +10,7 @@ import os
 import stat
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
 
 import crc32c
@@ -323,6 +323,62 @@ class TFRecordWriter:
                 pending.drain()
         if self._checksum is not None:
             self._checksum = _crc32c(footer, _crc32c(record, _crc32c(header, self._checksum)))
+        size = length + _FRAMING_SIZE
+        self._records += 1
+        self._bytes += size
+        return size
+
+    def write_parts(self, parts: Sequence[bytes]) -> int:
+        """Frames and writes one record given as pieces, the record being their concatenation.
+
+        The pieces are never joined: a large payload (an image) between a small head and tail
+        goes to the file without a copy. The bytes written are those of ``write(b"".join(parts))``.
+
+        Args:
+            parts: The record's pieces, each ``bytes``.
+
+        Returns:
+            The number of bytes written.
+
+        Raises:
+            TypeError: If a piece is not ``bytes``.
+            ValueError: If the writer is closed.
+        """
+        length = 0
+        crc = 0
+        for part in parts:
+            if type(part) is not bytes:
+                raise TypeError(f"record parts must be bytes, got {type(part).__name__}")
+            length += len(part)
+            crc = _crc32c(part, crc)
+        if self._closed:
+            raise ValueError("write to a closed TFRecordWriter")
+        head_crc = _crc32c(_pack_length(length))
+        header = _pack_header(
+            length, (((head_crc >> 15) | (head_crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+        )
+        footer = _pack_crc((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+        pending = self._pending
+        if pending is None:
+            write = self._stream.write
+            write(header)
+            for part in parts:
+                write(part)
+            write(footer)
+        else:
+            if len(parts) + 2 > pending.max_parts:  # more pieces than one writev takes
+                parts = [b"".join(parts)]
+            if len(pending.parts) + len(parts) + 2 > pending.max_parts:
+                pending.drain()
+            pending.parts += (header, *parts, footer)
+            pending.size += length + _FRAMING_SIZE
+            if pending.size >= _BATCH_BYTES:
+                pending.drain()
+        if self._checksum is not None:
+            checksum = _crc32c(header, self._checksum)
+            for part in parts:
+                checksum = _crc32c(part, checksum)
+            self._checksum = _crc32c(footer, checksum)
         size = length + _FRAMING_SIZE
         self._records += 1
         self._bytes += size

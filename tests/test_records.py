@@ -5,8 +5,13 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_tfrecord.example import decode_example, encode_example
-from beam_tfrecord.records import image_record, image_record_size, serialized_size
+from beam_tfrecord.example import Example, decode_example, encode_example
+from beam_tfrecord.records import (
+    image_record,
+    image_record_parts,
+    image_record_size,
+    serialized_size,
+)
 from beam_tfrecord.tfrecord import framed_size
 
 int64s = st.integers(-(2**63), 2**63 - 1)
@@ -31,7 +36,7 @@ def test_serialized_size_is_exact(features):
     width=st.integers(1, 70_000),
     channels=st.sampled_from([1, 2, 3, 4]),
     filename=st.text(min_size=1, max_size=300),
-    label=st.one_of(st.none(), st.integers(0, 100_000)),
+    label=st.one_of(st.none(), st.integers(0, 100_000), st.integers(0, 2**63 - 1)),
     label_text=st.text(max_size=60),
     image_format=st.sampled_from(["jpeg", "png"]),
 )
@@ -49,6 +54,30 @@ def test_image_record_size_matches_the_record(
     )
     record = image_record(encoded, **fields)
     assert image_record_size(len(encoded), **fields) == framed_size(len(record))
+    # The hand-written wire format is byte for byte what protobuf serializes deterministically.
+    assert record == _protobuf_record(encoded, **fields)
+    head, payload, tail = image_record_parts(encoded, **fields)
+    assert payload is encoded and head + payload + tail == record
+
+
+def _protobuf_record(
+    encoded, *, image_format, height, width, channels, filename, label, label_text
+):
+    example = Example()
+    feature = example.features.feature
+    feature["image/encoded"].bytes_list.value.append(encoded)
+    feature["image/format"].bytes_list.value.append(image_format.encode())
+    feature["image/height"].int64_list.value.append(height)
+    feature["image/width"].int64_list.value.append(width)
+    feature["image/channels"].int64_list.value.append(channels)
+    feature["image/filename"].bytes_list.value.append(filename.encode("utf-8", "surrogateescape"))
+    feature["image/key/sha256"].bytes_list.value.append(
+        hashlib.sha256(encoded).hexdigest().encode()
+    )
+    if label is not None:
+        feature["image/class/label"].int64_list.value.append(label)
+        feature["image/class/text"].bytes_list.value.append((label_text or "").encode("utf-8"))
+    return example.SerializeToString(deterministic=True)
 
 
 def test_image_record_features():

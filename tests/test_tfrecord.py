@@ -456,3 +456,26 @@ def test_writer_without_checksum_refuses_to_make_one_up():
     writer.write(b"abc")
     with pytest.raises(ValueError, match="checksum=True"):
         _ = writer.crc32c
+
+
+@settings(max_examples=50, deadline=None)
+@given(records=st.lists(st.lists(st.binary(max_size=3000), max_size=5), max_size=12))
+def test_write_parts_writes_what_writing_the_joined_record_writes(tmp_path_factory, records):
+    folder = tmp_path_factory.mktemp("parts")
+    for batched in (True, False):
+        joined, parted = folder / f"joined-{batched}", folder / f"parted-{batched}"
+        with open(joined, "wb") as a, open(parted, "wb") as b:
+            one, other = TFRecordWriter(a, checksum=True), TFRecordWriter(b, checksum=True)
+            if batched:
+                one.__enter__(), other.__enter__()
+            for parts in records:
+                assert other.write_parts(parts) == one.write(b"".join(parts))
+            one.close(), other.close()
+        assert parted.read_bytes() == joined.read_bytes()
+        assert other.crc32c == one.crc32c == crc32c.crc32c(joined.read_bytes())
+        assert other.records_written == len(records)
+
+
+def test_write_parts_takes_only_bytes():
+    with pytest.raises(TypeError, match="bytes"):
+        TFRecordWriter(io.BytesIO()).write_parts([b"a", bytearray(b"b")])
