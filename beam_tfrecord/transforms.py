@@ -7,6 +7,8 @@ that checks an image and by the worker that writes its shard, and never leave ei
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -233,7 +235,12 @@ class LabelImages(beam.PTransform):
 
 
 class _PrepareFn(beam.DoFn):
-    """Checks images while the next ones are being read (`read_ahead` at a time)."""
+    """Checks images on a few threads, reading the next ones meanwhile; outputs in input order.
+
+    Up to `read_ahead` images are in flight, but no more checks run at once than the worker
+    has cores: reads wait on the disk or the network, checks on the CPU (Pillow lets go of the
+    GIL while it decodes), and each running check may hold a decoded image.
+    """
 
     def __init__(self, preparer: Preparer, read_ahead: int):
         self._preparer = preparer
@@ -243,55 +250,70 @@ class _PrepareFn(beam.DoFn):
 
     def setup(self):
         self._executor = new_executor(self._threads) if self._threads else None
+        self._cpu = threading.Semaphore(_usable_cores())
 
     def start_bundle(self):
-        # Per bundle: a bundle that failed must not hand its reads to the retry.
+        # Per bundle: a bundle that failed must not hand its work to the retry.
         self._ahead = ReadAhead(
-            self._fetch,
-            threads=self._threads,
-            size_of=self._read_size,
-            executor=self._executor,
+            self._check, threads=self._threads, size_of=_read_size, executor=self._executor
         )
-        self._classes = None
 
     def process(self, element: tuple[SourceFile, str | None], census: Census):
-        self._classes = census.classes  # for finish_bundle, which gets no side inputs
-        for ready in self._ahead.add(element):
-            yield from self._prepare(*ready)
+        source, label = element
+        class_id = census.classes.id_of(label) if label is not None else None
+        for _, checked in self._ahead.add((source, label, class_id)):
+            yield self._output(checked.result())
 
     def finish_bundle(self):
-        for ready in self._ahead.drain():
-            for output in self._prepare(*ready):
-                if isinstance(output, pvalue.TaggedOutput):
-                    yield pvalue.TaggedOutput(
-                        output.tag, GlobalWindows.windowed_value(output.value)
-                    )
-                else:
-                    yield GlobalWindows.windowed_value(output)
+        for _, checked in self._ahead.drain():
+            output = self._output(checked.result())
+            if isinstance(output, pvalue.TaggedOutput):
+                yield pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
+            else:
+                yield GlobalWindows.windowed_value(output)
         self._ahead.close()
 
     def teardown(self):
         if getattr(self, "_executor", None) is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def _fetch(self, element):
-        return self._preparer.fetch(element[0])
+    def _check(self, item: tuple[SourceFile, str | None, int | None]) -> ImageEntry | ReportEntry:
+        source, label, class_id = item
+        try:
+            fetched = self._preparer.fetch(source)
+        except OSError as err:  # prepare reports it, as it would a read of its own
 
-    def _read_size(self, element) -> int:
-        size = element[0].size
-        return size if size >= 0 else HEADER_BYTES
+            def fetched_again(err=err):
+                raise err
 
-    def _prepare(self, element, fetched):
-        source, label = element
-        class_id = self._classes.id_of(label) if label is not None else None
-        result = self._preparer.prepare(source, label, class_id, fetched.result)
+        else:
+
+            def fetched_again(fetched=fetched):
+                return fetched
+
+        with self._cpu:
+            return self._preparer.prepare(source, label, class_id, fetched_again)
+
+    def _output(self, result: ImageEntry | ReportEntry):
+        # Counters are counted here, on the bundle's own thread, where Beam looks for them.
         if isinstance(result, ReportEntry):
             self._skipped.inc()
-            yield pvalue.TaggedOutput(REPORT, result)
-            return
+            return pvalue.TaggedOutput(REPORT, result)
         if result.reencode:
             self._reencoded.inc()
-        yield result
+        return result
+
+
+def _read_size(item) -> int:
+    size = item[0].size
+    return size if size >= 0 else HEADER_BYTES
+
+
+def _usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 class CheckImages(beam.PTransform):
