@@ -271,7 +271,7 @@ class ImagePolicy:
 
     Attributes:
         validate: "decode" decodes every image to find truncated or corrupt data; "header" reads
-            only the headers (the first 64 KiB are normally enough) and checks their structure;
+            only the headers (the first 16 KiB are normally enough) and checks their structure;
             "none" trusts the header as Pillow reads it. Images that must be re-encoded are always
             decoded in full.
         color: "rgb" for 3 channels, "gray" for 1, "keep" for the channels of the source as

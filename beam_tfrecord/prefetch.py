@@ -9,12 +9,13 @@ on which read finished first.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
-__all__ = ["DEFAULT_BUDGET", "ReadAhead", "new_executor", "read_ahead"]
+__all__ = ["DEFAULT_BUDGET", "ReadAhead", "new_executor", "read_ahead", "usable_cores"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -26,6 +27,14 @@ DEFAULT_BUDGET = 64 * 1024 * 1024
 
 def new_executor(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads, thread_name_prefix="read-ahead")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: how many CPU-bound fetches make sense at once."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 class ReadAhead(Generic[T, R]):

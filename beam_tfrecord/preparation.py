@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -125,6 +126,19 @@ class Preparer:
             )  # fmt: skip
         return label
 
+    @functools.cached_property
+    def planning_policy(self) -> ImagePolicy:
+        """The policy images are checked with for planning.
+
+        With validate="decode" the full decode waits for the shard writer, which decodes the
+        very bytes it writes; planning needs only what the header says (and a full decode of
+        the images it must re-encode, which this policy still does). So each image is read once,
+        not once to check it and again to write it.
+        """
+        if self.policy.validate == "decode":
+            return dataclasses.replace(self.policy, validate="header")
+        return self.policy
+
     def fetch(self, source: SourceFile) -> Fetched:
         """Reads what the check of `source` needs: a prefix when the header will do, else all.
 
@@ -138,10 +152,10 @@ class Preparer:
         if size < 0:  # an input list leaves the size to be found here
             fs, path = fsspec.core.url_to_fs(source.url)
             size = fs.size(path)
-        if self.policy.validate != "decode" and size > HEADER_BYTES and not self.hash_sources:
+        if size > HEADER_BYTES and not self.hash_sources:
             return Fetched(size, read_source(source.url, HEADER_BYTES))
-        # Whole: a decode check and a content hash need every byte, and a file listed as empty
-        # may have been written since (a vanished one must be reported as vanished).
+        # Whole: a content hash needs every byte, and a file listed as empty may have been
+        # written since (a vanished one must be reported as vanished).
         data = read_source(source.url)
         return Fetched(len(data), data)
 
@@ -216,13 +230,14 @@ class Preparer:
         (else "")."""
         if not fetched.complete:
             try:
-                return check_image(fetched.data, self.policy, size=fetched.size), fetched.size, ""
+                info = check_image(fetched.data, self.planning_policy, size=fetched.size)
+                return info, fetched.size, ""
             except NeedFullData:
                 pass  # the rare header past the prefix (a large EXIF block)
             fetched = Fetched(fetched.size, read_source(source.url))
         data = fetched.data
         digest = hashlib.sha256(data).hexdigest() if self.hash_sources else ""
-        return check_image(data, self.policy, size=len(data)), len(data), digest
+        return check_image(data, self.planning_policy, size=len(data)), len(data), digest
 
 
 @functools.lru_cache(maxsize=8)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import posixpath
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -15,8 +17,9 @@ import fsspec
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.example import decode_example
-from beam_tfrecord.images import ImageError, ImagePolicy, encode_for_tensorflow
+from beam_tfrecord.images import ImageError, ImagePolicy, check_image, encode_for_tensorflow
 from beam_tfrecord.prefetch import read_ahead as ahead_of
+from beam_tfrecord.prefetch import usable_cores
 from beam_tfrecord.preparation import read_source
 from beam_tfrecord.record_index import index_file_name, index_line
 from beam_tfrecord.records import image_record_parts
@@ -70,12 +73,15 @@ def write_shard(
     resume: bool = False,
     read_ahead: int = 0,
     executor: ThreadPoolExecutor | None = None,
+    cpu: threading.Semaphore | None = None,
 ) -> tuple[ShardResult, list[ReportEntry]]:
     """Writes one shard and returns what it holds and the inputs it had to leave out.
 
     Records are written in shuffle-key order. The next `read_ahead` sources are read while one
     is written (on `executor`'s threads when given), so only that many images' bytes are in
-    memory at a time.
+    memory at a time. The same threads decode (policy.validate == "decode") and re-encode,
+    no more at once than `cpu` allows (default: the machine's cores), on the very bytes that
+    are written; an image that fails is reported and left out.
     A record is checked against its planned size before it is written, so a source that changed
     since planning is reported instead of breaking the shard's size bounds.
 
@@ -86,6 +92,7 @@ def write_shard(
         resume: keep a shard already at its final name when it verifies against the plan.
         read_ahead: sources read concurrently ahead of the one being written; 0 for none.
         executor: threads to read on, shared between shards; else the call makes its own.
+        cpu: bounds the decodes and re-encodes running at once, shared between shards.
     """
     ordered = sorted(entries, key=lambda e: e.sort_key)
     fs, final_path = fsspec.core.url_to_fs(spec.url)
@@ -118,15 +125,17 @@ def write_shard(
     try:
         sources = ahead_of(
             ordered,
-            _read_entry,
+            functools.partial(
+                _encoded, policy=policy, cpu=cpu or threading.Semaphore(usable_cores())
+            ),
             threads=read_ahead,
             size_of=lambda e: e.source_size,
             executor=executor,
         )
         # The writer keeps the file's checksum as it goes, so the shard is never read back.
         with TFRecordWriter(raw, checksum=True) as writer:
-            for entry, data in sources:
-                record = _record_for(entry, data.result, policy, skipped)
+            for entry, encoded in sources:
+                record = _record_for(entry, encoded.result, skipped)
                 if record is None:
                     continue
                 offset = writer.bytes_written
@@ -177,20 +186,39 @@ def _cancel_upload(raw, path: str) -> None:
         raw.closed = True
 
 
-def _read_entry(entry: ImageEntry) -> bytes:
-    return read_source(entry.url)
+def _encoded(
+    entry: ImageEntry, *, policy: ImagePolicy, cpu: threading.Semaphore
+) -> tuple[bytes, tuple[str, int, int, int]]:
+    """The bytes to store for a planned image, and (format, height, width, channels) they decode to.
+
+    Raises:
+        OSError: the source cannot be read (FileNotFoundError: it is gone).
+        ImageError: it cannot be decoded or re-encoded.
+    """
+    data = read_source(entry.url)
+    if entry.reencode:
+        with cpu:
+            encoded, info = encode_for_tensorflow(data, policy)
+    elif policy.validate == "decode":
+        with cpu:
+            info = check_image(data, policy)
+        encoded = data
+        if info.reencode:  # the file changed into one that needs re-encoding since planning
+            return data, (info.format, -1, -1, -1)
+    else:
+        return data, (entry.image_format, entry.height, entry.width, entry.channels)
+    return encoded, (info.format, info.height, info.width, info.channels)
 
 
 def _record_for(
     entry: ImageEntry,
-    read: Callable[[], bytes],
-    policy: ImagePolicy,
+    encoded: Callable[[], tuple[bytes, tuple[str, int, int, int]]],
     skipped: list[ReportEntry],
 ) -> tuple[bytes, bytes, bytes] | None:
     """The serialized record of one planned image, in pieces (`image_record_parts`), or None
     (and a report entry) if it cannot be.
 
-    `read` returns the source's bytes, or raises what reading it raised.
+    `encoded` returns what `_encoded` returns for the entry, or raises what it raised.
     """
 
     def skip(reason: str, message: str) -> None:
@@ -201,23 +229,16 @@ def _record_for(
         )
 
     try:
-        data = read()
+        encoded, shape = encoded()
     except FileNotFoundError:
         skip(Reason.VANISHED, "the file was planned but was gone when its shard was written")
         return None
     except OSError as err:
         skip(Reason.READ_ERROR, f"cannot read: {err}")
         return None
-    if entry.reencode:
-        try:
-            encoded, info = encode_for_tensorflow(data, policy)
-        except ImageError as err:
-            skip(err.code, f"{err.message} (when its shard was written)")
-            return None
-        shape = (info.format, info.height, info.width, info.channels)
-    else:
-        encoded = data
-        shape = (entry.image_format, entry.height, entry.width, entry.channels)
+    except ImageError as err:
+        skip(err.code, f"{err.message} (when its shard was written)")
+        return None
     if len(encoded) != entry.encoded_size or shape != (
         entry.image_format, entry.height, entry.width, entry.channels,
     ):  # fmt: skip

@@ -7,7 +7,6 @@ that checks an image and by the worker that writes its shard, and never leave ei
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from beam_tfrecord.listing import (
     read_input_list_chunk,
     split_task,
 )
-from beam_tfrecord.prefetch import ReadAhead, new_executor
+from beam_tfrecord.prefetch import ReadAhead, new_executor, usable_cores
 from beam_tfrecord.preparation import HEADER_BYTES, Preparer
 from beam_tfrecord.shard_writer import ShardSpec, write_shard
 from beam_tfrecord.sharding import (
@@ -250,7 +249,7 @@ class _PrepareFn(beam.DoFn):
 
     def setup(self):
         self._executor = new_executor(self._threads) if self._threads else None
-        self._cpu = threading.Semaphore(_usable_cores())
+        self._cpu = threading.Semaphore(usable_cores())
 
     def start_bundle(self):
         # Per bundle: a bundle that failed must not hand its work to the retry.
@@ -307,13 +306,6 @@ class _PrepareFn(beam.DoFn):
 def _read_size(item) -> int:
     size = item[0].size
     return size if size >= 0 else HEADER_BYTES
-
-
-def _usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 class CheckImages(beam.PTransform):
@@ -528,6 +520,7 @@ class _WriteShardFn(beam.DoFn):
 
     def setup(self):
         self._executor = new_executor(self._read_ahead) if self._read_ahead else None
+        self._cpu = threading.Semaphore(usable_cores())
 
     def teardown(self):
         if getattr(self, "_executor", None) is not None:
@@ -551,6 +544,7 @@ class _WriteShardFn(beam.DoFn):
             resume=self._resume,
             read_ahead=self._read_ahead,
             executor=self._executor,
+            cpu=self._cpu,
         )
         self._written.inc(result.examples)
         self._bytes.inc(result.bytes)

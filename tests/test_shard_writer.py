@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import crc32c
 import pytest
 from imagegen import make_collection
 
+from beam_tfrecord import shard_writer
 from beam_tfrecord.catalog import ImageEntry
 from beam_tfrecord.example import decode_example
-from beam_tfrecord.images import ImagePolicy, check_image
+from beam_tfrecord.images import ImageError, ImagePolicy, check_image
 from beam_tfrecord.records import image_record_size
 from beam_tfrecord.shard_writer import ShardSpec, write_shard
 from beam_tfrecord.splits import shuffle_key
@@ -137,3 +139,56 @@ def test_resume_keeps_an_intact_shard_and_rewrites_a_damaged_one(planned):
     Path(spec.url).write_bytes(bytes(data))
     redone, _ = write_shard(spec, entries, POLICY, resume=True)
     assert not redone.resumed and redone.crc32c == first.crc32c
+
+
+def _damage_scan(data: bytes) -> bytes:
+    """The JPEG cut in the middle of its entropy-coded data, as an interrupted download is.
+
+    The header is intact, so a header check plans it; only reading to the end finds the damage.
+    """
+    scan = data.index(b"\xff\xda")
+    return data[: scan + (len(data) - scan) // 2]
+
+
+def test_decode_validation_runs_on_the_written_bytes_and_reports_failures(planned):
+    spec, entries, _ = planned
+    ordered = sorted(entries, key=lambda e: e.sort_key)
+    broken = ordered[4]
+    damaged = _damage_scan(Path(broken.url).read_bytes())
+    Path(broken.url).write_bytes(damaged)
+    with pytest.raises(ImageError):
+        check_image(damaged, POLICY)
+    header_only = check_image(damaged, ImagePolicy(validate="header"))
+    planned_entry = replace(
+        broken,
+        source_size=len(damaged),
+        encoded_size=len(damaged),
+        record_size=broken.record_size - broken.encoded_size + len(damaged),
+    )
+    assert (header_only.width, header_only.height) == (broken.width, broken.height)
+    plan = [planned_entry if e is broken else e for e in entries]
+    result, skipped = write_shard(spec, plan, POLICY, read_ahead=4)
+    assert [(s.relpath, s.reason) for s in skipped] == [(broken.relpath, "truncated")]
+    assert "when its shard was written" in skipped[0].message
+    written = [decode_example(r)["image/filename"][0].decode() for r in read_records(spec.url)]
+    assert written == [e.relpath for e in ordered if e is not broken]
+    assert result.examples == len(entries) - 1
+
+    # With header validation the same plan writes it: the damage is only in the pixels.
+    header_spec = replace(spec, output_dir=spec.output_dir + "-header")
+    _, skipped = write_shard(header_spec, plan, ImagePolicy(validate="header"))
+    assert skipped == []
+
+
+def test_each_source_is_read_once_when_written(planned, monkeypatch):
+    spec, entries, _ = planned
+    reads = []
+    real = shard_writer.read_source
+
+    def counting(url, length=None):
+        reads.append((url, length))
+        return real(url, length)
+
+    monkeypatch.setattr(shard_writer, "read_source", counting)
+    write_shard(spec, entries, POLICY, read_ahead=3)
+    assert sorted(reads) == sorted((e.url, None) for e in entries)
