@@ -14,34 +14,14 @@ __all__ = ["image_record", "image_record_parts", "image_record_size", "serialize
 Value = bytes | int | float
 
 
-def image_record(
-    encoded: bytes,
-    *,
-    image_format: str,
-    height: int,
-    width: int,
-    channels: int,
-    filename: str,
-    label: int | None = None,
-    label_text: str | None = None,
-) -> bytes:
-    """The serialized Example of one image; `image/key/sha256` is the digest of `encoded`.
+def image_record(encoded: bytes, **fields: object) -> bytes:
+    """The serialized Example of one image: `image_record_parts`, with the same keywords, joined.
 
-    The bytes are exactly those of the Example built with protobuf and serialized
-    deterministically (map keys sorted), which the tests hold it to.
+    `image/key/sha256` is the digest of `encoded`. The bytes are exactly those of the Example
+    built with protobuf and serialized deterministically (map keys sorted), which the tests
+    hold it to.
     """
-    return b"".join(
-        image_record_parts(
-            encoded,
-            image_format=image_format,
-            height=height,
-            width=width,
-            channels=channels,
-            filename=filename,
-            label=label,
-            label_text=label_text,
-        )
-    )
+    return b"".join(image_record_parts(encoded, **fields))  # type: ignore[arg-type]
 
 
 def image_record_parts(
