@@ -854,10 +854,12 @@ def _walk_jpeg(data: bytes, *, whole: bool, complete: bool) -> int:
 def _walk_png(data: bytes, *, whole: bool, complete: bool, verify_crc: bool) -> frozenset[bytes]:
     """Checks PNG chunk framing and CRCs, up to the first IDAT or, with whole=True, to IEND.
 
-    libpng (inside TensorFlow) rejects a bad CRC on image data; Pillow does not check those.
+    libpng (inside TensorFlow) rejects a bad CRC on image data, and IHDR methods other than
+    PNG's own; Pillow does not check those.
 
     Returns:
-        The types of the chunks before the first IDAT.
+        The types of the chunks before the first IDAT, and of any critical chunk after it that
+        is not one of PNG's own (libpng refuses those; Pillow skips them).
     """
     view = memoryview(data)
     n = len(data)
@@ -868,8 +870,15 @@ def _walk_png(data: bytes, *, whole: bool, complete: bool, verify_crc: bool) -> 
         if pos + 8 > n:
             raise _end_of_data("png", "chunk list", complete)
         length, chunk_type = struct.unpack_from(">I4s", data, pos)
-        if first and (chunk_type != b"IHDR" or length != 13):
-            raise ImageError("corrupt", "png: the first chunk is not a 13-byte IHDR")
+        if first:
+            if chunk_type != b"IHDR" or length != 13:
+                raise ImageError("corrupt", "png: the first chunk is not a 13-byte IHDR")
+            methods = data[pos + 18 : pos + 21]  # compression, filter, interlace
+            if len(methods) == 3 and (methods[0] or methods[1] or methods[2] > 1):
+                raise ImageError(
+                    "corrupt",
+                    "png: IHDR names a compression, filter or interlace method PNG does not define",
+                )
         first = False
         if length > 0x7FFFFFFF or not chunk_type.isalpha():
             raise ImageError("corrupt", f"png: invalid chunk header at byte {pos}")
@@ -877,7 +886,7 @@ def _walk_png(data: bytes, *, whole: bool, complete: bool, verify_crc: bool) -> 
             if not whole:
                 return frozenset(header_chunks)
             header_chunks.add(b"IDAT")  # later chunks are not header chunks
-        elif b"IDAT" not in header_chunks:
+        elif b"IDAT" not in header_chunks or _png_unknown_critical(chunk_type):
             header_chunks.add(chunk_type)
         end = pos + 12 + length
         if end > n:
@@ -888,6 +897,11 @@ def _walk_png(data: bytes, *, whole: bool, complete: bool, verify_crc: bool) -> 
         if chunk_type == b"IEND":
             return frozenset(header_chunks - {b"IDAT"})
         pos = end
+
+
+def _png_unknown_critical(chunk_type: bytes) -> bool:
+    """A critical chunk (upper-case first letter) that is not one of PNG's own."""
+    return chunk_type[:1].isupper() and chunk_type not in (b"IHDR", b"PLTE", b"IDAT", b"IEND")
 
 
 def _plain_jpeg_header(data: bytes) -> tuple[int, int, int, int, tuple[str, ...]] | None:
@@ -1168,6 +1182,7 @@ def _verbatim_channels(
             or im.mode != _PNG_MODES[color_type]
             or b"tRNS" in png_chunks  # a colour key: TensorFlow would not flatten it
             or b"acTL" in png_chunks  # APNG: re-encoded to its first frame, to be certain
+            or any(_png_unknown_critical(c) for c in png_chunks)  # libpng would refuse the file
             or "transparency" in im.info
         ):
             return None

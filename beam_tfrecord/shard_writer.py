@@ -203,8 +203,14 @@ def _encoded(
         with cpu:
             info = check_image(data, policy)
         encoded = data
-        if info.reencode:  # the file changed into one that needs re-encoding since planning
-            return data, (info.format, -1, -1, -1)
+        if info.reencode:
+            # Only the whole file shows it (a PNG chunk libpng refuses, after the image data);
+            # its record was planned, from the header, to hold the bytes as they are.
+            raise ImageError(
+                "unsupported",
+                "the full decode found it must be re-encoded for TensorFlow, which its plan, "
+                "made from its header, did not allow; left out rather than written as it is",
+            )
     else:
         return data, (entry.image_format, entry.height, entry.width, entry.channels)
     return encoded, (info.format, info.height, info.width, info.channels)

@@ -219,6 +219,22 @@ def _bad_idat_crc_png() -> bytes:
     return bytes(data)
 
 
+def _unknown_critical_chunk_png() -> bytes:
+    """A PNG with a critical chunk PNG does not define: Pillow skips it, libpng refuses the file."""
+    data = _save(_rgb(40, 30, 35), "PNG")
+    after_ihdr = 8 + 25
+    return data[:after_ihdr] + _png_chunk(b"VENd", b"vendor data") + data[after_ihdr:]
+
+
+def _bad_interlace_png() -> bytes:
+    """A PNG whose IHDR names interlace method 2, which PNG does not define."""
+    samples = photo(20, 16, 36)
+    data = bytearray(_raw_png(samples, 2))
+    data[28] = 2  # IHDR's interlace byte
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])))
+    return bytes(data)
+
+
 def _big_header_jpeg() -> bytes:
     """A JPEG with ~90 KB of ICC profile before the frame header, like Photoshop exports."""
     profile = np.random.default_rng(35).integers(0, 256, 90_000, dtype=np.uint8).tobytes()
@@ -645,6 +661,13 @@ def hostile_corpus() -> list[HostileCase]:
     )
     add("corrupt_entropy_jpeg", "old_disk/broken.jpg", _corrupt_entropy_jpeg, _skipped("corrupt"))
     add("png_bad_idat_crc", "old_disk/broken.png", _bad_idat_crc_png, _skipped("corrupt"))
+    add(
+        "png_unknown_critical_chunk",
+        "tools/vendor.png",
+        _unknown_critical_chunk_png,
+        _written(png, png, (40, 30), reencode=True, keep_channels=3),
+    )
+    add("png_bad_interlace_method", "tools/odd.png", _bad_interlace_png, _skipped("corrupt"))
     add("zero_bytes", "downloads/failed.jpg", lambda: b"", _skipped("empty_file"))
     add(
         "html_named_jpg",

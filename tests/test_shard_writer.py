@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
 import crc32c
+import numpy as np
 import pytest
-from imagegen import make_collection
+from imagegen import make_collection, png_bytes
 
 from beam_tfrecord import shard_writer
 from beam_tfrecord.catalog import ImageEntry
@@ -21,10 +23,10 @@ from beam_tfrecord.tfrecord import read_records
 POLICY = ImagePolicy()
 
 
-def _entries(root, images):
+def _entries(root, images, policy=POLICY):
     entries = []
     for relpath, data in sorted(images.items()):
-        info = check_image(data, POLICY)
+        info = check_image(data, policy)
         label = relpath.split("/")[0]
         fields = dict(
             image_format=info.format,
@@ -192,3 +194,20 @@ def test_each_source_is_read_once_when_written(planned, monkeypatch):
     monkeypatch.setattr(shard_writer, "read_source", counting)
     write_shard(spec, entries, POLICY, read_ahead=3)
     assert sorted(reads) == sorted((e.url, None) for e in entries)
+
+
+def test_an_image_the_full_decode_must_re_encode_is_left_out_not_written_as_is(tmp_path):
+    """A PNG chunk libpng refuses, after the image data: planning from the header cannot see it."""
+    plain = png_bytes(np.random.default_rng(8), 24, 18)
+    iend = plain.rindex(b"IEND") - 4
+    body = b"vendor"
+    chunk = len(body).to_bytes(4, "big") + b"VENd" + body
+    late = plain[:iend] + chunk + zlib.crc32(b"VENd" + body).to_bytes(4, "big") + plain[iend:]
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "late.png").write_bytes(late)
+    entries = _entries(tmp_path / "src", {"late.png": late}, ImagePolicy(validate="header"))
+    assert not entries[0].reencode, "the header alone says it can be kept"
+    spec = ShardSpec(str(tmp_path / "out"), "ds-train.tfrecord-00000-of-00001", "train", 0, 1)
+    result, skipped = write_shard(spec, entries, POLICY)
+    assert [(s.relpath, s.reason) for s in skipped] == [("late.png", "unsupported")]
+    assert result.examples == 0
