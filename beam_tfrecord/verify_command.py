@@ -1,15 +1,22 @@
-"""The `beam-tfrecord verify` command: check every record's CRCs, and that it is an Example."""
+"""The `beam-tfrecord verify` command: check every record's CRCs, and that it is an Example.
+
+A shard in a build's output folder is also held to what the build's manifest.json says of it:
+its record count, its size and the CRC32C of the whole file. A shard the manifest lists but the
+folder lacks is reported missing.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import posixpath
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import crc32c
 import fsspec
 from fsspec.core import url_to_fs
 from google.protobuf.message import DecodeError
@@ -53,6 +60,7 @@ class FileReport:
         errors: One message per problem, each naming the file and byte offset (or the
             index file and line); empty when the file is sound.
         index: The record index checked against the file, if one was.
+        manifest: Whether the file was held to its build's manifest.
     """
 
     path: str
@@ -60,6 +68,7 @@ class FileReport:
     bytes: int = 0
     errors: list[str] = field(default_factory=list)
     index: str | None = None
+    manifest: bool = False
 
     @property
     def ok(self) -> bool:
@@ -144,6 +153,70 @@ def verify_file(
             f"{url}: {not_examples - _MAX_ERRORS} more records are not tf.train.Examples"
         )
     return report
+
+
+def check_against_manifest(
+    report: FileReport, shard: dict[str, Any], **storage_options: Any
+) -> None:
+    """Adds to `report` what differs from the manifest's entry for the file: records, bytes, CRC32C.
+
+    The checksum needs one more read of the file, which a manifest's listing is worth.
+    """
+    url = report.path
+    report.manifest = True
+    if report.records != shard.get("examples"):
+        report.errors.append(
+            f"{url}: {report.records} records, but manifest.json lists {shard.get('examples')}"
+        )
+    if report.bytes != shard.get("bytes"):
+        report.errors.append(
+            f"{url}: {report.bytes} bytes, but manifest.json lists {shard.get('bytes')}"
+        )
+    expected = shard.get("crc32c")
+    if expected is None:
+        return  # a manifest of an older build, which kept a SHA-256 instead
+    checksum = 0
+    with fsspec.open(url, "rb", **storage_options) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            checksum = crc32c.crc32c(block, checksum)
+    if f"{checksum:08x}" != expected:
+        report.errors.append(
+            f"{url}: CRC32C {checksum:08x}, but manifest.json lists {expected}: the bytes differ "
+            "from what the build wrote"
+        )
+
+
+class _Manifests:
+    """The shard lists of the build folders files come from, each manifest read once."""
+
+    def __init__(self) -> None:
+        self._folders: dict[str, dict[str, dict[str, Any]] | None] = {}
+
+    def shard(self, url: str) -> dict[str, Any] | None:
+        folder, name = posixpath.split(url)
+        return (self._listing(folder) or {}).get(name)
+
+    def missing(self) -> list[str]:
+        """Shards a read manifest lists that are not in its folder."""
+        gone = []
+        for folder, listing in self._folders.items():
+            for name in listing or ():
+                url = posixpath.join(folder, name)
+                if not _exists(url):
+                    gone.append(url)
+        return sorted(gone)
+
+    def _listing(self, folder: str) -> dict[str, dict[str, Any]] | None:
+        if folder not in self._folders:
+            listing = None
+            try:
+                with fsspec.open(posixpath.join(folder, "manifest.json"), "r") as f:
+                    manifest = json.load(f)
+                listing = {s["file"]: s for s in manifest.get("shards", [])}
+            except (OSError, ValueError, TypeError, KeyError, AttributeError):
+                pass  # no manifest, or not a build's: the files are checked on their own
+            self._folders[folder] = listing
+        return self._folders[folder]
 
 
 def _frame_is_whole(damage: CorruptRecordError) -> bool:
@@ -275,15 +348,20 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     status = 1 if unmatched else 0
     totals = {"records": 0, "bytes": 0, "damaged": 0}
     not_examples = False
+    manifests = _Manifests()
     for url in files:
         try:
             report = verify_file(url, args.compression, examples=not args.raw)
+            shard = manifests.shard(url)
+            if shard is not None:
+                check_against_manifest(report, shard)
         except OSError as error:  # unreadable: permissions, a vanished file, the network
             report = FileReport(path=url, errors=[f"{url}: cannot read: {error}"])
         state = "OK" if report.ok else "DAMAGED"
         print(
             f"{state:8s} {url}: {_count(report.records, 'record')}, {_count(report.bytes, 'byte')}"
             + (", index checked" if report.index else "")
+            + (", manifest checked" if report.manifest else "")
         )
         for message in report.errors:
             print(f"         {message}")
@@ -291,12 +369,16 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         totals["records"] += report.records
         totals["bytes"] += report.bytes
         totals["damaged"] += not report.ok
-    if totals["damaged"]:
+    missing = manifests.missing()
+    for url in missing:
+        print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
+    if totals["damaged"] or missing:
         status = 1
     print(
         f"total: {_count(len(files), 'file')}, {_count(totals['records'], 'record')}, "
         f"{_count(totals['bytes'], 'byte')}; "
         f"{len(files) - totals['damaged']} OK, {totals['damaged']} DAMAGED"
+        + (f", {len(missing)} MISSING" if missing else "")
         + (f"; {len(unmatched)} matched nothing" if unmatched else "")
     )
     if not_examples:

@@ -94,7 +94,11 @@ def test_verify_checks_every_index(built, capsys):
     _, out, manifest = built
     assert main(["verify", str(out)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    checked = [line for line in lines if line.startswith("OK") and line.endswith("index checked")]
+    checked = [
+        line
+        for line in lines
+        if line.startswith("OK") and line.endswith(", index checked, manifest checked")
+    ]
     assert len(checked) == len(manifest["shards"])
     assert lines[-1].startswith(f"total: {len(manifest['shards'])} files,"), "indexes are no shards"
 
@@ -216,3 +220,39 @@ def test_the_tfrecord_package_splits_shards_by_their_indexes(built):
         )
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert json.loads(proc.stdout) == ours
+
+
+def test_verify_holds_shards_to_the_manifest(copy, built, capsys):
+    _, _, manifest = built
+    first, second = manifest["shards"][0], manifest["shards"][1]
+    assert first["crc32c"] != second["crc32c"]
+    # Each file stays a sound TFRecord file with its own sound index: only the manifest can tell.
+    a, b = copy / first["file"], copy / second["file"]
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b), b.write_bytes(data_a)
+    ia, ib = copy / first["index_file"], copy / second["index_file"]
+    index_a, index_b = ia.read_text(), ib.read_text()
+    ia.write_text(index_b), ib.write_text(index_a)
+    assert main(["verify", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"{a}: CRC32C {second['crc32c']}, but manifest.json lists {first['crc32c']}: the bytes "
+        "differ from what the build wrote"
+    ) in out
+    if first["examples"] != second["examples"]:
+        assert f"{a}: {second['examples']} records, but manifest.json lists" in out
+    assert "2 DAMAGED" in out
+
+
+def test_verify_names_a_shard_the_manifest_lists_but_the_folder_lacks(copy, built, capsys):
+    _, _, manifest = built
+    gone = manifest["shards"][-1]
+    (copy / gone["file"]).unlink()
+    (copy / gone["index_file"]).unlink()
+    assert main(["verify", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        f"MISSING  {copy / gone['file']}: manifest.json lists this shard, but it is not there"
+        in out
+    )
+    assert out.splitlines()[-1].endswith("0 DAMAGED, 1 MISSING")
