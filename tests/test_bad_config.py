@@ -44,6 +44,7 @@ CASES = [
     ),
     ("bad_size_unit", ["--max-shard-size", "200MQ"], "--max-shard-size:", "'200MQ'"),
     ("unknown_color", ["--color", "cmyk"], None, "invalid choice: 'cmyk'"),
+    ("negative_read_ahead", ["--read-ahead", "-1"], "--read-ahead:", "between 0 and 1024"),
     (
         "unknown_classes_file",
         ["--classes", "@/nonexistent/classes.txt"],
