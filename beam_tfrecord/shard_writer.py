@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import crc32c
 import fsspec
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
@@ -24,7 +23,13 @@ from beam_tfrecord.preparation import read_source
 from beam_tfrecord.record_index import index_file_name, index_line
 from beam_tfrecord.records import image_record_parts
 from beam_tfrecord.storage import TEMP_MARKER, is_object_store, publish
-from beam_tfrecord.tfrecord import CorruptRecordError, TFRecordWriter, framed_size, read_records
+from beam_tfrecord.tfrecord import (
+    CorruptRecordError,
+    TFRecordWriter,
+    file_crc32c,
+    framed_size,
+    read_records,
+)
 
 __all__ = ["TEMP_MARKER", "ShardResult", "ShardSpec", "is_temporary", "write_shard"]
 
@@ -285,7 +290,6 @@ def _verify_existing(
     expected_bytes = sum(e.record_size for e in ordered)
     if fs.size(final_path) != expected_bytes:
         return None
-    checksum = 0
     counts: Counter[str] = Counter()
     index: list[str] = []
     try:
@@ -301,8 +305,7 @@ def _verify_existing(
                 if entry.label is not None:
                     counts[entry.label] += 1
         with fs.open(final_path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                checksum = crc32c.crc32c(block, checksum)
+            checksum = file_crc32c(f)
     except (CorruptRecordError, ValueError, OSError):
         return None
     result = ShardResult(
@@ -311,7 +314,7 @@ def _verify_existing(
         file_name=spec.file_name,
         examples=len(ordered),
         bytes=expected_bytes,
-        crc32c=f"{checksum:08x}",
+        crc32c=checksum,
         class_counts=tuple(sorted(counts.items())),
         resumed=True,
         index_file=index_file_name(spec.file_name),

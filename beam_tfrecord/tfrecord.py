@@ -22,6 +22,7 @@ __all__ = [
     "CorruptRecordError",
     "TFRecordReader",
     "TFRecordWriter",
+    "file_crc32c",
     "framed_size",
     "masked_crc32c",
     "open_writer",
@@ -72,6 +73,18 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """
     crc = _crc32c(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def file_crc32c(stream: BinaryIO) -> str:
+    """The CRC32C of what is left to read in a binary stream, as 8 hex digits.
+
+    The form a build's manifest gives each shard's checksum in (``TFRecordWriter.crc32c``,
+    formatted), and ``gcloud storage hash --hex`` prints.
+    """
+    checksum = 0
+    for block in iter(lambda: stream.read(1 << 20), b""):
+        checksum = _crc32c(block, checksum)
+    return f"{checksum:08x}"
 
 
 def framed_size(payload_len: int) -> int:

@@ -16,7 +16,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import crc32c
 import fsspec
 from fsspec.core import url_to_fs
 from google.protobuf.message import DecodeError
@@ -27,6 +26,7 @@ from beam_tfrecord.tfrecord import (
     COMPRESSION_TYPES,
     CorruptRecordError,
     TFRecordReader,
+    file_crc32c,
     framed_size,
 )
 
@@ -175,13 +175,11 @@ def check_against_manifest(
     expected = shard.get("crc32c")
     if expected is None:
         return  # a manifest of an older build, which kept a SHA-256 instead
-    checksum = 0
     with fsspec.open(url, "rb", **storage_options) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            checksum = crc32c.crc32c(block, checksum)
-    if f"{checksum:08x}" != expected:
+        checksum = file_crc32c(f)
+    if checksum != expected:
         report.errors.append(
-            f"{url}: CRC32C {checksum:08x}, but manifest.json lists {expected}: the bytes differ "
+            f"{url}: CRC32C {checksum}, but manifest.json lists {expected}: the bytes differ "
             "from what the build wrote"
         )
 

@@ -24,6 +24,7 @@ from beam_tfrecord.tfrecord import (
     CorruptRecordError,
     TFRecordReader,
     TFRecordWriter,
+    file_crc32c,
     framed_size,
     masked_crc32c,
     open_writer,
@@ -449,6 +450,8 @@ def test_writer_checksum_is_the_crc32c_of_the_whole_file(tmp_path, batched):
                 writer.write(record)
         checksum = writer.crc32c
     assert checksum == crc32c.crc32c(path.read_bytes())
+    with open(path, "rb") as f:
+        assert file_crc32c(f) == f"{checksum:08x}"
 
 
 def test_writer_without_checksum_refuses_to_make_one_up():
