@@ -385,7 +385,7 @@ class DropDuplicates(beam.PTransform):
 
 
 class _BucketStatsFn(beam.CombineFn):
-    """Records, bytes and largest record of every (split, bucket), in one combine."""
+    """Records, bytes and largest record (SplitStats) of every (split, bucket), in one combine."""
 
     def create_accumulator(self) -> dict:
         return {}
@@ -393,30 +393,18 @@ class _BucketStatsFn(beam.CombineFn):
     def add_input(self, accumulator: dict, keyed):
         key, entry = keyed
         size = entry.record_size
-        stats = accumulator.get(key)
-        if stats is None:
-            accumulator[key] = [1, size, size]
-        else:
-            stats[0] += 1
-            stats[1] += size
-            stats[2] = max(stats[2], size)
+        accumulator[key] = accumulator.get(key, SplitStats()).merge(SplitStats(1, size, size))
         return accumulator
 
     def merge_accumulators(self, accumulators) -> dict:
         merged: dict = {}
         for accumulator in accumulators:
-            for key, (records, size, largest) in accumulator.items():
-                stats = merged.get(key)
-                if stats is None:
-                    merged[key] = [records, size, largest]
-                else:
-                    stats[0] += records
-                    stats[1] += size
-                    stats[2] = max(stats[2], largest)
+            for key, stats in accumulator.items():
+                merged[key] = merged[key].merge(stats) if key in merged else stats
         return merged
 
     def extract_output(self, accumulator: dict) -> dict:
-        return {key: SplitStats(*stats) for key, stats in accumulator.items()}
+        return accumulator
 
 
 class _PlanBucketFn(beam.DoFn):
