@@ -70,7 +70,6 @@ class ReadAhead(Generic[T, R]):
         self._pool = executor if executor is not None or not threads else new_executor(threads)
 
     def add(self, item: T) -> list[tuple[T, Future[R]]]:
-        size = self._size_of(item)
         if self._pool is None:
             future: Future[R] = Future()
             try:
@@ -78,6 +77,7 @@ class ReadAhead(Generic[T, R]):
             except Exception as err:  # handed to the caller with its item, as a thread would
                 future.set_exception(err)
             return [(item, future)]
+        size = self._size_of(item)
         self._pending.append((item, self._pool.submit(self._fetch, item), size))
         self._bytes += size
         ready = []

@@ -7,7 +7,7 @@ import functools
 import hashlib
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import fsspec
@@ -164,14 +164,14 @@ class Preparer:
         source: SourceFile,
         label: str | None,
         class_id: int | None,
-        fetched: Callable[[], Fetched] | None = None,
+        fetched: Fetched | OSError | None = None,
     ) -> ImageEntry | ReportEntry:
         """Checks the image and returns its planned entry, or the report entry saying why it is left out.
 
         Args:
             source, label, class_id: the image, as listed and labelled.
-            fetched: returns what `fetch(source)` returns (or raises what it raises), when the
-                read was done ahead; None to read now.
+            fetched: what `fetch(source)` returned, or the OSError it raised, when the read
+                was done ahead; None to read now.
         """
         split = assign_split(self.split_key(source.relpath), self.splits, self.seed)
 
@@ -181,9 +181,11 @@ class Preparer:
             )
 
         try:
-            info, size, digest = self._check(
-                source, fetched() if fetched is not None else self.fetch(source)
-            )
+            if fetched is None:
+                fetched = self.fetch(source)
+            elif isinstance(fetched, OSError):
+                raise fetched
+            info, size, digest = self._check(source, fetched)
         except ImageError as err:
             return skipped(err.code, err.message)
         except FileNotFoundError:

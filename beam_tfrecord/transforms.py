@@ -233,28 +233,38 @@ class LabelImages(beam.PTransform):
         return {"labeled": labeled, "census": census, "report": results[REPORT]}
 
 
-class _PrepareFn(beam.DoFn):
-    """Checks images on a few threads, reading the next ones meanwhile; outputs in input order.
+class _ReadAheadFn(beam.DoFn):
+    """A DoFn that reads `read_ahead` images ahead on threads of its own, shared by its bundles,
+    and runs no more CPU-bound image work at once than its worker has cores (`self._cpu`):
+    reads wait on the disk or the network, decodes on the CPU (Pillow lets go of the GIL while
+    it decodes), and each may hold a decoded image."""
 
-    Up to `read_ahead` images are in flight, but no more checks run at once than the worker
-    has cores: reads wait on the disk or the network, checks on the CPU (Pillow lets go of the
-    GIL while it decodes), and each running check may hold a decoded image.
-    """
-
-    def __init__(self, preparer: Preparer, read_ahead: int):
-        self._preparer = preparer
-        self._threads = read_ahead
-        self._skipped = _counter("images_skipped")
-        self._reencoded = _counter("images_to_reencode")
+    def __init__(self, read_ahead: int):
+        self._read_ahead = read_ahead
 
     def setup(self):
-        self._executor = new_executor(self._threads) if self._threads else None
+        self._executor = new_executor(self._read_ahead) if self._read_ahead else None
         self._cpu = threading.Semaphore(usable_cores())
+
+    def teardown(self):
+        if getattr(self, "_executor", None) is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+class _PrepareFn(_ReadAheadFn):
+    """Checks images on the read-ahead threads, reading the next ones meanwhile; outputs in
+    input order."""
+
+    def __init__(self, preparer: Preparer, read_ahead: int):
+        super().__init__(read_ahead)
+        self._preparer = preparer
+        self._skipped = _counter("images_skipped")
+        self._reencoded = _counter("images_to_reencode")
 
     def start_bundle(self):
         # Per bundle: a bundle that failed must not hand its work to the retry.
         self._ahead = ReadAhead(
-            self._check, threads=self._threads, size_of=_read_size, executor=self._executor
+            self._check, threads=self._read_ahead, size_of=_read_size, executor=self._executor
         )
 
     def process(self, element: tuple[SourceFile, str | None], census: Census):
@@ -272,26 +282,14 @@ class _PrepareFn(beam.DoFn):
                 yield GlobalWindows.windowed_value(output)
         self._ahead.close()
 
-    def teardown(self):
-        if getattr(self, "_executor", None) is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
-
     def _check(self, item: tuple[SourceFile, str | None, int | None]) -> ImageEntry | ReportEntry:
         source, label, class_id = item
         try:
-            fetched = self._preparer.fetch(source)
+            fetched = self._preparer.fetch(source)  # outside the CPU bound: only IO
         except OSError as err:  # prepare reports it, as it would a read of its own
-
-            def fetched_again(err=err):
-                raise err
-
-        else:
-
-            def fetched_again(fetched=fetched):
-                return fetched
-
+            fetched = err
         with self._cpu:
-            return self._preparer.prepare(source, label, class_id, fetched_again)
+            return self._preparer.prepare(source, label, class_id, fetched)
 
     def _output(self, result: ImageEntry | ReportEntry):
         # Counters are counted here, on the bundle's own thread, where Beam looks for them.
@@ -492,27 +490,19 @@ class PlanShards(beam.PTransform):
         return {"shards": shards, "plan": plan}
 
 
-class _WriteShardFn(beam.DoFn):
+class _WriteShardFn(_ReadAheadFn):
     def __init__(
         self, output_dir: str, name: str, policy: ImagePolicy, resume: bool, read_ahead: int
     ):
+        super().__init__(read_ahead)
         self._output_dir = output_dir
         self._name = name
         self._policy = policy
         self._resume = resume
-        self._read_ahead = read_ahead
         self._written = _counter("images_written")
         self._skipped = _counter("images_skipped")
         self._bytes = _counter("bytes_written")
         self._shards = _counter("shards_written")
-
-    def setup(self):
-        self._executor = new_executor(self._read_ahead) if self._read_ahead else None
-        self._cpu = threading.Semaphore(usable_cores())
-
-    def teardown(self):
-        if getattr(self, "_executor", None) is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
 
     def process(self, element, plan):
         (split, index), entries = element

@@ -76,3 +76,20 @@ def test_a_vanished_file_is_reported_not_raised(images):
     path.unlink()
     result = preparer(config).prepare(source, None, None)
     assert isinstance(result, ReportEntry) and result.reason == "vanished"
+
+
+def test_a_read_done_ahead_is_used_and_its_error_reported(images, monkeypatch):
+    path = images / "plain.jpg"
+    config = BuildConfig(inputs=(str(path),), output="unused", validate="header", labels="none")
+    prep = preparer(config)
+    source = SourceFile(url=str(path), relpath="plain.jpg", size=path.stat().st_size)
+    fetched = prep.fetch(source)
+    monkeypatch.setattr(
+        "beam_tfrecord.preparation.read_source",
+        lambda *_: pytest.fail("a read done ahead must not be done again"),
+    )
+    assert isinstance(prep.prepare(source, None, None, fetched), ImageEntry)
+    gone = prep.prepare(source, None, None, FileNotFoundError(str(path)))
+    assert isinstance(gone, ReportEntry) and gone.reason == "vanished"
+    unreadable = prep.prepare(source, None, None, PermissionError(str(path)))
+    assert isinstance(unreadable, ReportEntry) and unreadable.reason == "read_error"
