@@ -18,8 +18,8 @@ from google.protobuf.message import DecodeError
 
 from beam_tfrecord.cli import non_negative_int
 from beam_tfrecord.example import Example, example_to_dict
-from beam_tfrecord.tfrecord import COMPRESSION_TYPES, CorruptRecordError, read_records
-from beam_tfrecord.verify_command import expand_or_complain
+from beam_tfrecord.tfrecord import CorruptRecordError, read_records
+from beam_tfrecord.verify_command import add_compression_argument, expand_or_complain
 
 __all__ = ["add_arguments", "run"]
 
@@ -218,13 +218,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="one JSON object per record and line, with every value in full",
     )
-    parser.add_argument(
-        "--compression",
-        default="auto",
-        type=lambda value: value if value == "auto" else value.upper(),
-        choices=COMPRESSION_TYPES,
-        help="compression of the files (default: auto, from suffix then content)",
-    )
+    add_compression_argument(parser)
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:

@@ -20,7 +20,7 @@ from PIL import Image
 
 from beam_tfrecord.example import decode_example
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE
-from beam_tfrecord.records import image_record
+from beam_tfrecord.records import sample_record
 from beam_tfrecord.storage import to_url
 from beam_tfrecord.tfrecord import read_records
 
@@ -28,20 +28,7 @@ __all__ = ["Dataset", "Shard", "decode_image", "list_shards", "parse_record"]
 
 # Our record layout, read from what the writer writes so that the two cannot drift apart. Its
 # features hold one value each, and come out of parse_record as scalars; the text ones as str.
-_LAYOUT = tuple(
-    decode_example(
-        image_record(
-            b"",
-            image_format="jpeg",
-            height=1,
-            width=1,
-            channels=3,
-            filename="x",
-            label=0,
-            label_text="x",
-        )
-    )
-)
+_LAYOUT = tuple(decode_example(sample_record()))
 _TEXT_FEATURES = frozenset(
     {"image/format", "image/class/text", "image/filename", "image/key/sha256"}
 )

@@ -8,7 +8,13 @@ from collections.abc import Mapping, Sequence
 
 from beam_tfrecord.tfrecord import framed_size
 
-__all__ = ["image_record", "image_record_parts", "image_record_size", "serialized_size"]
+__all__ = [
+    "image_record",
+    "image_record_parts",
+    "image_record_size",
+    "sample_record",
+    "serialized_size",
+]
 
 # A feature value as serialized_size takes it: a list holds one kind.
 Value = bytes | int | float
@@ -22,6 +28,21 @@ def image_record(encoded: bytes, **fields: object) -> bytes:
     hold it to.
     """
     return b"".join(image_record_parts(encoded, **fields))  # type: ignore[arg-type]
+
+
+def sample_record(*, labels: bool = True) -> bytes:
+    """A record with the layout a build writes (with or without class features), placeholder
+    values: what readers and the spec learn the layout from, so they cannot drift from it."""
+    return image_record(
+        b"",
+        image_format="jpeg",
+        height=1,
+        width=1,
+        channels=3,
+        filename="x",
+        label=0 if labels else None,
+        label_text="x" if labels else None,
+    )
 
 
 def image_record_parts(

@@ -15,7 +15,7 @@ from beam_tfrecord.cli import non_negative_int
 from beam_tfrecord.example import decode_example_kinds
 from beam_tfrecord.manifest import MANIFEST_FILE, read_manifest
 from beam_tfrecord.reader import Shard, list_shards
-from beam_tfrecord.records import image_record
+from beam_tfrecord.records import sample_record
 from beam_tfrecord.tfrecord import read_records
 
 __all__ = ["add_arguments", "feature_spec", "run", "spec_to_python"]
@@ -26,17 +26,7 @@ _SHARD_INDEX = re.compile(r"\.tfrecord-(\d+)-of-\d+$")
 
 def _layout(labels: bool) -> dict[str, str]:
     """Feature name -> kind of the records a build writes, read from what the writer writes."""
-    record = image_record(
-        b"",
-        image_format="jpeg",
-        height=1,
-        width=1,
-        channels=3,
-        filename="x",
-        label=0 if labels else None,
-        label_text="x" if labels else None,
-    )
-    kinds = decode_example_kinds(record)
+    kinds = decode_example_kinds(sample_record(labels=labels))
     # The README's order: the image, its shape, its class, then where it came from.
     order = ["image/encoded", "image/format", "image/height", "image/width", "image/channels",
              "image/class/label", "image/class/text", "image/filename", "image/key/sha256"]  # fmt: skip

@@ -33,6 +33,7 @@ from beam_tfrecord.tfrecord import (
 __all__ = [
     "FileReport",
     "add_arguments",
+    "add_compression_argument",
     "expand_or_complain",
     "expand_paths",
     "run",
@@ -321,17 +322,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="TFRecord files, directories (every file below, hidden and .json/.txt/.index "
         "files excepted), globs; local or any fsspec URL (gs://...)",
     )
+    add_compression_argument(parser)
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="only check framing and CRCs: records need not be tf.train.Examples",
+    )
+
+
+def add_compression_argument(parser: argparse.ArgumentParser) -> None:
+    """`--compression`, as the commands that read TFRecord files (inspect, verify) take it."""
     parser.add_argument(
         "--compression",
         default="auto",
         type=lambda value: value if value == "auto" else value.upper(),
         choices=COMPRESSION_TYPES,
         help="compression of the files (default: auto, from suffix then content)",
-    )
-    parser.add_argument(
-        "--raw",
-        action="store_true",
-        help="only check framing and CRCs: records need not be tf.train.Examples",
     )
 
 
