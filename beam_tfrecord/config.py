@@ -174,8 +174,9 @@ class BuildConfig:
             group named `group`) is equal share a split (one subject, patient or scene).
         max_skipped_fraction: fail the build (after writing the report) when more inputs are skipped.
         planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
-        read_ahead: images each worker reads concurrently, ahead of the one it checks or writes
-            (object stores, where every read waits a round trip, want more).
+        read_ahead: images each worker reads concurrently, ahead of the one it checks or writes;
+            None to choose by the inputs' store (deep for object stores, where every read waits
+            a round trip, shallow for local disk).
     """
 
     inputs: tuple[str, ...] = ()
@@ -205,7 +206,7 @@ class BuildConfig:
     split_by: str | None = None
     max_skipped_fraction: float | None = None
     planning_bucket_records: int = 200_000
-    read_ahead: int = 16
+    read_ahead: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, str):
@@ -317,7 +318,7 @@ class BuildConfig:
             )
         if self.planning_bucket_records < 1:
             raise ConfigError("planning_bucket_records", "must be at least 1")
-        if (
+        if self.read_ahead is not None and (
             isinstance(self.read_ahead, bool)
             or not isinstance(self.read_ahead, int)
             or not 0 <= self.read_ahead <= 1024

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import posixpath
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,13 +18,13 @@ from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.manifest import (
     build_manifest,
     discard_manifest,
-    publish_text,
     read_manifest,
     remove_stale_files,
     write_build_files,
 )
 from beam_tfrecord.preflight import preflight
 from beam_tfrecord.preparation import Preparer
+from beam_tfrecord.remote import default_depth
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.transforms import (
     METRICS_NAMESPACE,
@@ -37,7 +36,7 @@ from beam_tfrecord.transforms import (
     WriteShards,
 )
 
-__all__ = ["BuildResult", "ConvertImages", "build", "image_policy", "preparer"]
+__all__ = ["BuildResult", "ConvertImages", "build", "image_policy", "preparer", "read_depth"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -69,6 +68,16 @@ def preparer(config: BuildConfig) -> Preparer:
     )
 
 
+def read_depth(config: BuildConfig) -> int:
+    """Images each worker reads ahead: --read-ahead, else as deep as the inputs' store wants.
+
+    With --input-list the list's own location decides (its entries are not read here).
+    """
+    if config.read_ahead is not None:
+        return config.read_ahead
+    return default_depth([*config.inputs, *filter(None, [config.input_list])])
+
+
 def _finalize(results, report, census, config_dict, split_names, output_dir):
     """Runs once, after every shard is written: metadata files last, then stale files go."""
     manifest = build_manifest(
@@ -81,9 +90,7 @@ def _finalize(results, report, census, config_dict, split_names, output_dir):
     )
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
     tfds = tfds_files(manifest)
-    for name, text in tfds.items():
-        publish_text(posixpath.join(output_dir, name), text)
-    write_build_files(output_dir, manifest, census.classes, report)
+    write_build_files(output_dir, manifest, census.classes, report, extra=tfds)
     keep = [*tfds, *(s["file"] for s in manifest["shards"])]
     keep += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     removed = remove_stale_files(output_dir, keep=keep)
@@ -108,13 +115,14 @@ class ConvertImages(beam.PTransform):
     def expand(self, pbegin):
         config = self._config
         prep = preparer(config)
+        read_ahead = read_depth(config)
         sources = pbegin | "ListImages" >> ListImages(
             config.inputs, config.extensions, input_list=config.input_list, listing=config.listing
         )
         labeled = sources | "LabelImages" >> LabelImages(prep)
         census = labeled["census"]
         checked = labeled["labeled"] | "CheckImages" >> CheckImages(
-            prep, census, read_ahead=config.read_ahead
+            prep, census, read_ahead=read_ahead
         )
         entries, reports = checked["entries"], [labeled["report"], checked["report"]]
         if config.dedup:
@@ -132,7 +140,7 @@ class ConvertImages(beam.PTransform):
             image_policy(config),
             planned["plan"],
             resume=config.resume,
-            read_ahead=config.read_ahead,
+            read_ahead=read_ahead,
         )
         report = (*reports, written["report"]) | "Report" >> beam.Flatten()
         summary = (

@@ -22,6 +22,7 @@ from beam_tfrecord.prefetch import usable_cores
 from beam_tfrecord.preparation import read_source
 from beam_tfrecord.record_index import index_file_name, index_line
 from beam_tfrecord.records import image_record_parts
+from beam_tfrecord.remote import BackgroundWriter, fetch_in_order, is_remote
 from beam_tfrecord.storage import TEMP_MARKER, is_object_store, publish
 from beam_tfrecord.tfrecord import (
     CorruptRecordError,
@@ -127,18 +128,37 @@ def write_shard(
     # An object store completes an upload when its file is closed, even when the writing failed;
     # without autocommit it completes only on commit(), so a failed shard never appears.
     raw = fs.open(temp_path, "wb", autocommit=False) if direct else fs.open(temp_path, "wb")
+    # An object store's file uploads a block inside write() whenever its buffer fills; on a
+    # thread of its own the upload overlaps the reading of the next images.
+    out = BackgroundWriter(raw) if direct else raw
     try:
-        sources = ahead_of(
-            ordered,
-            functools.partial(
-                _encoded, policy=policy, cpu=cpu or threading.Semaphore(usable_cores())
-            ),
-            threads=read_ahead,
-            size_of=lambda e: e.source_size,
-            executor=executor,
+        encode = functools.partial(
+            _encoded, policy=policy, cpu=cpu or threading.Semaphore(usable_cores())
         )
+        if read_ahead and any(is_remote(e.url) for e in ordered):
+            # Objects: many reads in flight through the store's async interface; the threads
+            # then only decode, on bytes already here.
+            fetched = fetch_in_order(((e, e.url, e.source_size) for e in ordered), depth=read_ahead)
+            sources = (
+                (entry, future)
+                for (entry, _), future in ahead_of(
+                    fetched,
+                    lambda pair: encode(pair[0], data=pair[1]),
+                    threads=read_ahead,
+                    size_of=lambda pair: pair[0].source_size,
+                    executor=executor,
+                )
+            )
+        else:
+            sources = ahead_of(
+                ordered,
+                encode,
+                threads=read_ahead,
+                size_of=lambda e: e.source_size,
+                executor=executor,
+            )
         # The writer keeps the file's checksum as it goes, so the shard is never read back.
-        with TFRecordWriter(raw, checksum=True) as writer:
+        with TFRecordWriter(out, checksum=True) as writer:
             for entry, encoded in sources:
                 record = _record_for(entry, encoded.result, skipped)
                 if record is None:
@@ -147,13 +167,16 @@ def write_shard(
                 index.append(index_line(offset, writer.write_parts(record)))
                 if entry.label is not None:
                     counts[entry.label] += 1
-        raw.close()
         if direct:
+            out.close()
+            raw.close()
             raw.commit()
         else:
+            raw.close()
             fs.mv(temp_path, final_path)
     except BaseException:
         if direct:
+            out.abandon()
             _cancel_upload(raw, temp_path)
         else:
             raw.close()
@@ -192,15 +215,25 @@ def _cancel_upload(raw, path: str) -> None:
 
 
 def _encoded(
-    entry: ImageEntry, *, policy: ImagePolicy, cpu: threading.Semaphore
+    entry: ImageEntry,
+    *,
+    policy: ImagePolicy,
+    cpu: threading.Semaphore,
+    data: bytes | OSError | None = None,
 ) -> tuple[bytes, tuple[str, int, int, int]]:
     """The bytes to store for a planned image, and (format, height, width, channels) they decode to.
+
+    `data` is the source's bytes, or the OSError reading them raised, when they were read
+    ahead; None to read them now.
 
     Raises:
         OSError: the source cannot be read (FileNotFoundError: it is gone).
         ImageError: it cannot be decoded or re-encoded.
     """
-    data = read_source(entry.url)
+    if isinstance(data, OSError):
+        raise data
+    if data is None:
+        data = read_source(entry.url)
     if entry.reencode:
         with cpu:
             encoded, info = encode_for_tensorflow(data, policy)
