@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import fnmatch
+import functools
 import json
 import platform
 import posixpath
@@ -17,6 +18,7 @@ import fsspec
 from beam_tfrecord.catalog import ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX
+from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.shard_writer import ShardResult, is_temporary
 from beam_tfrecord.storage import publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
@@ -121,13 +123,28 @@ def publish_text(url: str, text: str) -> None:
 
 
 def write_build_files(
-    output_dir: str, manifest: Mapping[str, Any], classes: ClassMap, report: Iterable[ReportEntry]
+    output_dir: str,
+    manifest: Mapping[str, Any],
+    classes: ClassMap,
+    report: Iterable[ReportEntry],
+    extra: Mapping[str, str] | None = None,
 ) -> None:
-    """Writes labels.txt, report.jsonl and, last, manifest.json: a manifest means a finished build."""
+    """Writes labels.txt, report.jsonl and `extra` files (name -> text) at once, then, last,
+    manifest.json: a manifest means a finished build.
+
+    At once, because on an object store each is a round trip and none depends on another.
+    """
     lines = sorted(report, key=lambda r: r.sort_key)
-    publish_text(posixpath.join(output_dir, LABELS_FILE), classes.to_text())
-    publish_text(
-        posixpath.join(output_dir, REPORT_FILE), "".join(r.to_json() + "\n" for r in lines)
+    files = {
+        **(extra or {}),
+        LABELS_FILE: classes.to_text(),
+        REPORT_FILE: "".join(r.to_json() + "\n" for r in lines),
+    }
+    run_concurrently(
+        [
+            functools.partial(publish_text, posixpath.join(output_dir, name), text)
+            for name, text in files.items()
+        ]
     )
     publish_text(
         posixpath.join(output_dir, MANIFEST_FILE),
@@ -140,10 +157,15 @@ def discard_manifest(output_dir: str) -> None:
 
     TFDS's dataset_info.json goes too: to TFDS it is what says a folder holds a finished build.
     """
-    for name in (MANIFEST_FILE, DATASET_INFO_FILE):
+
+    def discard(name: str) -> None:
         fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
         if fs.exists(path):
             fs.rm(path)
+
+    run_concurrently(
+        [functools.partial(discard, name) for name in (MANIFEST_FILE, DATASET_INFO_FILE)]
+    )
 
 
 def read_manifest(output_dir: str) -> dict[str, Any]:
@@ -178,15 +200,22 @@ def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
     # s3fs and gcsfs cache listings for the life of the process; this one must be fresh.
     fs.invalidate_cache(path)
     keep = set(keep) | set(_METADATA_FILES)
-    removed = []
-    for folder in ("", INDEX_DIR):
+
+    def listing(folder: str) -> list[str]:
         try:
-            listed = fs.ls(posixpath.join(path, folder) if folder else path, detail=False)
+            return fs.ls(posixpath.join(path, folder) if folder else path, detail=False)
         except FileNotFoundError:
-            continue
+            return []
+
+    folders = ("", INDEX_DIR)
+    removed = []
+    # Listed at once and removed at once: on an object store each call is a round trip.
+    for folder, listed in zip(
+        folders, run_concurrently([functools.partial(listing, f) for f in folders]), strict=True
+    ):
         for name in sorted(posixpath.basename(p.rstrip("/")) for p in listed):
             relative = posixpath.join(folder, name)
             if relative not in keep and is_build_file(relative):
-                fs.rm(posixpath.join(path, relative))
                 removed.append(relative)
+    run_concurrently([functools.partial(fs.rm, posixpath.join(path, r)) for r in removed])
     return removed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import uuid
 
@@ -10,6 +11,7 @@ import fsspec
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.listing import first_match, has_magic, input_list_chunks, pattern_base
 from beam_tfrecord.manifest import MANIFEST_FILE
+from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.storage import is_object_store
 
 __all__ = ["preflight"]
@@ -41,25 +43,35 @@ def preflight(config: BuildConfig) -> None:
                 "output",
                 f"{config.output!r} is inside input {pattern!r}; the build would read its own output",
             )
-        try:
-            first = first_match(pattern, config.extensions)
-        except OSError as err:
-            raise ConfigError("input", f"{pattern!r} cannot be listed: {err}") from None
-        if first is None:
-            raise ConfigError(
-                "input",
-                f"{pattern!r} matches no image file (extensions {', '.join(config.extensions)}; "
-                "hidden files and folders are ignored)",
-            )
+    # Each check is a few round trips to a store; they run at once, and the first failing one,
+    # in this order, is the error. The output is checked after: its check writes (a probe),
+    # and a build refused for its inputs must leave no trace.
+    checks = [functools.partial(_check_input, pattern, config) for pattern in config.inputs]
     if config.input_list is not None:
-        try:
-            if not input_list_chunks(config.input_list):
-                raise ConfigError("input_list", f"{config.input_list!r} is empty")
-        except (OSError, ValueError) as err:
-            raise ConfigError(
-                "input_list", f"{config.input_list!r} cannot be read: {err}"
-            ) from None
+        checks.append(functools.partial(_check_input_list, config.input_list))
+    run_concurrently(checks)
     _check_output(config)
+
+
+def _check_input(pattern: str, config: BuildConfig) -> None:
+    try:
+        first = first_match(pattern, config.extensions)
+    except OSError as err:
+        raise ConfigError("input", f"{pattern!r} cannot be listed: {err}") from None
+    if first is None:
+        raise ConfigError(
+            "input",
+            f"{pattern!r} matches no image file (extensions {', '.join(config.extensions)}; "
+            "hidden files and folders are ignored)",
+        )
+
+
+def _check_input_list(input_list: str) -> None:
+    try:
+        if not input_list_chunks(input_list):
+            raise ConfigError("input_list", f"{input_list!r} is empty")
+    except (OSError, ValueError) as err:
+        raise ConfigError("input_list", f"{input_list!r} cannot be read: {err}") from None
 
 
 def _check_output(config: BuildConfig) -> None:
