@@ -40,3 +40,19 @@ def tf():
 
         return tensorflow
     return pytest.importorskip("tensorflow")
+
+
+@pytest.fixture
+def link():
+    """Gives the latency proxy in front of a store (cloud_servers.py) with its counts reset, and
+    restores its delay and fault after the test."""
+    used = []
+
+    def use(store):
+        used.append((store.proxy, store.proxy.delay, store.proxy.fault))
+        store.proxy.reset_counts()
+        return store.proxy
+
+    yield use
+    for proxy, delay, fault in used:
+        proxy.delay, proxy.fault = delay, fault

@@ -65,7 +65,8 @@ def request_kind(method: str, target: str) -> str:
 class LatencyProxy:
     """Forwards 127.0.0.1:`port` to 127.0.0.1:`target_port`, each request `delay` seconds late.
 
-    `delay`, `fault` and `counts` may be read and changed while it runs.
+    `delay`, `fault` and `counts` may be read and changed while it runs; `max_in_flight` is the
+    most requests forwarded at once and not yet answered.
     """
 
     def __init__(
@@ -81,6 +82,8 @@ class LatencyProxy:
         self.delay = delay
         self.fault = fault
         self.counts: Counter[str] = Counter()
+        self.in_flight = 0
+        self.max_in_flight = 0
         self.port = 0
         self._max_connections = max_connections
         self._lifetime = lifetime
@@ -112,6 +115,7 @@ class LatencyProxy:
         """The counts so far, which start again from zero."""
         with self._lock:
             counts, self.counts = self.counts, Counter()
+            self.max_in_flight = self.in_flight
         return counts
 
     def __enter__(self) -> LatencyProxy:
@@ -146,6 +150,12 @@ class LatencyProxy:
             client_w.close()
             return
         expecting_request = [True]
+        waiting = [False]  # a request went to the server, which has not answered yet
+
+        def answered() -> None:
+            if waiting[0]:
+                waiting[0] = False
+                self.in_flight -= 1
 
         async def upstream() -> None:
             while data := await client_r.read(_CHUNK):
@@ -165,12 +175,16 @@ class LatencyProxy:
                         return
                     if self.delay:
                         await asyncio.sleep(self.delay)
+                    waiting[0] = True
+                    self.in_flight += 1
+                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
                 server_w.write(data)
                 await server_w.drain()
 
         async def downstream() -> None:
             while data := await server_r.read(_CHUNK):
                 expecting_request[0] = True  # the answer started: the next bytes are a request
+                answered()
                 client_w.write(data)
                 await client_w.drain()
 
@@ -178,6 +192,7 @@ class LatencyProxy:
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            answered()
             for task in tasks:
                 task.cancel()
             for writer in (server_w, client_w):

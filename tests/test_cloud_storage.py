@@ -1,6 +1,6 @@
 """Builds from a bucket into a bucket, on s3:// and gs://, against real servers on 127.0.0.1.
 
-The servers (moto and gcp-storage-emulator, see cloud_servers.py) speak the stores' HTTP APIs, so
+The servers (moto and fake-gcs-server, see cloud_servers.py) speak the stores' HTTP APIs, so
 s3fs and gcsfs run their real code: listings with bucket-relative names, implicit folders, uploads
 that appear whole when complete, no rename.
 """
@@ -11,6 +11,8 @@ import dataclasses
 import io
 import json
 import re
+import threading
+import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ import pytest
 # The fixtures are imported for pytest to find them; tests ask for them by name.
 from cloud_servers import ObjectStore, gcs_store, s3_store, upload  # noqa: F401
 from imagegen import make_collection
+from latency_proxy import request_kind
 
 from beam_tfrecord.catalog import ImageEntry
 from beam_tfrecord.cli import main
@@ -300,3 +303,82 @@ def test_missing_output_bucket_is_refused_not_created(s3_store, tmp_path, capsys
     fs = fsspec.filesystem("s3")
     fs.invalidate_cache()
     assert not fs.exists("no-such-bucket-typo")
+
+
+def _reads_of(relpaths, fail):
+    """A proxy fault hook: `fail(relpath, n)` decides the n-th read (1, 2, ...) of each image."""
+    seen: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def fault(method, target):
+        if request_kind(method, target) != "read":
+            return None
+        for relpath in relpaths:
+            if urllib.parse.quote(relpath, safe="") in target or relpath in target:
+                with lock:
+                    seen[relpath] += 1
+                    return fail(relpath, seen[relpath])
+        return None
+
+    return fault, seen
+
+
+def test_a_50ms_link_builds_the_same_shards(request, collection, local_build, link):
+    store = _store(request, "gs")
+    src, images = collection
+    source = f"{store.new_bucket('photos')}/far/pets"
+    upload(src, source)
+    output = f"{store.new_bucket('datasets')}/far/pets"
+    proxy = link(store)
+    proxy.delay = 0.05
+    result = build(_config(f"{source}/**", output), [])
+    proxy.delay = 0
+    assert result.manifest["inputs"]["written"] == len(images)
+    assert _shards(_objects(output)) == local_build[1]
+    assert proxy.max_in_flight > 4, "reads overlap"
+
+
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_transient_failures_are_retried_in_a_build(
+    request, protocol, collection, local_build, link
+):
+    store = _store(request, protocol)
+    src, images = collection
+    source = f"{store.new_bucket('photos')}/flaky/pets"
+    upload(src, source)
+    output = f"{store.new_bucket('datasets')}/flaky/pets"
+    actions = {"dog/dog_0003.jpg": 503, "cat/cat_0004.jpg": "reset", "fox/fox_0001.jpg": 429}
+    # The first read of each fails (the check's); the writer's later read succeeds.
+    fault, seen = _reads_of(actions, lambda relpath, n: actions[relpath] if n == 1 else None)
+    link(store).fault = fault
+    result = build(_config(f"{source}/**", output), [])
+    store.proxy.fault = None
+    assert all(seen[relpath] >= 3 for relpath in actions), seen  # failed, retried, written
+    assert result.manifest["inputs"]["written"] == len(images)
+    assert _shards(_objects(output)) == local_build[1]
+
+
+def test_an_object_unreadable_when_its_shard_is_written_is_reported(request, collection, link):
+    store = _store(request, "gs")
+    src, images = collection
+    source = f"{store.new_bucket('photos')}/lost/pets"
+    upload(src, source)
+    output = f"{store.new_bucket('datasets')}/lost/pets"
+    lost = "fox/fox_0002.jpg"
+    # Readable when checked, refused for good when its shard is written.
+    fault, seen = _reads_of([lost], lambda relpath, n: 403 if n > 1 else None)
+    link(store).fault = fault
+    result = build(_config(f"{source}/**", output), [])
+    store.proxy.fault = None
+    assert seen[lost] >= 2
+    files = _objects(output)
+    report = {r["relpath"]: r for r in map(json.loads, files[REPORT_FILE].decode().splitlines())}
+    assert report[lost]["reason"] == "read_error"
+    assert "cannot read" in report[lost]["message"]
+    assert result.manifest["inputs"]["written"] == len(images) - 1
+    written = {
+        decode_example(record)["image/filename"][0].decode()
+        for data in _shards(files).values()
+        for record in read_records(io.BytesIO(data))
+    }
+    assert written == set(images) - {lost}

@@ -1,0 +1,264 @@
+"""Object-store IO: ordered reads with many in flight, retries of transient errors, concurrent calls.
+
+Reads go to real servers (fake-gcs-server and moto, see cloud_servers.py) through the latency
+proxy, which shows how many requests were in flight at once and injects faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import io
+import threading
+from collections import Counter
+
+import fsspec
+import pytest
+
+# The fixtures are imported for pytest to find them; tests ask for them by name.
+from cloud_servers import ObjectStore, gcs_store, s3_store  # noqa: F401
+from latency_proxy import request_kind
+
+from beam_tfrecord import remote
+from beam_tfrecord.remote import (
+    BackgroundWriter,
+    default_depth,
+    fetch_in_order,
+    is_transient,
+    run_concurrently,
+)
+
+OBJECTS = 40
+
+
+def _store(request, protocol: str) -> ObjectStore:
+    return request.getfixturevalue({"s3": "s3_store", "gs": "gcs_store"}[protocol])
+
+
+def _objects(store: ObjectStore, count: int = OBJECTS) -> dict[str, bytes]:
+    """Uploads `count` objects of distinct contents; returns {url: bytes}."""
+    bucket = store.new_bucket("remote")
+    fs = store.fs
+    objects = {f"{bucket}/o/{i:03d}.bin": bytes([i]) * (1000 + 37 * i) for i in range(count)}
+    for url, data in objects.items():
+        fs.pipe_file(url, data)
+    return objects
+
+
+def _fetch(objects: dict[str, bytes], **kwargs) -> list:
+    items = [(url, url, len(data)) for url, data in objects.items()]
+    return list(fetch_in_order(items, **kwargs))
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_reads_come_back_in_order_with_many_in_flight(request, protocol, link):
+    store = _store(request, protocol)
+    objects = _objects(store)
+    proxy = link(store)
+    proxy.delay = 0.05
+    got = _fetch(objects, depth=16)
+    assert [(url, data) for url, data in got] == list(objects.items())
+    # One request per object, and the depth kept full: with 50 ms per request and a depth of
+    # 16, a reader that waited for each answer would have one in flight.
+    assert proxy.counts["read"] == OBJECTS
+    assert 8 <= proxy.max_in_flight <= 17, proxy.max_in_flight
+
+
+def test_the_byte_budget_bounds_the_reads_in_flight(gcs_store, link):  # noqa: F811
+    objects = _objects(gcs_store, 12)
+    proxy = link(gcs_store)
+    proxy.delay = 0.05
+    # Sizes as a caller estimates them: 30 MB each, so a 64 MB budget allows two or three.
+    items = [(url, url, 30 * 10**6) for url in objects]
+    got = list(fetch_in_order(items, depth=64, budget=64 * 10**6))
+    assert [data for _, data in got] == list(objects.values())
+    assert proxy.max_in_flight <= 3
+
+
+def test_local_files_in_order_and_a_missing_one_in_its_place(tmp_path):
+    paths = []
+    for i in range(30):
+        path = tmp_path / f"{i}.bin"
+        path.write_bytes(str(i).encode() * 100)
+        paths.append(str(path))
+    paths[7] = str(tmp_path / "gone.bin")
+    got = list(fetch_in_order([(p, p, 300) for p in paths], depth=8))
+    assert [p for p, _ in got] == paths
+    assert isinstance(got[7][1], FileNotFoundError)
+    assert [d for i, (_, d) in enumerate(got) if i != 7] == [
+        str(i).encode() * 100 for i in range(30) if i != 7
+    ]
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_transient_errors_are_retried(request, protocol, link):
+    store = _store(request, protocol)
+    objects = _objects(store, 10)
+    names = list(objects)
+    failures = {names[3].split("/o/")[1]: 503, names[5].split("/o/")[1]: "reset"}
+    seen: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def fault(method, target):
+        if request_kind(method, target) != "read":
+            return None
+        for name, action in failures.items():
+            if name in target:
+                with lock:
+                    seen[name] += 1
+                    return action if seen[name] == 1 else None
+        return None
+
+    proxy = link(store)
+    proxy.fault = fault
+    got = _fetch(objects, depth=8)
+    assert [data for _, data in got] == list(objects.values())
+    assert all(seen[name] == 2 for name in failures), seen
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_an_object_that_stays_unreadable_is_an_oserror_in_its_place(request, protocol, link):
+    store = _store(request, protocol)
+    objects = _objects(store, 10)
+    names = list(objects)
+    bad = names[4].split("/o/")[1]
+    proxy = link(store)
+    proxy.fault = lambda method, target: 403 if bad in target else None
+    got = _fetch(objects, depth=8)
+    assert isinstance(got[4][1], OSError)
+    assert [data for i, (_, data) in enumerate(got) if i != 4] == [
+        data for i, data in enumerate(objects.values()) if i != 4
+    ]
+
+
+class _FlakyStore:
+    """The async read of an fsspec filesystem, failing as told before it succeeds."""
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        self.calls = 0
+
+    async def _cat_file(self, path):
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return b"data of " + path.encode()
+
+
+def test_our_own_retries_with_backoff_then_an_oserror(monkeypatch):
+    # gcsfs and s3fs retry inside; these are the errors that come out of them all the same.
+    monkeypatch.setattr(remote, "_BACKOFF_SECONDS", 0.001)
+    flaky = _FlakyStore([ConnectionResetError(), TimeoutError()])
+    assert asyncio.run(remote._read_object(flaky, "a", 3)) == b"data of a"
+    assert flaky.calls == 3
+
+    flaky = _FlakyStore([ConnectionResetError()] * 3)
+    with pytest.raises(OSError, match=r"ConnectionResetError.*after 2 attempts"):
+        asyncio.run(remote._read_object(flaky, "a", 2))
+    assert flaky.calls == 2
+
+    flaky = _FlakyStore([ValueError("bad request")])  # not transient: no retry, still an OSError
+    with pytest.raises(OSError, match="bad request"):
+        asyncio.run(remote._read_object(flaky, "a", 3))
+    assert flaky.calls == 1
+
+
+class _HttpError(Exception):
+    def __init__(self, code):
+        super().__init__(f"error {code}")
+        self.code = code
+
+
+class ServerDisconnectedError(Exception):  # named as aiohttp names it
+    pass
+
+
+@pytest.mark.parametrize(
+    ("err", "transient"),
+    [
+        (_HttpError(503), True),
+        (_HttpError(429), True),
+        (_HttpError("500"), True),
+        (_HttpError(404), False),
+        (_HttpError(400), False),
+        (OSError(errno.EBUSY, "SlowDown"), True),  # how s3fs turns a 503 into an OSError
+        (ConnectionResetError(), True),
+        (TimeoutError(), True),
+        (ServerDisconnectedError(), True),
+        (FileNotFoundError("gone"), False),
+        (PermissionError("Forbidden"), False),
+        (ValueError("Bad Request"), False),
+    ],
+)
+def test_which_errors_are_transient(err, transient):
+    assert is_transient(err) is transient
+
+
+def test_a_cause_decides_too():
+    try:
+        try:
+            raise ConnectionResetError()
+        except ConnectionResetError as inner:
+            raise OSError("read failed") from inner
+    except OSError as err:
+        assert is_transient(err)
+
+
+def test_depth_follows_the_store(gcs_store):  # noqa: F811
+    assert default_depth(["photos/**"]) == remote.LOCAL_DEPTH
+    assert default_depth(["photos/**", "gs://bucket/photos/**"]) == remote.OBJECT_STORE_DEPTH
+    assert default_depth(["memory://photos/**"]) == remote.LOCAL_DEPTH
+
+
+def test_run_concurrently_keeps_order_and_raises_the_first_error():
+    barrier = threading.Barrier(4, timeout=10)
+
+    def call(i):
+        barrier.wait()  # all four run at once, or this times out
+        return i * i
+
+    assert run_concurrently([lambda i=i: call(i) for i in range(4)]) == [0, 1, 4, 9]
+
+    def fail(message):
+        raise ValueError(message)
+
+    with pytest.raises(ValueError, match="first"):
+        run_concurrently([lambda: 1, lambda: fail("first"), lambda: fail("second")])
+
+
+def test_background_writer_writes_everything_in_order():
+    raw = io.BytesIO()
+    out = BackgroundWriter(raw, limit=100)
+    parts = [bytes([i % 256]) * (i * 7 % 50 + 1) for i in range(500)]
+    for part in parts:
+        assert out.write(part) == len(part)
+    out.close()
+    assert raw.getvalue() == b"".join(parts)
+
+
+def test_background_writer_raises_the_error_of_the_file():
+    class Broken(io.BytesIO):
+        def write(self, data):
+            raise OSError("upload refused")
+
+    out = BackgroundWriter(Broken(), limit=10)
+    with pytest.raises(OSError, match="upload refused"):
+        for _ in range(1000):
+            out.write(b"x" * 20)
+        out.close()
+
+
+def test_a_shard_to_a_bucket_is_written_through_the_background_writer(gcs_store):  # noqa: F811
+    # What the shard writer relies on: gcsfs's file takes the writes from another thread.
+    bucket = gcs_store.new_bucket("upload")
+    fs = fsspec.filesystem("gs")
+    raw = fs.open(f"{bucket}/file", "wb", autocommit=False)
+    out = BackgroundWriter(raw)
+    data = bytes(range(256)) * 40_000  # 10 MB: two of gcsfs's blocks
+    for i in range(0, len(data), 100_000):
+        out.write(data[i : i + 100_000])
+    out.close()
+    raw.close()
+    raw.commit()
+    fs.invalidate_cache()
+    assert fs.cat_file(f"{bucket}/file") == data
