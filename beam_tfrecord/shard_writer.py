@@ -22,7 +22,12 @@ from beam_tfrecord.prefetch import usable_cores
 from beam_tfrecord.preparation import read_source
 from beam_tfrecord.record_index import index_file_name, index_line
 from beam_tfrecord.records import image_record_parts
-from beam_tfrecord.remote import BackgroundWriter, fetch_in_order, is_remote
+from beam_tfrecord.remote import (
+    BackgroundWriter,
+    fetch_in_order,
+    is_remote,
+    upload_block_size,
+)
 from beam_tfrecord.storage import TEMP_MARKER, is_object_store, publish
 from beam_tfrecord.tfrecord import (
     CorruptRecordError,
@@ -127,7 +132,11 @@ def write_shard(
     direct = temp_path == final_path
     # An object store completes an upload when its file is closed, even when the writing failed;
     # without autocommit it completes only on commit(), so a failed shard never appears.
-    raw = fs.open(temp_path, "wb", autocommit=False) if direct else fs.open(temp_path, "wb")
+    raw = (
+        fs.open(temp_path, "wb", autocommit=False, block_size=upload_block_size(fs))
+        if direct
+        else fs.open(temp_path, "wb")
+    )
     # An object store's file uploads a block inside write() whenever its buffer fills; on a
     # thread of its own the upload overlaps the reading of the next images.
     out = BackgroundWriter(raw) if direct else raw
