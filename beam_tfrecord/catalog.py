@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["ImageEntry", "Reason", "ReportEntry"]
@@ -18,15 +19,21 @@ class Reason:
     SOURCE_CHANGED = "source_changed"
     TOO_LARGE = "larger_than_max_shard_size"
     DUPLICATE = "duplicate"  # byte-identical to another input, which was written instead
+    NORMALIZED = "normalized"  # written, re-encoded or transformed (action "modified")
     # Image checks add their own codes (empty_file, truncated, corrupt, too_many_pixels, ...).
 
 
 @dataclass(frozen=True)
 class ImageEntry:
-    """Everything known about one image before its shard is written; no pixel data.
+    """One image as planned from its listing; no pixel data, and nothing read from the image.
 
-    The planner places it by `shuffle_key` and `record_size`; the shard writer reads `url` and
-    checks that what it reads is still what was planned.
+    The planner places it by `shuffle_key` and `record_size`; the shard writer reads `url`,
+    checks and frames the image, and reports it if it is no longer what was listed.
+
+    Attributes:
+        record_size: the framed record's planned size: exact but for a few bytes of header
+            fields when the image keeps its bytes, an estimate when the build transforms it.
+        source_sha256: of the source's bytes, when the build hashes sources (--dedup); else "".
     """
 
     url: str
@@ -36,19 +43,63 @@ class ImageEntry:
     shuffle_key: int
     label: str | None = None
     class_id: int | None = None
-    image_format: str = ""
-    height: int = 0
-    width: int = 0
-    channels: int = 0
-    reencode: bool = False
-    encoded_size: int = 0
     record_size: int = 0
-    notes: tuple[str, ...] = ()
-    source_sha256: str = ""  # of the source's bytes, when the build hashes sources (--dedup)
+    source_sha256: str = ""
 
     @property
     def sort_key(self) -> tuple[int, str]:
         return (self.shuffle_key, self.relpath)
+
+    def to_bytes(self) -> bytes:
+        """A compact, deterministic encoding (what crosses a shuffle); `from_bytes` reverses it."""
+        texts = [
+            _text(self.url),
+            _text(self.relpath),
+            _text(self.split),
+            _text(self.label) if self.label is not None else None,
+            _text(self.source_sha256),
+        ]
+        lengths = [_NONE if t is None else len(t) for t in texts]
+        return _ENTRY_HEAD.pack(
+            self.shuffle_key,
+            self.source_size,
+            self.record_size,
+            -1 if self.class_id is None else self.class_id,
+            *lengths,
+        ) + b"".join(t for t in texts if t)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ImageEntry:
+        key, source_size, record_size, class_id, *lengths = _ENTRY_HEAD.unpack_from(data)
+        texts: list[str | None] = []
+        at = _ENTRY_HEAD.size
+        for length in lengths:
+            if length == _NONE:
+                texts.append(None)
+                continue
+            texts.append(data[at : at + length].decode("utf-8", "surrogateescape"))
+            at += length
+        url, relpath, split, label, sha = texts
+        return cls(
+            url=url,  # type: ignore[arg-type]
+            relpath=relpath,  # type: ignore[arg-type]
+            source_size=source_size,
+            split=split,  # type: ignore[arg-type]
+            shuffle_key=key,
+            label=label,
+            class_id=None if class_id < 0 else class_id,
+            record_size=record_size,
+            source_sha256=sha or "",
+        )
+
+
+# shuffle key, source size, record size, class id (-1: none), then the five texts' lengths.
+_ENTRY_HEAD = struct.Struct("<QqqqIIIII")
+_NONE = 0xFFFFFFFF
+
+
+def _text(value: str) -> bytes:
+    return value.encode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
@@ -69,6 +120,14 @@ class ReportEntry:
         if "notes" in data:
             data["notes"] = list(data["notes"])
         return json.dumps(data, ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> ReportEntry:
+        """The entry `to_json` wrote."""
+        data = json.loads(line)
+        if "notes" in data:
+            data["notes"] = tuple(data["notes"])
+        return cls(**data)
 
     @property
     def sort_key(self) -> tuple[str, str, str]:

@@ -17,7 +17,7 @@ import fsspec
 from beam_tfrecord.catalog import ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX
-from beam_tfrecord.shard_writer import ShardResult, is_temporary
+from beam_tfrecord.shard_writer import PARTS_DIR, REPORT_PART_SUFFIX, ShardResult, is_temporary
 from beam_tfrecord.storage import publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 
@@ -98,6 +98,12 @@ def build_manifest(
             # elements), and the build must not pass for complete.
             "unaccounted": listed - written - len(skipped),
         },
+        # What the shard writers did, counted: each source is read once, and decoded and
+        # encoded at most once (benchmarks/README.md reads these).
+        "work": {
+            key: sum(getattr(s, key) for s in shards)
+            for key in ("reads", "bytes_read", "decodes", "encodes")
+        },
         "splits": splits,
         "shards": [
             {
@@ -106,6 +112,7 @@ def build_manifest(
                 "index": s.index,
                 "examples": s.examples,
                 "bytes": s.bytes,
+                "planned_bytes": s.planned_bytes,
                 "crc32c": s.crc32c,
                 "index_file": s.index_file,
             }
@@ -152,12 +159,16 @@ def read_manifest(output_dir: str) -> dict[str, Any]:
 
 
 def is_build_file(file_name: str) -> bool:
-    """Whether a file in an output folder is one a build writes (shards, their indexes and
-    temporaries, metadata). `file_name` is relative to the folder: `index/{shard}.index`."""
+    """Whether a file in an output folder is one a build writes (shards, their indexes, report
+    parts and temporaries, metadata). `file_name` is relative to the folder: `index/{shard}.index`."""
     folder, name = posixpath.split(file_name)
     if folder == INDEX_DIR:
         return is_temporary(name) or (
             name.endswith(INDEX_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
+        )
+    if folder == PARTS_DIR:
+        return is_temporary(name) or (
+            name.endswith(REPORT_PART_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
         )
     return not folder and (
         name in _METADATA_FILES
@@ -179,7 +190,7 @@ def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
     fs.invalidate_cache(path)
     keep = set(keep) | set(_METADATA_FILES)
     removed = []
-    for folder in ("", INDEX_DIR):
+    for folder in ("", INDEX_DIR, PARTS_DIR):
         try:
             listed = fs.ls(posixpath.join(path, folder) if folder else path, detail=False)
         except FileNotFoundError:

@@ -26,13 +26,14 @@ from beam_tfrecord.manifest import (
 )
 from beam_tfrecord.preflight import preflight
 from beam_tfrecord.preparation import Preparer
+from beam_tfrecord.shard_writer import report_part_name
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.transforms import (
     METRICS_NAMESPACE,
-    CheckImages,
     DropDuplicates,
-    LabelImages,
+    HashImages,
     ListImages,
+    PlanImages,
     PlanShards,
     WriteShards,
 )
@@ -65,7 +66,6 @@ def preparer(config: BuildConfig) -> Preparer:
         policy=image_policy(config),
         max_record_size=config.max_shard_size,
         split_by=config.split_by,
-        hash_sources=config.dedup,
     )
 
 
@@ -86,6 +86,7 @@ def _finalize(results, report, census, config_dict, split_names, output_dir):
     write_build_files(output_dir, manifest, census.classes, report)
     keep = [*tfds, *(s["file"] for s in manifest["shards"])]
     keep += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
+    keep += [report_part_name(s["file"]) for s in manifest["shards"]]
     removed = remove_stale_files(output_dir, keep=keep)
     if removed:
         _LOG.info(
@@ -111,16 +112,15 @@ class ConvertImages(beam.PTransform):
         sources = pbegin | "ListImages" >> ListImages(
             config.inputs, config.extensions, input_list=config.input_list, listing=config.listing
         )
-        labeled = sources | "LabelImages" >> LabelImages(prep)
-        census = labeled["census"]
-        checked = labeled["labeled"] | "CheckImages" >> CheckImages(
-            prep, census, read_ahead=config.read_ahead
-        )
-        entries, reports = checked["entries"], [labeled["report"], checked["report"]]
+        planned_images = sources | "PlanImages" >> PlanImages(prep)
+        census = planned_images["census"]
+        entries, reports = planned_images["entries"], [planned_images["report"]]
         if config.dedup:
-            unique = entries | "DropDuplicates" >> DropDuplicates()
+            # The one setting that reads images before planning: content hashes.
+            hashed = entries | "HashImages" >> HashImages(read_ahead=config.read_ahead)
+            unique = hashed["entries"] | "DropDuplicates" >> DropDuplicates()
             entries = unique["entries"]
-            reports.append(unique["report"])
+            reports += [hashed["report"], unique["report"]]
         # No split can hold more images than were listed: that bounds the planning buckets.
         most = census | "ListedCount" >> beam.Map(lambda c: c.listed)
         planned = entries | "PlanShards" >> PlanShards(
@@ -131,6 +131,7 @@ class ConvertImages(beam.PTransform):
             config.name,
             image_policy(config),
             planned["plan"],
+            max_record_size=config.max_shard_size,
             resume=config.resume,
             read_ahead=config.read_ahead,
         )

@@ -7,7 +7,6 @@ that appear whole when complete, no rename.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import re
@@ -23,6 +22,7 @@ import pytest
 from cloud_servers import ObjectStore, gcs_store, s3_store, upload  # noqa: F401
 from imagegen import make_collection
 
+from beam_tfrecord import shard_writer
 from beam_tfrecord.catalog import ImageEntry
 from beam_tfrecord.cli import main
 from beam_tfrecord.config import BuildConfig, ConfigError
@@ -30,7 +30,7 @@ from beam_tfrecord.example import decode_example
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
 from beam_tfrecord.pipeline import BuildResult, build, image_policy, preparer
-from beam_tfrecord.shard_writer import ShardSpec, write_shard
+from beam_tfrecord.shard_writer import ShardSpec, report_part_name, write_shard
 from beam_tfrecord.splits import assign_split
 from beam_tfrecord.tfrecord import read_records
 
@@ -73,6 +73,7 @@ def _strays(files: dict[str, bytes], manifest: dict) -> set[str]:
     and shards (or files named for shards) that the manifest does not list."""
     listed = {s["file"] for s in manifest["shards"]}
     listed |= {s["index_file"] for s in manifest["shards"] if s.get("index_file")}
+    listed |= {report_part_name(s["file"]) for s in manifest["shards"]}
     return {
         name
         for name in files
@@ -264,7 +265,7 @@ def test_multi_process_workers_find_the_store_through_the_environment(
 
 
 @pytest.mark.parametrize("protocol", ["s3", "gs"])
-def test_a_failed_shard_leaves_no_object(request, protocol, collection):
+def test_a_failed_shard_leaves_no_object(request, protocol, collection, monkeypatch):
     """An upload appears only when complete: a shard whose writing fails is not published."""
     store = _store(request, protocol)
     src, images = collection
@@ -273,19 +274,23 @@ def test_a_failed_shard_leaves_no_object(request, protocol, collection):
     bucket = store.new_bucket("datasets")
     config = _config(f"{source}/**", f"{bucket}/pets")
     prep = preparer(config)
-    entries = sorted(
-        (
-            prep.prepare(SourceFile(f"{source}/{relpath}", relpath, len(data)), "cat", 0)
-            for relpath, data in sorted(images.items())[:6]
-        ),
-        key=lambda e: e.sort_key,
-    )
+    entries = [
+        prep.plan(SourceFile(f"{source}/{relpath}", relpath, len(data)), "cat", 0)
+        for relpath, data in sorted(images.items())[:6]
+    ]
     assert all(isinstance(e, ImageEntry) for e in entries)
-    # A record whose size disagrees with the plan is a bug: writing stops there with an error,
-    # after five records were written.
-    entries[-1] = dataclasses.replace(entries[-1], record_size=entries[-1].record_size + 1)
+    real_read = shard_writer.read_source
+    reads = []
+
+    def failing_read(url):
+        reads.append(url)
+        if len(reads) == 6:
+            raise RuntimeError("the worker fails after five records were written")
+        return real_read(url)
+
+    monkeypatch.setattr(shard_writer, "read_source", failing_read)
     spec = ShardSpec(config.output, "pets-train.tfrecord-00000-of-00001", "train", 0, 1)
-    with pytest.raises(AssertionError, match="planned"):
+    with pytest.raises(RuntimeError, match="five records"):
         write_shard(spec, entries, image_policy(config))
     assert _objects(bucket) == {}
 
