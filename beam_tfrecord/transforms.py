@@ -223,15 +223,16 @@ class _PlanFn(beam.DoFn):
 
     def process(self, source: SourceFile, census: Census):
         label = self._preparer.label(source)
-        if not isinstance(label, ReportEntry):
+        if isinstance(label, ReportEntry):
+            planned: ImageEntry | ReportEntry = label
+        else:
             class_id = census.classes.id_of(label) if label is not None else None
             planned = self._preparer.plan(source, label, class_id)
-            if isinstance(planned, ImageEntry):
-                yield planned
-                return
-            label = planned
-        self._skipped.inc()
-        yield pvalue.TaggedOutput(REPORT, label)
+        if isinstance(planned, ReportEntry):
+            self._skipped.inc()
+            yield pvalue.TaggedOutput(REPORT, planned)
+        else:
+            yield planned
 
 
 class PlanImages(beam.PTransform):
