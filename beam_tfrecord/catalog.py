@@ -13,6 +13,7 @@ class Reason:
 
     NO_LABEL = "no_label"
     UNKNOWN_CLASS = "unknown_class"
+    BAD_CLASS_NAME = "bad_class_name"  # a name no labels file can hold (labels.class_name_problem)
     READ_ERROR = "read_error"
     VANISHED = "vanished"
     SOURCE_CHANGED = "source_changed"

@@ -7,6 +7,7 @@ import fnmatch
 import json
 import platform
 import posixpath
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
@@ -39,6 +40,7 @@ LABELS_FILE = "labels.txt"
 REPORT_FILE = "report.jsonl"
 _SHARD_GLOB = "*.tfrecord-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]*"
 _METADATA_FILES = (MANIFEST_FILE, LABELS_FILE, REPORT_FILE)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def _versions() -> dict[str, str]:
@@ -120,15 +122,25 @@ def publish_text(url: str, text: str) -> None:
     publish(fs, path, text.encode("utf-8"))
 
 
+def _report_text(report: Iterable[ReportEntry]) -> str:
+    """report.jsonl: one JSON object a line, in path order.
+
+    A path read from a file name whose bytes are not UTF-8 holds lone surrogates (Python's
+    surrogateescape), which no UTF-8 file can hold. They are written as JSON escapes (`\\udcff`):
+    the line stays valid UTF-8 JSON, and `json.loads` gives back the same str, whose
+    `os.fsencode` is the file name's bytes.
+    """
+    lines = sorted(report, key=lambda r: r.sort_key)
+    text = "".join(r.to_json() + "\n" for r in lines)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def write_build_files(
     output_dir: str, manifest: Mapping[str, Any], classes: ClassMap, report: Iterable[ReportEntry]
 ) -> None:
     """Writes labels.txt, report.jsonl and, last, manifest.json: a manifest means a finished build."""
-    lines = sorted(report, key=lambda r: r.sort_key)
     publish_text(posixpath.join(output_dir, LABELS_FILE), classes.to_text())
-    publish_text(
-        posixpath.join(output_dir, REPORT_FILE), "".join(r.to_json() + "\n" for r in lines)
-    )
+    publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
     publish_text(
         posixpath.join(output_dir, MANIFEST_FILE),
         json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
