@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_tfrecord.config import BuildConfig, ConfigError, format_size
+from beam_tfrecord.manifest import BuildFailed
 
 __all__ = ["add_arguments", "config_from_args", "run"]
 
@@ -219,6 +220,9 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     except ConfigError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except BuildFailed as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
     _print_summary(result, config)
     unaccounted = result.manifest["inputs"].get("unaccounted", 0)
     if unaccounted:

@@ -26,12 +26,15 @@ __all__ = [
     "LABELS_FILE",
     "MANIFEST_FILE",
     "REPORT_FILE",
+    "BuildFailed",
     "build_manifest",
     "discard_manifest",
     "is_build_file",
     "publish_text",
     "read_manifest",
     "remove_stale_files",
+    "withdraw_build",
+    "withdrawn_reason",
     "write_build_files",
 ]
 
@@ -144,6 +147,47 @@ def write_build_files(
     publish_text(
         posixpath.join(output_dir, MANIFEST_FILE),
         json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
+    )
+
+
+class BuildFailed(Exception):
+    """A build that ran but must not be published: its one-line reason, for the command line."""
+
+
+def withdraw_build(output_dir: str, report: Iterable[ReportEntry]) -> None:
+    """Leaves a build that wrote no image as a folder holding its report.jsonl, and nothing else.
+
+    Nothing may claim a dataset: no manifest.json, no labels.txt, no TFDS files, and no shard or
+    index of an earlier build (which --overwrite or --resume asked to replace), so that neither
+    we nor TFDS take the folder for a finished build.
+    """
+    discard_manifest(output_dir)
+    publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
+    for name in (LABELS_FILE, *TFDS_FILES):
+        fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
+        if fs.exists(path):
+            fs.rm(path)
+    remove_stale_files(output_dir, keep=())
+
+
+def withdrawn_reason(output_dir: str) -> str:
+    """Why a build was withdrawn, in one line, from the report.jsonl `withdraw_build` wrote."""
+    url = posixpath.join(output_dir, REPORT_FILE)
+    reasons: Counter[str] = Counter()
+    with fsspec.open(url, "r", encoding="utf-8") as f:
+        for line in f:
+            entry = json.loads(line)
+            if entry.get("action", "skipped") == "skipped":
+                reasons[entry["reason"]] += 1
+    if not reasons:
+        return (
+            "no image was written and no input was reported: none was listed, or the runner "
+            "lost them between stages; nothing was published"
+        )
+    counts = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
+    return (
+        f"no image was written: {reasons.total()} inputs were reported ({counts}); "
+        f"nothing was published, see {url}"
     )
 
 
