@@ -197,6 +197,13 @@ def _print_summary(result, config: BuildConfig, out=None) -> None:
             f"  {inputs['modified']} images were re-encoded so TensorFlow decodes them (report.jsonl)",
             file=out,
         )
+    for name, split in manifest["splits"].items():
+        if not split["examples"]:
+            print(
+                f"WARNING: split {name!r} received no images; it is left out of TFDS's "
+                "dataset_info.json",
+                file=out,
+            )
     if inputs["skipped"]:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in inputs["skipped_by_reason"].items())
         print(

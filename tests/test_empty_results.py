@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 from imagegen import make_collection
+from test_tfds import _tfds
 
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.manifest import BuildFailed
 from beam_tfrecord.pipeline import build
+from beam_tfrecord.tfds_metadata import dataset_info_json
 
 _REPO = Path(__file__).resolve().parents[1]
 # What a build writes that claims a dataset.
@@ -86,3 +88,78 @@ def test_an_empty_rebuild_leaves_no_earlier_build_claiming_success(src, tmp_path
         build(BuildConfig(**settings, labels="regex:^(x*)", **{again: True}), [])
     # The earlier build's shards, indexes and metadata went with it: only the report is left.
     assert _files(out) == ["report.jsonl"]
+
+
+@pytest.fixture(scope="module")
+def tfds():
+    return _tfds()
+
+
+@pytest.fixture(scope="module")
+def with_empty_split(src, tmp_path_factory):
+    """A build whose validation split receives no image, through the command line."""
+    out = tmp_path_factory.mktemp("build") / "pets"
+    run = _cli(
+        "--input", f"{src}/**", "--output", str(out), "--min-shard-size", "20KB", "--max-shard-size", "100KB",
+        "--splits", "train=0.6,validation=0,test=0.4",
+    )  # fmt: skip
+    return out, run
+
+
+@pytest.mark.slow
+def test_an_empty_split_is_warned_about_in_the_summary(with_empty_split):
+    out, run = with_empty_split
+    assert run.returncode == 0, run.stderr
+    assert (
+        "WARNING: split 'validation' received no images; it is left out of TFDS's dataset_info.json"
+    ) in run.stdout.splitlines()
+    assert "WARNING: split 'train'" not in run.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["splits"]["validation"] == {
+        "examples": 0,
+        "bytes": 0,
+        "shards": 0,
+        "class_counts": {},
+    }
+
+
+@pytest.mark.slow
+def test_tfds_loads_the_other_splits_and_names_the_empty_one(tfds, with_empty_split):
+    out, _ = with_empty_split
+    manifest = json.loads((out / "manifest.json").read_text())
+    builder = tfds.builder_from_directory(str(out))
+    assert set(builder.info.splits) == {"train", "test"}
+    assert "validation received no images" in builder.info.description
+    total = 0
+    for split in ("train", "test"):
+        examples = list(tfds.as_numpy(builder.as_dataset(split=split)))
+        assert len(examples) == manifest["splits"][split]["examples"] > 0
+        total += len(examples)
+    assert total == manifest["inputs"]["written"] == 120
+    assert len(list(tfds.as_numpy(builder.as_dataset(split="all")))) == 120
+    with pytest.raises(ValueError, match="Unknown split 'validation'"):
+        builder.as_dataset(split="validation")
+
+
+def test_dataset_info_leaves_out_an_empty_split_and_says_so():
+    manifest = {
+        "name": "pets",
+        "config": {"labels": "dir"},
+        "splits": {
+            "train": {"examples": 3, "bytes": 30},
+            "validation": {"examples": 0, "bytes": 0},
+            "test": {"examples": 0, "bytes": 0},
+        },
+        "shards": [{"split": "train", "examples": 3}],
+    }
+    info = dataset_info_json(manifest)
+    assert [s["name"] for s in info["splits"]] == ["train"]
+    assert info["description"].endswith(
+        "Splits validation, test received no images and are left out here; manifest.json "
+        "lists them with 0 examples."
+    )
+    manifest["splits"].pop("test")
+    assert (
+        "Split validation received no images and is left out"
+        in dataset_info_json(manifest)["description"]
+    )
