@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_tfrecord.config import BuildConfig, ConfigError, format_size
+from beam_tfrecord.manifest import BuildFailed
 
 __all__ = ["add_arguments", "config_from_args", "run"]
 
@@ -196,6 +197,13 @@ def _print_summary(result, config: BuildConfig, out=None) -> None:
             f"  {inputs['modified']} images were re-encoded so TensorFlow decodes them (report.jsonl)",
             file=out,
         )
+    for name, split in manifest["splits"].items():
+        if not split["examples"]:
+            print(
+                f"WARNING: split {name!r} received no images; it is left out of TFDS's "
+                "dataset_info.json",
+                file=out,
+            )
     if inputs["skipped"]:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in inputs["skipped_by_reason"].items())
         print(
@@ -219,6 +227,9 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     except ConfigError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except BuildFailed as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
     _print_summary(result, config)
     unaccounted = result.manifest["inputs"].get("unaccounted", 0)
     if unaccounted:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from dataclasses import asdict, dataclass, field
 
@@ -14,6 +15,7 @@ class Reason:
 
     NO_LABEL = "no_label"
     UNKNOWN_CLASS = "unknown_class"
+    BAD_CLASS_NAME = "bad_class_name"  # a name no labels file can hold (labels.class_name_problem)
     READ_ERROR = "read_error"
     VANISHED = "vanished"
     SOURCE_CHANGED = "source_changed"
@@ -96,6 +98,7 @@ class ImageEntry:
 # shuffle key, source size, record size, class id (-1: none), then the five texts' lengths.
 _ENTRY_HEAD = struct.Struct("<QqqqIIIII")
 _NONE = 0xFFFFFFFF
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def _text(value: str) -> bytes:
@@ -116,10 +119,18 @@ class ReportEntry:
     notes: tuple[str, ...] = field(default=())
 
     def to_json(self) -> str:
+        """One line of report.jsonl, valid UTF-8 whatever the file names.
+
+        A path read from a file name whose bytes are not UTF-8 holds lone surrogates (Python's
+        surrogateescape), which no UTF-8 file can hold. They are written as JSON escapes
+        (`\\udcff`): `json.loads` gives back the same str, whose `os.fsencode` is the file name's
+        bytes.
+        """
         data = {k: v for k, v in asdict(self).items() if v not in (None, ())}
         if "notes" in data:
             data["notes"] = list(data["notes"])
-        return json.dumps(data, ensure_ascii=False, sort_keys=True)
+        text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
     @classmethod
     def from_json(cls, line: str) -> ReportEntry:

@@ -25,12 +25,15 @@ __all__ = [
     "LABELS_FILE",
     "MANIFEST_FILE",
     "REPORT_FILE",
+    "BuildFailed",
     "build_manifest",
     "discard_manifest",
     "is_build_file",
     "publish_text",
     "read_manifest",
     "remove_stale_files",
+    "withdraw_build",
+    "withdrawn_reason",
     "write_build_files",
 ]
 
@@ -127,18 +130,61 @@ def publish_text(url: str, text: str) -> None:
     publish(fs, path, text.encode("utf-8"))
 
 
+def _report_text(report: Iterable[ReportEntry]) -> str:
+    """report.jsonl: one JSON object a line, in path order."""
+    return "".join(r.to_json() + "\n" for r in sorted(report, key=lambda r: r.sort_key))
+
+
 def write_build_files(
     output_dir: str, manifest: Mapping[str, Any], classes: ClassMap, report: Iterable[ReportEntry]
 ) -> None:
     """Writes labels.txt, report.jsonl and, last, manifest.json: a manifest means a finished build."""
-    lines = sorted(report, key=lambda r: r.sort_key)
     publish_text(posixpath.join(output_dir, LABELS_FILE), classes.to_text())
-    publish_text(
-        posixpath.join(output_dir, REPORT_FILE), "".join(r.to_json() + "\n" for r in lines)
-    )
+    publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
     publish_text(
         posixpath.join(output_dir, MANIFEST_FILE),
         json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
+    )
+
+
+class BuildFailed(Exception):
+    """A build that ran but must not be published: its one-line reason, for the command line."""
+
+
+def withdraw_build(output_dir: str, report: Iterable[ReportEntry]) -> None:
+    """Leaves a build that wrote no image as a folder holding its report.jsonl, and nothing else.
+
+    Nothing may claim a dataset: no manifest.json, no labels.txt, no TFDS files, and no shard or
+    index of an earlier build (which --overwrite or --resume asked to replace), so that neither
+    we nor TFDS take the folder for a finished build.
+    """
+    discard_manifest(output_dir)
+    publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
+    for name in (LABELS_FILE, *TFDS_FILES):
+        fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
+        if fs.exists(path):
+            fs.rm(path)
+    remove_stale_files(output_dir, keep=())
+
+
+def withdrawn_reason(output_dir: str) -> str:
+    """Why a build was withdrawn, in one line, from the report.jsonl `withdraw_build` wrote."""
+    url = posixpath.join(output_dir, REPORT_FILE)
+    reasons: Counter[str] = Counter()
+    with fsspec.open(url, "r", encoding="utf-8") as f:
+        for line in f:
+            entry = json.loads(line)
+            if entry.get("action", "skipped") == "skipped":
+                reasons[entry["reason"]] += 1
+    if not reasons:
+        return (
+            "no image was written and no input was reported: none was listed, or the runner "
+            "lost them between stages; nothing was published"
+        )
+    counts = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
+    return (
+        f"no image was written: {reasons.total()} inputs were reported ({counts}); "
+        f"nothing was published, see {url}"
     )
 
 

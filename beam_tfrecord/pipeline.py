@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
+import fsspec
 from apache_beam import pvalue
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -17,11 +18,15 @@ from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.manifest import (
+    MANIFEST_FILE,
+    BuildFailed,
     build_manifest,
     discard_manifest,
     publish_text,
     read_manifest,
     remove_stale_files,
+    withdraw_build,
+    withdrawn_reason,
     write_build_files,
 )
 from beam_tfrecord.preflight import preflight
@@ -79,6 +84,10 @@ def _finalize(results, report, census, config_dict, split_names, output_dir):
         report=report,
         listed=census.listed,
     )
+    if not manifest["inputs"]["written"]:
+        # An empty dataset published as finished would pass for a build that worked.
+        withdraw_build(output_dir, report)
+        return manifest["inputs"]
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
     tfds = tfds_files(manifest)
     for name, text in tfds.items():
@@ -185,6 +194,7 @@ def build(config: BuildConfig, beam_args: Sequence[str] = ()) -> BuildResult:
 
     Raises:
         ConfigError: the config cannot work (before anything is written).
+        BuildFailed: the build wrote no image; report.jsonl says why, and nothing else is left.
     """
     preflight(config)
     if config.overwrite:
@@ -207,4 +217,8 @@ def build(config: BuildConfig, beam_args: Sequence[str] = ()) -> BuildResult:
             )
     except (NotImplementedError, AttributeError, KeyError):  # some runners report no metrics
         pass
+    fs, path = fsspec.core.url_to_fs(posixpath.join(config.output, MANIFEST_FILE))
+    fs.invalidate_cache()  # object store listings are cached for the life of the process
+    if not fs.exists(path):
+        raise BuildFailed(withdrawn_reason(config.output))
     return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)

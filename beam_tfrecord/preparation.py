@@ -21,7 +21,7 @@ import fsspec
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImagePolicy, Resize
-from beam_tfrecord.labels import LabelRule
+from beam_tfrecord.labels import LabelRule, class_name_problem
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.records import image_record_size
 from beam_tfrecord.splits import assign_split, shuffle_key
@@ -165,6 +165,12 @@ class Preparer:
             return ReportEntry(
                 source.url, source.relpath, Reason.NO_LABEL,
                 f"--labels {self.label_rule.spec} finds no label in {source.relpath!r}",
+            )  # fmt: skip
+        problem = class_name_problem(label)
+        if problem is not None:
+            return ReportEntry(
+                source.url, source.relpath, Reason.BAD_CLASS_NAME,
+                f"class name {label!r} {problem}", label=label,
             )  # fmt: skip
         if self.fixed_classes is not None and label not in self.fixed_classes:
             return ReportEntry(
