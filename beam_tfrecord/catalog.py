@@ -54,21 +54,29 @@ class ImageEntry:
 
     def to_bytes(self) -> bytes:
         """A compact, deterministic encoding (what crosses a shuffle); `from_bytes` reverses it."""
-        texts = [
-            _text(self.url),
-            _text(self.relpath),
-            _text(self.split),
-            _text(self.label) if self.label is not None else None,
-            _text(self.source_sha256),
-        ]
-        lengths = [_NONE if t is None else len(t) for t in texts]
-        return _ENTRY_HEAD.pack(
-            self.shuffle_key,
-            self.source_size,
-            self.record_size,
-            -1 if self.class_id is None else self.class_id,
-            *lengths,
-        ) + b"".join(t for t in texts if t)
+        url = self.url.encode("utf-8", "surrogateescape")
+        relpath = self.relpath.encode("utf-8", "surrogateescape")
+        split = self.split.encode("utf-8", "surrogateescape")
+        label = b"" if self.label is None else self.label.encode("utf-8", "surrogateescape")
+        sha = self.source_sha256.encode("ascii")
+        return (
+            _ENTRY_HEAD.pack(
+                self.shuffle_key,
+                self.source_size,
+                self.record_size,
+                -1 if self.class_id is None else self.class_id,
+                len(url),
+                len(relpath),
+                len(split),
+                _NONE if self.label is None else len(label),
+                len(sha),
+            )
+            + url
+            + relpath
+            + split
+            + label
+            + sha
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ImageEntry:
@@ -99,10 +107,6 @@ class ImageEntry:
 _ENTRY_HEAD = struct.Struct("<QqqqIIIII")
 _NONE = 0xFFFFFFFF
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
-def _text(value: str) -> bytes:
-    return value.encode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)
