@@ -17,6 +17,7 @@ import fsspec
 from beam_tfrecord.catalog import ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX
+from beam_tfrecord.report import ReportTally, tally_counts
 from beam_tfrecord.shard_writer import ShardResult, is_temporary
 from beam_tfrecord.storage import publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
@@ -57,10 +58,13 @@ def build_manifest(
     split_names: Sequence[str],
     classes: ClassMap,
     shards: Iterable[ShardResult],
-    report: Iterable[ReportEntry],
+    report: ReportTally | Iterable[ReportEntry],
     listed: int,
 ) -> dict[str, Any]:
-    """The manifest of a finished build, from what its shards and report hold."""
+    """The manifest of a finished build, from what its shards and report hold.
+
+    `report` is the report's tally (what a build merges from its workers), or its lines.
+    """
     order = {name: i for i, name in enumerate(split_names)}
     shards = sorted(shards, key=lambda r: (order.get(r.split, len(order)), r.split, r.index))
     splits: dict[str, Any] = {
@@ -76,8 +80,7 @@ def build_manifest(
         counts = Counter(split["class_counts"])
         counts.update(dict(shard.class_counts))
         split["class_counts"] = {name: counts[name] for name in classes.names if counts[name]}
-    report = list(report)
-    skipped = [r for r in report if r.action == "skipped"]
+    tally = report if isinstance(report, ReportTally) else ReportTally.of(report)
     written = sum(s["examples"] for s in splits.values())
     return {
         "format": "beam-tfrecord/1",
@@ -90,13 +93,11 @@ def build_manifest(
         "inputs": {
             "listed": listed,
             "written": written,
-            "skipped": len(skipped),
-            "skipped_by_reason": dict(sorted(Counter(r.reason for r in skipped).items())),
-            "modified": sum(1 for r in report if r.action == "modified"),
+            **tally_counts(tally),
             # Every listed input is written or reported. Anything else was lost by the runner
             # between stages (seen with the DirectRunner's multi-process mode at millions of
             # elements), and the build must not pass for complete.
-            "unaccounted": listed - written - len(skipped),
+            "unaccounted": listed - written - tally.skipped,
         },
         "splits": splits,
         "shards": [
@@ -121,14 +122,21 @@ def publish_text(url: str, text: str) -> None:
 
 
 def write_build_files(
-    output_dir: str, manifest: Mapping[str, Any], classes: ClassMap, report: Iterable[ReportEntry]
+    output_dir: str,
+    manifest: Mapping[str, Any],
+    classes: ClassMap,
+    report: Iterable[ReportEntry] | None = None,
 ) -> None:
-    """Writes labels.txt, report.jsonl and, last, manifest.json: a manifest means a finished build."""
-    lines = sorted(report, key=lambda r: r.sort_key)
+    """Writes labels.txt, report.jsonl and, last, manifest.json: a manifest means a finished build.
+
+    With `report` None, report.jsonl is in place already (a build composes it from its parts).
+    """
     publish_text(posixpath.join(output_dir, LABELS_FILE), classes.to_text())
-    publish_text(
-        posixpath.join(output_dir, REPORT_FILE), "".join(r.to_json() + "\n" for r in lines)
-    )
+    if report is not None:
+        lines = sorted(report, key=lambda r: r.sort_key)
+        publish_text(
+            posixpath.join(output_dir, REPORT_FILE), "".join(r.to_json() + "\n" for r in lines)
+        )
     publish_text(
         posixpath.join(output_dir, MANIFEST_FILE),
         json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
