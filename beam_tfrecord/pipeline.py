@@ -6,17 +6,19 @@ import logging
 import posixpath
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+from apache_beam.runners.runner import PipelineState
 
-from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.manifest import (
+    REPORT_FILE,
     build_manifest,
     discard_manifest,
     publish_text,
@@ -26,6 +28,7 @@ from beam_tfrecord.manifest import (
 )
 from beam_tfrecord.preflight import preflight
 from beam_tfrecord.preparation import Preparer
+from beam_tfrecord.report import compose_report, remove_parts
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.transforms import (
     METRICS_NAMESPACE,
@@ -34,10 +37,18 @@ from beam_tfrecord.transforms import (
     LabelImages,
     ListImages,
     PlanShards,
+    WriteReport,
     WriteShards,
 )
 
-__all__ = ["BuildResult", "ConvertImages", "build", "image_policy", "preparer"]
+__all__ = [
+    "BuildResult",
+    "ConvertImages",
+    "SubmittedBuild",
+    "build",
+    "image_policy",
+    "preparer",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -69,21 +80,29 @@ def preparer(config: BuildConfig) -> Preparer:
     )
 
 
-def _finalize(results, report, census, config_dict, split_names, output_dir):
-    """Runs once, after every shard is written: metadata files last, then stale files go."""
+def _finalize(results, tally, parts, census, config_dict, split_names, output_dir):
+    """Runs once, after every shard and report part is written: metadata files last, then stale
+    files go. Holds one ShardResult per shard and one number per report part, never a line."""
     manifest = build_manifest(
         config=config_dict,
         split_names=split_names,
         classes=census.classes,
         shards=results,
-        report=report,
+        report=tally,
         listed=census.listed,
     )
+    composed = sum(lines for _, lines in parts)
+    if composed != tally.lines:  # the runner lost (or repeated) report lines between stages
+        raise RuntimeError(
+            f"the report's parts hold {composed} lines, but {tally.lines} were reported"
+        )
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
     tfds = tfds_files(manifest)
     for name, text in tfds.items():
         publish_text(posixpath.join(output_dir, name), text)
-    write_build_files(output_dir, manifest, census.classes, report)
+    compose_report(output_dir, (part for part, _ in parts), REPORT_FILE)
+    remove_parts(output_dir)
+    write_build_files(output_dir, manifest, census.classes)
     keep = [*tfds, *(s["file"] for s in manifest["shards"])]
     keep += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     removed = remove_stale_files(output_dir, keep=keep)
@@ -135,21 +154,27 @@ class ConvertImages(beam.PTransform):
             read_ahead=config.read_ahead,
         )
         report = (*reports, written["report"]) | "Report" >> beam.Flatten()
+        # The report's lines go to files from the workers; the manifest gets only their counts.
+        written_report = report | "WriteReport" >> WriteReport(
+            config.output, config.planning_bucket_records
+        )
         summary = (
             pbegin
             | "Finalize" >> beam.Create([None])
             | "WriteManifest"
             >> beam.Map(
-                lambda _, results, report, census: _finalize(
+                lambda _, results, tally, parts, census: _finalize(
                     results,
-                    report,
+                    tally,
+                    parts,
                     census,
                     config.to_dict(),
                     config.split_names,
                     config.output,
                 ),
                 results=pvalue.AsList(written["results"]),
-                report=pvalue.AsList(report),
+                tally=pvalue.AsSingleton(written_report["tally"]),
+                parts=pvalue.AsList(written_report["parts"]),
                 census=pvalue.AsSingleton(census),
             )
         )
@@ -175,26 +200,88 @@ class BuildResult:
         return inputs["skipped"] / inputs["listed"] if inputs["listed"] else 0.0
 
 
-def build(config: BuildConfig, beam_args: Sequence[str] = ()) -> BuildResult:
-    """Checks the config against the world, runs the build and waits for it.
+@dataclass(frozen=True)
+class SubmittedBuild:
+    """A build whose job was built, and submitted unless a dry run, but that has not finished.
+
+    Nothing of it can be known yet but the job: its manifest is written when the job ends.
+    """
+
+    runner: str
+    state: str
+    job_id: str | None
+    dry_run: bool
+    transforms: int  # transforms in the job's pipeline graph
+    graph_bytes: int  # the serialized pipeline graph, as a runner receives it
+    job: Any = field(default=None, repr=False, compare=False)  # the runner's own, if it keeps one
+
+
+def _runner_name(options: PipelineOptions) -> str:
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    return runner if isinstance(runner, str) else type(runner).__name__
+
+
+def _submitted(result, pipeline, options: PipelineOptions, dry_run: bool) -> SubmittedBuild:
+    job = getattr(result, "job", None)  # DataflowRunner keeps the job it built (or submitted)
+    proto = getattr(job, "proto_pipeline", None) or pipeline.to_runner_api()
+    job_id = None
+    if not dry_run:
+        try:
+            job_id = result.job_id()
+        except (AttributeError, NotImplementedError):
+            job_id = None
+    return SubmittedBuild(
+        runner=_runner_name(options),
+        state=str(result.state),
+        job_id=job_id,
+        dry_run=dry_run,
+        transforms=len(proto.components.transforms),
+        graph_bytes=len(proto.SerializeToString()),
+        job=job,
+    )
+
+
+def build(
+    config: BuildConfig, beam_args: Sequence[str] = (), *, wait: bool = True
+) -> BuildResult | SubmittedBuild:
+    """Checks the config against the world, runs the build and, unless told not to, waits for it.
+
+    A dry run (`--dry_run=True`, which DataflowRunner honours by building the job and not
+    submitting it) and a run not waited for return a SubmittedBuild: the manifest is read only
+    from a pipeline that finished.
 
     Args:
         config: the build.
         beam_args: flags for Beam's PipelineOptions (`--runner`, `--direct_num_workers`, ...).
+        wait: wait for the job to finish (runners that run in this process finish anyway).
 
     Raises:
-        ConfigError: the config cannot work (before anything is written).
+        ConfigError: the config cannot work, or `--dry_run` is given to a runner that would
+            run the build anyway (before anything is written).
     """
+    options = PipelineOptions(list(beam_args))
+    dry_run = bool(options.view_as(TestOptions).dry_run)
+    if dry_run and "dataflow" not in _runner_name(options).lower():
+        # Other runners ignore the flag and run the build.
+        raise ConfigError(
+            "runner",
+            f"{_runner_name(options)} would run the build: only DataflowRunner honours "
+            "--dry_run=True (it builds the job and does not submit it)",
+        )
     preflight(config)
-    if config.overwrite:
+    if config.overwrite and not dry_run:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
-    options = PipelineOptions(list(beam_args))
     started = time.monotonic()
     pipeline = beam.Pipeline(options=options)
     _ = pipeline | "ConvertImages" >> ConvertImages(config)
     result = pipeline.run()
-    result.wait_until_finish()
+    if dry_run:
+        return _submitted(result, pipeline, options, dry_run=True)
+    if wait:
+        result.wait_until_finish()
+    if result.state != PipelineState.DONE:
+        return _submitted(result, pipeline, options, dry_run=False)
     counters = {}
     try:
         query = result.metrics().query(
