@@ -595,9 +595,11 @@ class _ReportTallyFn(beam.CombineFn):
 class _WritePartFn(beam.DoFn):
     def __init__(self, output_dir: str):
         self._output_dir = output_dir
+        self._parts = _counter("report_parts_written")
 
     def process(self, element: tuple[int, Iterable[tuple[str, str]]]):
         part, keyed_lines = element
+        self._parts.inc()
         yield part, write_part(self._output_dir, part, keyed_lines)
 
 
