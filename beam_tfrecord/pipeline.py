@@ -221,18 +221,21 @@ def _runner_name(options: PipelineOptions) -> str:
     return runner if isinstance(runner, str) else type(runner).__name__
 
 
-def _submitted(result, pipeline, options: PipelineOptions, dry_run: bool) -> SubmittedBuild:
-    job = getattr(result, "job", None)  # DataflowRunner keeps the job it built (or submitted)
+def _submitted(
+    result, pipeline, options: PipelineOptions, dry_run: bool, state: str | None = None
+) -> SubmittedBuild:
+    # DataflowRunner keeps the job it built: on a dry run's result, or on the runner.
+    job = getattr(result, "job", None) or getattr(getattr(result, "_runner", None), "job", None)
     proto = getattr(job, "proto_pipeline", None) or pipeline.to_runner_api()
     job_id = None
     if not dry_run:
         try:
             job_id = result.job_id()
-        except (AttributeError, NotImplementedError):
+        except (AttributeError, NotImplementedError):  # no job (a template), or no ids
             job_id = None
     return SubmittedBuild(
         runner=_runner_name(options),
-        state=str(result.state),
+        state=state or str(result.state),
         job_id=job_id,
         dry_run=dry_run,
         transforms=len(proto.components.transforms),
@@ -278,6 +281,10 @@ def build(
     result = pipeline.run()
     if dry_run:
         return _submitted(result, pipeline, options, dry_run=True)
+    if getattr(result, "has_job", True) is False:
+        # DataflowRunner wrote the job to --template_location instead of submitting it (this is
+        # how a Flex Template launches): the service runs it later, and its result says DONE.
+        return _submitted(result, pipeline, options, dry_run=False, state="TEMPLATE_WRITTEN")
     if wait:
         result.wait_until_finish()
     if result.state != PipelineState.DONE:

@@ -10,6 +10,7 @@ Dataflow's limits. They also run both entry points as a user would, and check th
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -239,3 +240,29 @@ def test_both_entry_points_dry_run_exit_0_without_a_manifest(entry, bucket, tmp_
     fs, path = fsspec.core.url_to_fs(output)
     fs.invalidate_cache()
     assert not fs.exists(f"{path}/manifest.json")
+
+
+def test_a_template_launch_returns_without_reading_a_manifest(bucket):
+    # With --template_location (how a Flex Template launches), DataflowRunner stages the job and
+    # writes its request to the template file instead of submitting it; its result says DONE,
+    # though nothing ran. --sdk_location=container: the SDK is in the workers' container, so
+    # nothing is downloaded.
+    output = f"{bucket}/out-template"
+    config = BuildConfig(inputs=(f"{bucket}/pets/**",), output=output)
+    args = [a for a in _dataflow_args(bucket) if not a.startswith("--dry_run")]
+    template = f"{bucket}/templates/build.json"
+    submitted = build(
+        config, [*args, f"--template_location={template}", "--sdk_location=container"]
+    )
+    assert isinstance(submitted, SubmittedBuild)
+    assert submitted.state == "TEMPLATE_WRITTEN" and not submitted.dry_run
+    fs, _ = fsspec.core.url_to_fs(template)
+    fs.invalidate_cache()
+    request = fs.cat_file(template)
+    job = json.loads(request)
+    assert job["name"] and job["type"] == "JOB_TYPE_BATCH"
+    # The request names the staged graph; the graph is what Runner v2 runs.
+    staged = job["environment"]["sdkPipelineOptions"]["options"]["pipelineUrl"]
+    assert fs.exists(staged) and fs.size(staged) == submitted.graph_bytes
+    assert len(request) < REQUEST_LIMIT / 10 and submitted.graph_bytes < GRAPH_LIMIT / 10
+    assert not fs.exists(f"{output}/manifest.json")
