@@ -60,10 +60,13 @@ def build_manifest(
     shards: Iterable[ShardResult],
     report: ReportTally | Iterable[ReportEntry],
     listed: int,
+    class_counts: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a finished build, from what its shards and report hold.
 
     `report` is the report's tally (what a build merges from its workers), or its lines.
+    `class_counts`, per split, replaces the shards' own class counts (a build combines them
+    on the workers, so that the shard results gathered in one place stay small).
     """
     order = {name: i for i, name in enumerate(split_names)}
     shards = sorted(shards, key=lambda r: (order.get(r.split, len(order)), r.split, r.index))
@@ -80,6 +83,11 @@ def build_manifest(
         counts = Counter(split["class_counts"])
         counts.update(dict(shard.class_counts))
         split["class_counts"] = {name: counts[name] for name in classes.names if counts[name]}
+    for name, counts in (class_counts or {}).items():
+        split = splits.setdefault(
+            name, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
+        )
+        split["class_counts"] = {c: counts[c] for c in classes.names if counts.get(c)}
     tally = report if isinstance(report, ReportTally) else ReportTally.of(report)
     written = sum(s["examples"] for s in splits.values())
     return {

@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import posixpath
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import apache_beam as beam
@@ -29,6 +30,7 @@ from beam_tfrecord.manifest import (
 from beam_tfrecord.preflight import preflight
 from beam_tfrecord.preparation import Preparer
 from beam_tfrecord.report import compose_report, remove_parts
+from beam_tfrecord.shard_writer import ShardResult
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.transforms import (
     METRICS_NAMESPACE,
@@ -80,9 +82,31 @@ def preparer(config: BuildConfig) -> Preparer:
     )
 
 
-def _finalize(results, tally, parts, census, config_dict, split_names, output_dir):
+class _ClassCountsFn(beam.CombineFn):
+    """Per split, the records of each class the shards hold, summed on the workers."""
+
+    def create_accumulator(self) -> dict[str, Counter]:
+        return {}
+
+    def add_input(self, accumulator: dict[str, Counter], result: ShardResult):
+        accumulator.setdefault(result.split, Counter()).update(dict(result.class_counts))
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> dict[str, Counter]:
+        merged: dict[str, Counter] = {}
+        for accumulator in accumulators:
+            for split, counts in accumulator.items():
+                merged.setdefault(split, Counter()).update(counts)
+        return merged
+
+    def extract_output(self, accumulator) -> dict[str, dict[str, int]]:
+        return {split: dict(counts) for split, counts in accumulator.items()}
+
+
+def _finalize(results, class_counts, tally, parts, census, config_dict, split_names, output_dir):
     """Runs once, after every shard and report part is written: metadata files last, then stale
-    files go. Holds one ShardResult per shard and one number per report part, never a line."""
+    files go. Holds one small ShardResult per shard (its class counts come combined, per split)
+    and one number per report part, never a report line."""
     manifest = build_manifest(
         config=config_dict,
         split_names=split_names,
@@ -90,6 +114,7 @@ def _finalize(results, tally, parts, census, config_dict, split_names, output_di
         shards=results,
         report=tally,
         listed=census.listed,
+        class_counts=class_counts,
     )
     composed = sum(lines for _, lines in parts)
     if composed != tally.lines:  # the runner lost (or repeated) report lines between stages
@@ -158,13 +183,20 @@ class ConvertImages(beam.PTransform):
         written_report = report | "WriteReport" >> WriteReport(
             config.output, config.planning_bucket_records
         )
+        # A shard's class counts (one per class it holds) stay on the workers: the finalize
+        # step gets them summed per split, and one small result per shard.
+        class_counts = written["results"] | "ClassCounts" >> beam.CombineGlobally(_ClassCountsFn())
+        results = written["results"] | "ShardFiles" >> beam.Map(
+            lambda r: replace(r, class_counts=())
+        )
         summary = (
             pbegin
             | "Finalize" >> beam.Create([None])
             | "WriteManifest"
             >> beam.Map(
-                lambda _, results, tally, parts, census: _finalize(
+                lambda _, results, class_counts, tally, parts, census: _finalize(
                     results,
+                    class_counts,
                     tally,
                     parts,
                     census,
@@ -172,7 +204,8 @@ class ConvertImages(beam.PTransform):
                     config.split_names,
                     config.output,
                 ),
-                results=pvalue.AsList(written["results"]),
+                results=pvalue.AsList(results),
+                class_counts=pvalue.AsSingleton(class_counts),
                 tally=pvalue.AsSingleton(written_report["tally"]),
                 parts=pvalue.AsList(written_report["parts"]),
                 census=pvalue.AsSingleton(census),

@@ -56,7 +56,8 @@ BOUNDED_SIDE_INPUTS = {
     "ConvertImages/PlanShards/SizeOfBuckets": "one SplitStats per (split, planning bucket)",
     "ConvertImages/WriteReport/KeyQuantiles": "WriteReport.QUANTILES keys",
     "ConvertImages/PlanShards/SplitPlans": "one plan: per split, per planning bucket",
-    "ConvertImages/WriteShards/Write": "one ShardResult per shard",
+    "ConvertImages/ShardFiles": "one ShardResult per shard, without its class counts",
+    "ConvertImages/ClassCounts": "per split, one count per class",
     "ConvertImages/WriteReport/Tally": "one tally of the report",
     "ConvertImages/WriteReport/PartBounds": "at most WriteReport.QUANTILES keys",
     "ConvertImages/WriteReport/WriteParts": "one (part, lines) pair per report part",
@@ -183,7 +184,8 @@ def test_no_side_input_grows_with_the_number_of_images(dry_run):
     consumers = {c for c, _ in side_inputs if c.startswith("ConvertImages/WriteManifest")}
     fed = {_enclosing(p) for c, p in side_inputs if c in consumers}
     assert fed == {
-        "ConvertImages/WriteShards/Write",
+        "ConvertImages/ShardFiles",
+        "ConvertImages/ClassCounts",
         "ConvertImages/WriteReport/Tally",
         "ConvertImages/WriteReport/WriteParts",
         "ConvertImages/LabelImages/Census",
