@@ -268,6 +268,10 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     if isinstance(result, SubmittedBuild):  # not finished: there is no manifest to read yet
+        if args.wait and not result.dry_run and result.state != "TEMPLATE_WRITTEN":
+            # Waited for, and ended otherwise than done (cancelled, say).
+            print(f"{prog}: error: the job ended {result.state}", file=sys.stderr)
+            return 1
         _print_submitted(result, config)
         return 0
     _print_summary(result, config)
