@@ -154,3 +154,18 @@ def test_the_driver_runs_as_a_file_as_the_launcher_runs_it(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "--no-wait" in done.stdout and "--input" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "rule", "job_labels"),
+    [
+        (None, None, []),
+        (["dir"], "dir", []),
+        (["team=vision", "none"], "none", ["team=vision"]),
+        (["regex:^(?P<label>[a-z]+)=\\d"], "regex:^(?P<label>[a-z]+)=\\d", []),
+        (["dir", "regex:^(a|b)/"], "regex:^(a|b)/", []),  # the last rule wins, as for any flag
+        (["Not=a-label"], "Not=a-label", []),  # not Dataflow's label syntax: a (bad) rule
+    ],
+)
+def test_labels_split_into_the_label_rule_and_dataflow_job_labels(values, rule, job_labels):
+    assert build_command.split_labels(values) == (rule, job_labels)
