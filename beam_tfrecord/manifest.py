@@ -17,6 +17,7 @@ import fsspec
 from beam_tfrecord.catalog import ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX
+from beam_tfrecord.report import ReportTally, tally_counts
 from beam_tfrecord.shard_writer import PARTS_DIR, REPORT_PART_SUFFIX, ShardResult, is_temporary
 from beam_tfrecord.storage import publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
@@ -60,10 +61,16 @@ def build_manifest(
     split_names: Sequence[str],
     classes: ClassMap,
     shards: Iterable[ShardResult],
-    report: Iterable[ReportEntry],
+    report: ReportTally | Iterable[ReportEntry],
     listed: int,
+    class_counts: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The manifest of a finished build, from what its shards and report hold."""
+    """The manifest of a finished build, from what its shards and report hold.
+
+    `report` is the report's tally (what a build merges from its workers), or its lines.
+    `class_counts`, per split, replaces the shards' own class counts (a build combines them
+    on the workers, so that the shard results gathered in one place stay small).
+    """
     order = {name: i for i, name in enumerate(split_names)}
     shards = sorted(shards, key=lambda r: (order.get(r.split, len(order)), r.split, r.index))
     splits: dict[str, Any] = {
@@ -79,8 +86,12 @@ def build_manifest(
         counts = Counter(split["class_counts"])
         counts.update(dict(shard.class_counts))
         split["class_counts"] = {name: counts[name] for name in classes.names if counts[name]}
-    report = list(report)
-    skipped = [r for r in report if r.action == "skipped"]
+    for name, counts in (class_counts or {}).items():
+        split = splits.setdefault(
+            name, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
+        )
+        split["class_counts"] = {c: counts[c] for c in classes.names if counts.get(c)}
+    tally = report if isinstance(report, ReportTally) else ReportTally.of(report)
     written = sum(s["examples"] for s in splits.values())
     return {
         "format": "beam-tfrecord/1",
@@ -93,13 +104,11 @@ def build_manifest(
         "inputs": {
             "listed": listed,
             "written": written,
-            "skipped": len(skipped),
-            "skipped_by_reason": dict(sorted(Counter(r.reason for r in skipped).items())),
-            "modified": sum(1 for r in report if r.action == "modified"),
+            **tally_counts(tally),
             # Every listed input is written or reported. Anything else was lost by the runner
             # between stages (seen with the DirectRunner's multi-process mode at millions of
             # elements), and the build must not pass for complete.
-            "unaccounted": listed - written - len(skipped),
+            "unaccounted": listed - written - tally.skipped,
         },
         # What the shard writers did, counted: each source is read once, and decoded and
         # encoded at most once (benchmarks/README.md reads these).
@@ -136,11 +145,18 @@ def _report_text(report: Iterable[ReportEntry]) -> str:
 
 
 def write_build_files(
-    output_dir: str, manifest: Mapping[str, Any], classes: ClassMap, report: Iterable[ReportEntry]
+    output_dir: str,
+    manifest: Mapping[str, Any],
+    classes: ClassMap,
+    report: Iterable[ReportEntry] | None = None,
 ) -> None:
-    """Writes labels.txt, report.jsonl and, last, manifest.json: a manifest means a finished build."""
+    """Writes labels.txt, report.jsonl and, last, manifest.json: a manifest means a finished build.
+
+    With `report` None, report.jsonl is in place already (a build composes it from its parts).
+    """
     publish_text(posixpath.join(output_dir, LABELS_FILE), classes.to_text())
-    publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
+    if report is not None:
+        publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
     publish_text(
         posixpath.join(output_dir, MANIFEST_FILE),
         json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
@@ -151,15 +167,17 @@ class BuildFailed(Exception):
     """A build that ran but must not be published: its one-line reason, for the command line."""
 
 
-def withdraw_build(output_dir: str, report: Iterable[ReportEntry]) -> None:
+def withdraw_build(output_dir: str, report: Iterable[ReportEntry] | None = None) -> None:
     """Leaves a build that wrote no image as a folder holding its report.jsonl, and nothing else.
 
     Nothing may claim a dataset: no manifest.json, no labels.txt, no TFDS files, and no shard or
     index of an earlier build (which --overwrite or --resume asked to replace), so that neither
-    we nor TFDS take the folder for a finished build.
+    we nor TFDS take the folder for a finished build. With `report` None, report.jsonl is in
+    place already (a build composes it from its parts).
     """
     discard_manifest(output_dir)
-    publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
+    if report is not None:
+        publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
     for name in (LABELS_FILE, *TFDS_FILES):
         fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
         if fs.exists(path):

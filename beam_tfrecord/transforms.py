@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.stats import ApproximateQuantiles
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
@@ -30,6 +31,7 @@ from beam_tfrecord.listing import (
 )
 from beam_tfrecord.prefetch import ReadAhead, new_executor, usable_cores
 from beam_tfrecord.preparation import Preparer, hash_source, read_source
+from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
 from beam_tfrecord.shard_writer import ShardSpec, write_shard
 from beam_tfrecord.sharding import (
     SplitStats,
@@ -49,6 +51,7 @@ __all__ = [
     "ListImages",
     "PlanImages",
     "PlanShards",
+    "WriteReport",
     "WriteShards",
 ]
 
@@ -590,3 +593,83 @@ class WriteShards(beam.PTransform):
             self._fn, plan=pvalue.AsSingleton(self._plan)
         ).with_outputs(REPORT, main="results")
         return {"results": results.results, "report": results[REPORT]}
+
+
+class _ReportTallyFn(beam.CombineFn):
+    """The manifest's counts of the report (skipped by reason, modified, lines), in one combine."""
+
+    def create_accumulator(self) -> ReportTally:
+        return ReportTally()
+
+    def add_input(self, accumulator: ReportTally, entry: ReportEntry) -> ReportTally:
+        return accumulator.add(entry)
+
+    def merge_accumulators(self, accumulators) -> ReportTally:
+        merged = ReportTally()
+        for accumulator in accumulators:
+            merged.merge(accumulator)
+        return merged
+
+    def extract_output(self, accumulator: ReportTally) -> ReportTally:
+        return accumulator
+
+
+class _WritePartFn(beam.DoFn):
+    def __init__(self, output_dir: str):
+        self._output_dir = output_dir
+        self._parts = _counter("report_parts_written")
+
+    def process(self, element: tuple[int, Iterable[tuple[str, str]]]):
+        part, keyed_lines = element
+        self._parts.inc()
+        yield part, write_part(self._output_dir, part, keyed_lines)
+
+
+class WriteReport(beam.PTransform):
+    """Writes the report's lines from the workers, as sorted parts of bounded size, and tallies them.
+
+    The lines are cut into key ranges of about `part_lines` lines each (from approximate
+    quantiles of their keys), and each range is sorted and written by one worker; composing the
+    parts in order gives the sorted report, whatever the cut. What crosses the shuffle is two
+    strings per line; what any one step holds is one part, or a few thousand keys.
+
+    Returns a dict: `tally`, a one-element PCollection of the ReportTally, and `parts`,
+    (part index, lines) for every part written.
+    """
+
+    # Cut points computed: at most this many parts, so a billion lines make parts of about
+    # 250,000 lines.
+    QUANTILES = 4097
+
+    def __init__(self, output_dir: str, part_lines: int):
+        super().__init__()
+        self._output_dir = output_dir
+        self._part_lines = part_lines
+
+    def expand(self, report):
+        part_lines = self._part_lines
+        tally = report | "Tally" >> beam.CombineGlobally(_ReportTallyFn())
+        bounds = (
+            report
+            | "Keys" >> beam.Map(report_key)
+            | "KeyQuantiles" >> ApproximateQuantiles.Globally(self.QUANTILES)
+            | "PartBounds"
+            >> beam.Map(
+                lambda quantiles, tally: part_bounds(quantiles, tally.lines, part_lines),
+                tally=pvalue.AsSingleton(tally),
+            )
+        )
+        parts = (
+            report
+            | "KeyByPart"
+            >> beam.Map(
+                lambda entry, bounds: (
+                    part_of(report_key(entry), bounds),
+                    (report_key(entry), entry.to_json()),
+                ),
+                bounds=pvalue.AsSingleton(bounds),
+            )
+            | "GroupParts" >> beam.GroupByKey()
+            | "WriteParts" >> beam.ParDo(_WritePartFn(self._output_dir))
+        )
+        return {"tally": tally, "parts": parts}

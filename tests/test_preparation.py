@@ -97,7 +97,7 @@ def test_a_resize_estimate_is_near_the_real_size_of_photographs():
     policy = ImagePolicy(resize=Resize.parse("256"), encode="jpeg")
     planned = real = 0
     for _ in range(6):
-        y, x = np.mgrid[0:480, 0:640]
+        x = np.mgrid[0:480, 0:640][1]
         smooth = 128 + 60 * np.sin(x / 90 + rng.uniform(0, 6))[..., None] * np.ones(3)
         pixels = np.clip(smooth + rng.normal(0, 10, (480, 640, 3)), 0, 255).astype(np.uint8)
         out = io.BytesIO()

@@ -27,9 +27,9 @@ class CountingFileSystem(MemoryFileSystem):
     reading), by path."""
 
     protocol = "counting"
-    store: dict = {}  # noqa: RUF012 (fsspec keeps a memory filesystem's files on the class)
-    pseudo_dirs = [""]  # noqa: RUF012
-    reads: Counter = Counter()  # noqa: RUF012
+    store: dict = {}
+    pseudo_dirs = [""]
+    reads: Counter = Counter()
 
     @classmethod
     def _strip_protocol(cls, path):
