@@ -40,9 +40,14 @@ PARTS_DIR = f".report{TEMP_MARKER}parts"
 _COPY_CHUNK = 4 << 20
 
 
-def report_key(entry: ReportEntry) -> str:
-    """One string that sorts as `entry.sort_key` does (paths hold no NUL character)."""
-    return "\0".join(entry.sort_key)
+def report_key(entry: ReportEntry) -> bytes:
+    """Bytes that sort as `entry.sort_key` does (paths hold no NUL character).
+
+    UTF-32 (big-endian) orders as the code points do, which is how str sorts, and it holds the
+    lone surrogates of a file name that is not UTF-8, which UTF-8, and so Beam's coder for
+    str, cannot.
+    """
+    return "\0".join(entry.sort_key).encode("utf-32-be", "surrogatepass")
 
 
 @dataclass
@@ -79,7 +84,7 @@ class ReportTally:
         return self
 
 
-def part_bounds(quantiles: Sequence[str], lines: int, part_lines: int) -> list[str]:
+def part_bounds(quantiles: Sequence[bytes], lines: int, part_lines: int) -> list[bytes]:
     """The keys that cut the report into parts of about `part_lines` lines each.
 
     Args:
@@ -97,7 +102,7 @@ def part_bounds(quantiles: Sequence[str], lines: int, part_lines: int) -> list[s
     return sorted(bounds)
 
 
-def part_of(key: str, bounds: Sequence[str]) -> int:
+def part_of(key: bytes, bounds: Sequence[bytes]) -> int:
     return bisect.bisect_right(bounds, key)
 
 
@@ -121,7 +126,7 @@ def _publish(fs: fsspec.AbstractFileSystem, written: str, path: str) -> None:
         fs.mv(written, path)
 
 
-def write_part(output_dir: str, part: int, keyed_lines: Iterable[tuple[str, str]]) -> int:
+def write_part(output_dir: str, part: int, keyed_lines: Iterable[tuple[bytes, str]]) -> int:
     """Sorts one part's (report_key, JSON line) pairs and writes the lines whole; a retry
     rewrites the same file. Returns the number of lines written."""
     lines = sorted(keyed_lines)
