@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from beam_tfrecord.config import BuildConfig, ConfigError, format_size
+from beam_tfrecord.manifest import BuildFailed
 
 __all__ = ["add_arguments", "config_from_args", "run"]
 
@@ -68,8 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--labels",
+        action="append",
         metavar="dir|regex:PATTERN|none",
-        help="where class names come from (default dir)",
+        help="where class names come from (default dir); KEY=VALUE is a Dataflow job label",
     )
     group.add_argument("--classes", metavar="a,b,c|@FILE", help="fix the class list and its order")
     group.add_argument(
@@ -136,6 +139,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="images each worker reads concurrently (default: 64 from object stores, 16 from disk)",
     )  # fmt: skip
     group.add_argument("--planning-bucket-records", type=int, help=argparse.SUPPRESS)
+    group = parser.add_argument_group("running")
+    group.add_argument(
+        "--no-wait", dest="wait", action="store_false",
+        help="return once the runner has the job (print its id; verify the output once it is done)",
+    )  # fmt: skip
+
+
+# Dataflow's job labels share the flag (`--labels KEY=VALUE`; the Airflow Beam provider adds
+# `--labels=airflow-version=...` to every Dataflow launch): those go to Beam. No label rule
+# looks like one: rules are `dir`, `none` or start with `regex:`.
+_JOB_LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]*=")
+
+
+def split_labels(values: Sequence[str] | None) -> tuple[str | None, list[str]]:
+    """The label rule (the last one given) and the Dataflow job labels among `--labels` values."""
+    rules = [v for v in values or () if v.startswith("regex:") or not _JOB_LABEL_RE.match(v)]
+    job_labels = [v for v in values or () if v not in rules]
+    return (rules[-1] if rules else None), job_labels
 
 
 def _load_yaml(path: str) -> dict[str, Any]:
@@ -163,6 +184,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     settings: dict[str, Any] = _load_yaml(args.config) if args.config else {}
     for flag, setting in _VALUE_FLAGS.items():
         value = getattr(args, flag)
+        if flag == "labels" and isinstance(value, list):
+            value = split_labels(value)[0]
         if value is not None:
             settings.pop(setting, None)
             settings.pop(flag, None)
@@ -196,6 +219,13 @@ def _print_summary(result, config: BuildConfig, out=None) -> None:
             f"  {inputs['modified']} images were re-encoded so TensorFlow decodes them (report.jsonl)",
             file=out,
         )
+    for name, split in manifest["splits"].items():
+        if not split["examples"]:
+            print(
+                f"WARNING: split {name!r} received no images; it is left out of TFDS's "
+                "dataset_info.json",
+                file=out,
+            )
     if inputs["skipped"]:
         reasons = ", ".join(f"{reason}: {n}" for reason, n in inputs["skipped_by_reason"].items())
         print(
@@ -205,20 +235,56 @@ def _print_summary(result, config: BuildConfig, out=None) -> None:
         )
 
 
+def _print_submitted(submitted, config: BuildConfig, out=None) -> None:
+    out = out or sys.stdout
+    graph = f"{submitted.transforms} transforms, a {format_size(submitted.graph_bytes)} graph"
+    if submitted.dry_run:
+        print(
+            f"Dry run: {submitted.runner} built the job for {config.name!r} ({graph}) and did not "
+            f"submit it; nothing was written to {config.output}",
+            file=out,
+        )
+        return
+    job = f"job {submitted.job_id}" if submitted.job_id else "the job"
+    print(
+        f"Submitted {config.name!r} to {submitted.runner}: {job} ({graph}), {submitted.state}.\n"
+        f"The build is done when {config.output.rstrip('/')}/manifest.json exists; then check it "
+        f"with:\n  beam-tfrecord verify {config.output}",
+        file=out,
+    )
+
+
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("beam_tfrecord").setLevel(logging.INFO)
+    # Beam's "Created job with id: [...]" line: schedulers (Airflow's Beam provider) find the
+    # Dataflow job by it.
+    logging.getLogger("apache_beam.runners.dataflow.internal.apiclient").setLevel(logging.INFO)
     prog = "beam-tfrecord build"
+    extra = [*extra, *(f"--labels={label}" for label in split_labels(args.labels)[1])]
     try:
         config = config_from_args(args)
-        from beam_tfrecord.pipeline import build  # Beam is imported only once the config is sound
+        from beam_tfrecord.pipeline import (  # Beam is imported only once the config is sound
+            SubmittedBuild,
+            build,
+        )
 
-        result = build(config, extra)
+        result = build(config, extra, wait=args.wait)
     except ConfigError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except BuildFailed as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 1
+    if isinstance(result, SubmittedBuild):  # not finished: there is no manifest to read yet
+        if args.wait and not result.dry_run and result.state != "TEMPLATE_WRITTEN":
+            # Waited for, and ended otherwise than done (cancelled, say).
+            print(f"{prog}: error: the job ended {result.state}", file=sys.stderr)
+            return 1
+        _print_submitted(result, config)
+        return 0
     _print_summary(result, config)
     unaccounted = result.manifest["inputs"].get("unaccounted", 0)
     if unaccounted:

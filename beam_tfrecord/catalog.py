@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import struct
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["ImageEntry", "Reason", "ReportEntry"]
@@ -13,20 +15,27 @@ class Reason:
 
     NO_LABEL = "no_label"
     UNKNOWN_CLASS = "unknown_class"
+    BAD_CLASS_NAME = "bad_class_name"  # a name no labels file can hold (labels.class_name_problem)
     READ_ERROR = "read_error"
     VANISHED = "vanished"
     SOURCE_CHANGED = "source_changed"
     TOO_LARGE = "larger_than_max_shard_size"
     DUPLICATE = "duplicate"  # byte-identical to another input, which was written instead
+    NORMALIZED = "normalized"  # written, re-encoded or transformed (action "modified")
     # Image checks add their own codes (empty_file, truncated, corrupt, too_many_pixels, ...).
 
 
 @dataclass(frozen=True)
 class ImageEntry:
-    """Everything known about one image before its shard is written; no pixel data.
+    """One image as planned from its listing; no pixel data, and nothing read from the image.
 
-    The planner places it by `shuffle_key` and `record_size`; the shard writer reads `url` and
-    checks that what it reads is still what was planned.
+    The planner places it by `shuffle_key` and `record_size`; the shard writer reads `url`,
+    checks and frames the image, and reports it if it is no longer what was listed.
+
+    Attributes:
+        record_size: the framed record's planned size: exact but for a few bytes of header
+            fields when the image keeps its bytes, an estimate when the build transforms it.
+        source_sha256: of the source's bytes, when the build hashes sources (--dedup); else "".
     """
 
     url: str
@@ -36,19 +45,68 @@ class ImageEntry:
     shuffle_key: int
     label: str | None = None
     class_id: int | None = None
-    image_format: str = ""
-    height: int = 0
-    width: int = 0
-    channels: int = 0
-    reencode: bool = False
-    encoded_size: int = 0
     record_size: int = 0
-    notes: tuple[str, ...] = ()
-    source_sha256: str = ""  # of the source's bytes, when the build hashes sources (--dedup)
+    source_sha256: str = ""
 
     @property
     def sort_key(self) -> tuple[int, str]:
         return (self.shuffle_key, self.relpath)
+
+    def to_bytes(self) -> bytes:
+        """A compact, deterministic encoding (what crosses a shuffle); `from_bytes` reverses it."""
+        url = self.url.encode("utf-8", "surrogateescape")
+        relpath = self.relpath.encode("utf-8", "surrogateescape")
+        split = self.split.encode("utf-8", "surrogateescape")
+        label = b"" if self.label is None else self.label.encode("utf-8", "surrogateescape")
+        sha = self.source_sha256.encode("ascii")
+        return (
+            _ENTRY_HEAD.pack(
+                self.shuffle_key,
+                self.source_size,
+                self.record_size,
+                -1 if self.class_id is None else self.class_id,
+                len(url),
+                len(relpath),
+                len(split),
+                _NONE if self.label is None else len(label),
+                len(sha),
+            )
+            + url
+            + relpath
+            + split
+            + label
+            + sha
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ImageEntry:
+        key, source_size, record_size, class_id, *lengths = _ENTRY_HEAD.unpack_from(data)
+        texts: list[str | None] = []
+        at = _ENTRY_HEAD.size
+        for length in lengths:
+            if length == _NONE:
+                texts.append(None)
+                continue
+            texts.append(data[at : at + length].decode("utf-8", "surrogateescape"))
+            at += length
+        url, relpath, split, label, sha = texts
+        return cls(
+            url=url,  # type: ignore[arg-type]
+            relpath=relpath,  # type: ignore[arg-type]
+            source_size=source_size,
+            split=split,  # type: ignore[arg-type]
+            shuffle_key=key,
+            label=label,
+            class_id=None if class_id < 0 else class_id,
+            record_size=record_size,
+            source_sha256=sha or "",
+        )
+
+
+# shuffle key, source size, record size, class id (-1: none), then the five texts' lengths.
+_ENTRY_HEAD = struct.Struct("<QqqqIIIII")
+_NONE = 0xFFFFFFFF
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -65,10 +123,26 @@ class ReportEntry:
     notes: tuple[str, ...] = field(default=())
 
     def to_json(self) -> str:
+        """One line of report.jsonl, valid UTF-8 whatever the file names.
+
+        A path read from a file name whose bytes are not UTF-8 holds lone surrogates (Python's
+        surrogateescape), which no UTF-8 file can hold. They are written as JSON escapes
+        (`\\udcff`): `json.loads` gives back the same str, whose `os.fsencode` is the file name's
+        bytes.
+        """
         data = {k: v for k, v in asdict(self).items() if v not in (None, ())}
         if "notes" in data:
             data["notes"] = list(data["notes"])
-        return json.dumps(data, ensure_ascii=False, sort_keys=True)
+        text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+        return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+    @classmethod
+    def from_json(cls, line: str) -> ReportEntry:
+        """The entry `to_json` wrote."""
+        data = json.loads(line)
+        if "notes" in data:
+            data["notes"] = tuple(data["notes"])
+        return cls(**data)
 
     @property
     def sort_key(self) -> tuple[str, str, str]:

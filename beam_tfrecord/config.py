@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from beam_tfrecord.labels import class_name_problem
+
 __all__ = [
     "DEFAULT_EXTENSIONS",
     "BuildConfig",
@@ -114,7 +116,13 @@ def parse_splits(value: str | Mapping[str, Any]) -> tuple[tuple[str, float], ...
 
 
 def parse_classes(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
-    """Parses `a,b,c`, `@classes.txt` (one class a line) or a list into the fixed class order."""
+    """Parses `a,b,c`, `@classes.txt` (one class a line) or a list into the fixed class order.
+
+    White space around the commas of `a, b, c` is not part of a name, and empty lines of a file
+    are skipped; otherwise names are taken as written, and one that could not survive the files
+    it is written to (`labels.class_name_problem`: a line break, a control character, white
+    space at either end) is refused.
+    """
     if value is None:
         return None
     if isinstance(value, str):
@@ -124,18 +132,25 @@ def parse_classes(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
             path = value[1:]
             try:
                 with fsspec.open(path, "rt", encoding="utf-8") as f:
-                    names = [line.strip() for line in f]
+                    names = [line.rstrip("\n") for line in f]
             except (OSError, ValueError) as err:
                 raise ConfigError("classes", f"cannot read class list {path!r}: {err}") from None
         else:
             names = [name.strip() for name in value.split(",")]
     else:
-        names = [str(name).strip() for name in value]
+        names = [str(name) for name in value]
     names = [name for name in names if name]
     if not names:
         raise ConfigError("classes", f"the class list is empty: {value!r}")
     seen: set[str] = set()
     for name in names:
+        problem = class_name_problem(name)
+        if problem is not None:
+            raise ConfigError(
+                "classes",
+                f"class {name!r} {problem}: a class name must read back equal from labels.txt "
+                "and TFDS's label file",
+            )
         if name in seen:
             raise ConfigError("classes", f"class {name!r} is listed twice")
         seen.add(name)

@@ -12,7 +12,7 @@ import threading
 import warnings
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image, ImageFile, PngImagePlugin
@@ -359,6 +359,8 @@ class ImageInfo:
         notes: Sorted codes from NOTE_CODES saying what was changed or noticed.
         encoded_size: Length of the written bytes. This module always sets it; None is kept in
             the type for callers that build an ImageInfo before the size is known.
+        decoded: Whether the check decoded the pixels (validate="decode", or a re-encode); what
+            a build counts to show it decodes each image at most once.
     """
 
     format: str
@@ -369,6 +371,7 @@ class ImageInfo:
     reencode: bool
     notes: tuple[str, ...]
     encoded_size: int | None
+    decoded: bool = field(default=False, compare=False)  # how it was checked, not what it is
 
 
 class ImageError(ValueError):
@@ -643,6 +646,7 @@ def _process_open(
             reencode=False,
             notes=tuple(sorted(set(notes))),
             encoded_size=total,
+            decoded=policy.validate == "decode",
         )
         return (data if want_bytes else None), info
 
@@ -700,6 +704,7 @@ def _process_open(
         reencode=True,
         notes=tuple(sorted(set(notes))),
         encoded_size=len(payload),
+        decoded=True,
     )
     return (payload if want_bytes else None), info
 

@@ -2,11 +2,56 @@
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 
-__all__ = ["ClassMap", "LabelRule"]
+__all__ = ["ClassMap", "LabelRule", "class_name_problem"]
+
+# Unicode categories a class name may not hold: control characters (Cc: tab, CR, LF, NEL, ...),
+# line and paragraph separators (Zl, Zp), and the lone surrogates (Cs) Python puts in place of
+# bytes of a file name that are not UTF-8, which no UTF-8 file can hold.
+_REFUSED_CATEGORIES = {
+    "Cc": "a control character",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+    "Cs": "a byte that is not UTF-8",
+}
+# The control characters str.splitlines breaks a line at.
+_LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85"
+
+
+# Every image's label is checked, and a build has few distinct labels: remembering the answers
+# takes the check from ~4 us a call (a Unicode lookup per character) to a dictionary lookup.
+@functools.lru_cache(maxsize=4096)
+def class_name_problem(name: str) -> str | None:
+    """Why a class name cannot be a class of a build, or None when it can.
+
+    A class name is written to labels.txt (one a line), manifest.json, TFDS's label names file
+    and every Example, and must read back equal from each. Line-based readers split a name at
+    any line break (`str.splitlines` at CR, LF, NEL, U+2028 and more; TFDS at LF) and TFDS
+    strips each line, so a name must hold no control character or line separator and neither
+    start nor end with white space.
+
+    Returns:
+        The problem as a phrase that follows the quoted name ("starts with white space"), or None.
+    """
+    if not name.strip():
+        return "is only white space" if name else "is empty"
+    for char in name:
+        category = unicodedata.category(char)
+        if category in _REFUSED_CATEGORIES:
+            if 0xDC80 <= ord(char) <= 0xDCFF:  # surrogateescape's stand-in for byte 0x80-0xFF
+                return f"holds a byte that is not UTF-8 (0x{ord(char) - 0xDC00:02X})"
+            what = "a line break" if char in _LINE_BREAKS else _REFUSED_CATEGORIES[category]
+            return f"holds {what} (U+{ord(char):04X})"
+    if name != name.lstrip():
+        return "starts with white space"
+    if name != name.rstrip():
+        return "ends with white space"
+    return None
 
 
 class LabelRule:
@@ -70,6 +115,10 @@ class ClassMap:
         self._ids = {name: i for i, name in enumerate(self.names)}
         if len(self._ids) != len(self.names):
             raise ValueError(f"class names repeat: {list(self.names)}")
+        for name in self.names:  # labels.txt must give these names back, line i class i
+            problem = class_name_problem(name)
+            if problem is not None:
+                raise ValueError(f"class name {name!r} {problem}")
 
     @classmethod
     def from_labels(cls, labels: Iterable[str]) -> ClassMap:

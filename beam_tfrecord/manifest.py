@@ -19,7 +19,8 @@ from beam_tfrecord.catalog import ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX
 from beam_tfrecord.remote import run_concurrently
-from beam_tfrecord.shard_writer import ShardResult, is_temporary
+from beam_tfrecord.report import ReportTally, tally_counts
+from beam_tfrecord.shard_writer import PARTS_DIR, REPORT_PART_SUFFIX, ShardResult, is_temporary
 from beam_tfrecord.storage import publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 
@@ -27,12 +28,15 @@ __all__ = [
     "LABELS_FILE",
     "MANIFEST_FILE",
     "REPORT_FILE",
+    "BuildFailed",
     "build_manifest",
     "discard_manifest",
     "is_build_file",
     "publish_text",
     "read_manifest",
     "remove_stale_files",
+    "withdraw_build",
+    "withdrawn_reason",
     "write_build_files",
 ]
 
@@ -59,10 +63,16 @@ def build_manifest(
     split_names: Sequence[str],
     classes: ClassMap,
     shards: Iterable[ShardResult],
-    report: Iterable[ReportEntry],
+    report: ReportTally | Iterable[ReportEntry],
     listed: int,
+    class_counts: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Any]:
-    """The manifest of a finished build, from what its shards and report hold."""
+    """The manifest of a finished build, from what its shards and report hold.
+
+    `report` is the report's tally (what a build merges from its workers), or its lines.
+    `class_counts`, per split, replaces the shards' own class counts (a build combines them
+    on the workers, so that the shard results gathered in one place stay small).
+    """
     order = {name: i for i, name in enumerate(split_names)}
     shards = sorted(shards, key=lambda r: (order.get(r.split, len(order)), r.split, r.index))
     splits: dict[str, Any] = {
@@ -78,8 +88,12 @@ def build_manifest(
         counts = Counter(split["class_counts"])
         counts.update(dict(shard.class_counts))
         split["class_counts"] = {name: counts[name] for name in classes.names if counts[name]}
-    report = list(report)
-    skipped = [r for r in report if r.action == "skipped"]
+    for name, counts in (class_counts or {}).items():
+        split = splits.setdefault(
+            name, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
+        )
+        split["class_counts"] = {c: counts[c] for c in classes.names if counts.get(c)}
+    tally = report if isinstance(report, ReportTally) else ReportTally.of(report)
     written = sum(s["examples"] for s in splits.values())
     return {
         "format": "beam-tfrecord/1",
@@ -92,13 +106,17 @@ def build_manifest(
         "inputs": {
             "listed": listed,
             "written": written,
-            "skipped": len(skipped),
-            "skipped_by_reason": dict(sorted(Counter(r.reason for r in skipped).items())),
-            "modified": sum(1 for r in report if r.action == "modified"),
+            **tally_counts(tally),
             # Every listed input is written or reported. Anything else was lost by the runner
             # between stages (seen with the DirectRunner's multi-process mode at millions of
             # elements), and the build must not pass for complete.
-            "unaccounted": listed - written - len(skipped),
+            "unaccounted": listed - written - tally.skipped,
+        },
+        # What the shard writers did, counted: each source is read once, and decoded and
+        # encoded at most once (benchmarks/README.md reads these).
+        "work": {
+            key: sum(getattr(s, key) for s in shards)
+            for key in ("reads", "bytes_read", "decodes", "encodes")
         },
         "splits": splits,
         "shards": [
@@ -108,6 +126,7 @@ def build_manifest(
                 "index": s.index,
                 "examples": s.examples,
                 "bytes": s.bytes,
+                "planned_bytes": s.planned_bytes,
                 "crc32c": s.crc32c,
                 "index_file": s.index_file,
             }
@@ -122,24 +141,27 @@ def publish_text(url: str, text: str) -> None:
     publish(fs, path, text.encode("utf-8"))
 
 
+def _report_text(report: Iterable[ReportEntry]) -> str:
+    """report.jsonl: one JSON object a line, in path order."""
+    return "".join(r.to_json() + "\n" for r in sorted(report, key=lambda r: r.sort_key))
+
+
 def write_build_files(
     output_dir: str,
     manifest: Mapping[str, Any],
     classes: ClassMap,
-    report: Iterable[ReportEntry],
+    report: Iterable[ReportEntry] | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> None:
     """Writes labels.txt, report.jsonl and `extra` files (name -> text) at once, then, last,
     manifest.json: a manifest means a finished build.
 
     At once, because on an object store each is a round trip and none depends on another.
+    With `report` None, report.jsonl is in place already (a build composes it from its parts).
     """
-    lines = sorted(report, key=lambda r: r.sort_key)
-    files = {
-        **(extra or {}),
-        LABELS_FILE: classes.to_text(),
-        REPORT_FILE: "".join(r.to_json() + "\n" for r in lines),
-    }
+    files = {**(extra or {}), LABELS_FILE: classes.to_text()}
+    if report is not None:
+        files[REPORT_FILE] = _report_text(report)
     run_concurrently(
         [
             functools.partial(publish_text, posixpath.join(output_dir, name), text)
@@ -149,6 +171,49 @@ def write_build_files(
     publish_text(
         posixpath.join(output_dir, MANIFEST_FILE),
         json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
+    )
+
+
+class BuildFailed(Exception):
+    """A build that ran but must not be published: its one-line reason, for the command line."""
+
+
+def withdraw_build(output_dir: str, report: Iterable[ReportEntry] | None = None) -> None:
+    """Leaves a build that wrote no image as a folder holding its report.jsonl, and nothing else.
+
+    Nothing may claim a dataset: no manifest.json, no labels.txt, no TFDS files, and no shard or
+    index of an earlier build (which --overwrite or --resume asked to replace), so that neither
+    we nor TFDS take the folder for a finished build. With `report` None, report.jsonl is in
+    place already (a build composes it from its parts).
+    """
+    discard_manifest(output_dir)
+    if report is not None:
+        publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
+    for name in (LABELS_FILE, *TFDS_FILES):
+        fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
+        if fs.exists(path):
+            fs.rm(path)
+    remove_stale_files(output_dir, keep=())
+
+
+def withdrawn_reason(output_dir: str) -> str:
+    """Why a build was withdrawn, in one line, from the report.jsonl `withdraw_build` wrote."""
+    url = posixpath.join(output_dir, REPORT_FILE)
+    reasons: Counter[str] = Counter()
+    with fsspec.open(url, "r", encoding="utf-8") as f:
+        for line in f:
+            entry = json.loads(line)
+            if entry.get("action", "skipped") == "skipped":
+                reasons[entry["reason"]] += 1
+    if not reasons:
+        return (
+            "no image was written and no input was reported: none was listed, or the runner "
+            "lost them between stages; nothing was published"
+        )
+    counts = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
+    return (
+        f"no image was written: {reasons.total()} inputs were reported ({counts}); "
+        f"nothing was published, see {url}"
     )
 
 
@@ -174,12 +239,16 @@ def read_manifest(output_dir: str) -> dict[str, Any]:
 
 
 def is_build_file(file_name: str) -> bool:
-    """Whether a file in an output folder is one a build writes (shards, their indexes and
-    temporaries, metadata). `file_name` is relative to the folder: `index/{shard}.index`."""
+    """Whether a file in an output folder is one a build writes (shards, their indexes, report
+    parts and temporaries, metadata). `file_name` is relative to the folder: `index/{shard}.index`."""
     folder, name = posixpath.split(file_name)
     if folder == INDEX_DIR:
         return is_temporary(name) or (
             name.endswith(INDEX_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
+        )
+    if folder == PARTS_DIR:
+        return is_temporary(name) or (
+            name.endswith(REPORT_PART_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
         )
     return not folder and (
         name in _METADATA_FILES
@@ -207,7 +276,7 @@ def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
         except FileNotFoundError:
             return []
 
-    folders = ("", INDEX_DIR)
+    folders = ("", INDEX_DIR, PARTS_DIR)
     removed = []
     # Listed at once and removed at once: on an object store each call is a round trip.
     for folder, listed in zip(

@@ -3,40 +3,60 @@
 from __future__ import annotations
 
 import logging
+import posixpath
 import time
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import apache_beam as beam
+import fsspec
 from apache_beam import pvalue
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+from apache_beam.runners.runner import PipelineState
 
-from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.manifest import (
+    MANIFEST_FILE,
+    REPORT_FILE,
+    BuildFailed,
     build_manifest,
     discard_manifest,
     read_manifest,
     remove_stale_files,
+    withdraw_build,
+    withdrawn_reason,
     write_build_files,
 )
 from beam_tfrecord.preflight import preflight
 from beam_tfrecord.preparation import Preparer
 from beam_tfrecord.remote import default_depth
+from beam_tfrecord.report import compose_report, remove_parts
+from beam_tfrecord.shard_writer import ShardResult, report_part_name
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.transforms import (
     METRICS_NAMESPACE,
-    CheckImages,
     DropDuplicates,
-    LabelImages,
+    HashImages,
     ListImages,
+    PlanImages,
     PlanShards,
+    WriteReport,
     WriteShards,
 )
 
-__all__ = ["BuildResult", "ConvertImages", "build", "image_policy", "preparer", "read_depth"]
+__all__ = [
+    "BuildResult",
+    "ConvertImages",
+    "SubmittedBuild",
+    "build",
+    "image_policy",
+    "preparer",
+    "read_depth",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -64,7 +84,6 @@ def preparer(config: BuildConfig) -> Preparer:
         policy=image_policy(config),
         max_record_size=config.max_shard_size,
         split_by=config.split_by,
-        hash_sources=config.dedup,
     )
 
 
@@ -78,21 +97,57 @@ def read_depth(config: BuildConfig) -> int:
     return default_depth([*config.inputs, *filter(None, [config.input_list])])
 
 
-def _finalize(results, report, census, config_dict, split_names, output_dir):
-    """Runs once, after every shard is written: metadata files last, then stale files go."""
+class _ClassCountsFn(beam.CombineFn):
+    """Per split, the records of each class the shards hold, summed on the workers."""
+
+    def create_accumulator(self) -> dict[str, Counter]:
+        return {}
+
+    def add_input(self, accumulator: dict[str, Counter], result: ShardResult):
+        accumulator.setdefault(result.split, Counter()).update(dict(result.class_counts))
+        return accumulator
+
+    def merge_accumulators(self, accumulators) -> dict[str, Counter]:
+        merged: dict[str, Counter] = {}
+        for accumulator in accumulators:
+            for split, counts in accumulator.items():
+                merged.setdefault(split, Counter()).update(counts)
+        return merged
+
+    def extract_output(self, accumulator) -> dict[str, dict[str, int]]:
+        return {split: dict(counts) for split, counts in accumulator.items()}
+
+
+def _finalize(results, class_counts, tally, parts, census, config_dict, split_names, output_dir):
+    """Runs once, after every shard and report part is written: metadata files last, then stale
+    files go. Holds one small ShardResult per shard (its class counts come combined, per split)
+    and one number per report part, never a report line."""
     manifest = build_manifest(
         config=config_dict,
         split_names=split_names,
         classes=census.classes,
         shards=results,
-        report=report,
+        report=tally,
         listed=census.listed,
+        class_counts=class_counts,
     )
+    composed = sum(lines for _, lines in parts)
+    if composed != tally.lines:  # the runner lost (or repeated) report lines between stages
+        raise RuntimeError(
+            f"the report's parts hold {composed} lines, but {tally.lines} were reported"
+        )
+    compose_report(output_dir, (part for part, _ in parts), REPORT_FILE)
+    remove_parts(output_dir)
+    if not manifest["inputs"]["written"]:
+        # An empty dataset published as finished would pass for a build that worked.
+        withdraw_build(output_dir)
+        return manifest["inputs"]
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
     tfds = tfds_files(manifest)
-    write_build_files(output_dir, manifest, census.classes, report, extra=tfds)
+    write_build_files(output_dir, manifest, census.classes, extra=tfds)
     keep = [*tfds, *(s["file"] for s in manifest["shards"])]
     keep += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
+    keep += [report_part_name(s["file"]) for s in manifest["shards"]]
     removed = remove_stale_files(output_dir, keep=keep)
     if removed:
         _LOG.info(
@@ -102,7 +157,7 @@ def _finalize(results, report, census, config_dict, split_names, output_dir):
 
 
 class ConvertImages(beam.PTransform):
-    """The whole build: list, label, check, plan and write, then the manifest, labels and report.
+    """The whole build: list, plan, write, then the manifest, labels and report.
 
     Applied to a pipeline's root. Returns a dict of the PCollections tests and callers may watch:
     `entries`, `shards` (ShardResult), `report` (ReportEntry) and `summary`.
@@ -119,16 +174,15 @@ class ConvertImages(beam.PTransform):
         sources = pbegin | "ListImages" >> ListImages(
             config.inputs, config.extensions, input_list=config.input_list, listing=config.listing
         )
-        labeled = sources | "LabelImages" >> LabelImages(prep)
-        census = labeled["census"]
-        checked = labeled["labeled"] | "CheckImages" >> CheckImages(
-            prep, census, read_ahead=read_ahead
-        )
-        entries, reports = checked["entries"], [labeled["report"], checked["report"]]
+        planned_images = sources | "PlanImages" >> PlanImages(prep)
+        census = planned_images["census"]
+        entries, reports = planned_images["entries"], [planned_images["report"]]
         if config.dedup:
-            unique = entries | "DropDuplicates" >> DropDuplicates()
+            # The one setting that reads images before planning: content hashes.
+            hashed = entries | "HashImages" >> HashImages(read_ahead=read_ahead)
+            unique = hashed["entries"] | "DropDuplicates" >> DropDuplicates()
             entries = unique["entries"]
-            reports.append(unique["report"])
+            reports += [hashed["report"], unique["report"]]
         # No split can hold more images than were listed: that bounds the planning buckets.
         most = census | "ListedCount" >> beam.Map(lambda c: c.listed)
         planned = entries | "PlanShards" >> PlanShards(
@@ -139,25 +193,40 @@ class ConvertImages(beam.PTransform):
             config.name,
             image_policy(config),
             planned["plan"],
+            max_record_size=config.max_shard_size,
             resume=config.resume,
             read_ahead=read_ahead,
         )
         report = (*reports, written["report"]) | "Report" >> beam.Flatten()
+        # The report's lines go to files from the workers; the manifest gets only their counts.
+        written_report = report | "WriteReport" >> WriteReport(
+            config.output, config.planning_bucket_records
+        )
+        # A shard's class counts (one per class it holds) stay on the workers: the finalize
+        # step gets them summed per split, and one small result per shard.
+        class_counts = written["results"] | "ClassCounts" >> beam.CombineGlobally(_ClassCountsFn())
+        results = written["results"] | "ShardFiles" >> beam.Map(
+            lambda r: replace(r, class_counts=())
+        )
         summary = (
             pbegin
             | "Finalize" >> beam.Create([None])
             | "WriteManifest"
             >> beam.Map(
-                lambda _, results, report, census: _finalize(
+                lambda _, results, class_counts, tally, parts, census: _finalize(
                     results,
-                    report,
+                    class_counts,
+                    tally,
+                    parts,
                     census,
                     config.to_dict(),
                     config.split_names,
                     config.output,
                 ),
-                results=pvalue.AsList(written["results"]),
-                report=pvalue.AsList(report),
+                results=pvalue.AsList(results),
+                class_counts=pvalue.AsSingleton(class_counts),
+                tally=pvalue.AsSingleton(written_report["tally"]),
+                parts=pvalue.AsList(written_report["parts"]),
                 census=pvalue.AsSingleton(census),
             )
         )
@@ -183,26 +252,96 @@ class BuildResult:
         return inputs["skipped"] / inputs["listed"] if inputs["listed"] else 0.0
 
 
-def build(config: BuildConfig, beam_args: Sequence[str] = ()) -> BuildResult:
-    """Checks the config against the world, runs the build and waits for it.
+@dataclass(frozen=True)
+class SubmittedBuild:
+    """A build whose job was built, and submitted unless a dry run, but that has not finished.
+
+    Nothing of it can be known yet but the job: its manifest is written when the job ends.
+    """
+
+    runner: str
+    state: str
+    job_id: str | None
+    dry_run: bool
+    transforms: int  # transforms in the job's pipeline graph
+    graph_bytes: int  # the serialized pipeline graph, as a runner receives it
+    job: Any = field(default=None, repr=False, compare=False)  # the runner's own, if it keeps one
+
+
+def _runner_name(options: PipelineOptions) -> str:
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    return runner if isinstance(runner, str) else type(runner).__name__
+
+
+def _submitted(
+    result, pipeline, options: PipelineOptions, dry_run: bool, state: str | None = None
+) -> SubmittedBuild:
+    # DataflowRunner keeps the job it built: on a dry run's result, or on the runner.
+    job = getattr(result, "job", None) or getattr(getattr(result, "_runner", None), "job", None)
+    proto = getattr(job, "proto_pipeline", None) or pipeline.to_runner_api()
+    job_id = None
+    if not dry_run:
+        try:
+            job_id = result.job_id()
+        except (AttributeError, NotImplementedError):  # no job (a template), or no ids
+            job_id = None
+    return SubmittedBuild(
+        runner=_runner_name(options),
+        state=state or str(result.state),
+        job_id=job_id,
+        dry_run=dry_run,
+        transforms=len(proto.components.transforms),
+        graph_bytes=len(proto.SerializeToString()),
+        job=job,
+    )
+
+
+def build(
+    config: BuildConfig, beam_args: Sequence[str] = (), *, wait: bool = True
+) -> BuildResult | SubmittedBuild:
+    """Checks the config against the world, runs the build and, unless told not to, waits for it.
+
+    A dry run (`--dry_run=True`, which DataflowRunner honours by building the job and not
+    submitting it) and a run not waited for return a SubmittedBuild: the manifest is read only
+    from a pipeline that finished.
 
     Args:
         config: the build.
         beam_args: flags for Beam's PipelineOptions (`--runner`, `--direct_num_workers`, ...).
+        wait: wait for the job to finish (runners that run in this process finish anyway).
 
     Raises:
-        ConfigError: the config cannot work (before anything is written).
+        ConfigError: the config cannot work, or `--dry_run` is given to a runner that would
+            run the build anyway (before anything is written).
+        BuildFailed: the build wrote no image; report.jsonl says why, and nothing else is left.
     """
+    options = PipelineOptions(list(beam_args))
+    dry_run = bool(options.view_as(TestOptions).dry_run)
+    if dry_run and "dataflow" not in _runner_name(options).lower():
+        # Other runners ignore the flag and run the build.
+        raise ConfigError(
+            "runner",
+            f"{_runner_name(options)} would run the build: only DataflowRunner honours "
+            "--dry_run=True (it builds the job and does not submit it)",
+        )
     preflight(config)
-    if config.overwrite:
+    if config.overwrite and not dry_run:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
-    options = PipelineOptions(list(beam_args))
     started = time.monotonic()
     pipeline = beam.Pipeline(options=options)
     _ = pipeline | "ConvertImages" >> ConvertImages(config)
     result = pipeline.run()
-    result.wait_until_finish()
+    if dry_run:
+        return _submitted(result, pipeline, options, dry_run=True)
+    if getattr(result, "has_job", True) is False:
+        # DataflowRunner wrote the job to --template_location instead of submitting it (this is
+        # how a Flex Template launches): the service runs it later, and its result says DONE.
+        return _submitted(result, pipeline, options, dry_run=False, state="TEMPLATE_WRITTEN")
+    if wait:
+        result.wait_until_finish()
+    if result.state != PipelineState.DONE:
+        return _submitted(result, pipeline, options, dry_run=False)
     counters = {}
     try:
         query = result.metrics().query(
@@ -214,4 +353,8 @@ def build(config: BuildConfig, beam_args: Sequence[str] = ()) -> BuildResult:
             )
     except (NotImplementedError, AttributeError, KeyError):  # some runners report no metrics
         pass
+    fs, path = fsspec.core.url_to_fs(posixpath.join(config.output, MANIFEST_FILE))
+    fs.invalidate_cache()  # object store listings are cached for the life of the process
+    if not fs.exists(path):
+        raise BuildFailed(withdrawn_reason(config.output))
     return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)

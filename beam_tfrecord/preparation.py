@@ -1,11 +1,18 @@
-"""Turning a listed file into planned metadata: its label, split, shuffle key, image check and record size."""
+"""Planning a listed file without reading it: its label, split, shuffle key and record size.
+
+A build reads each image once, when its shard is written. What the plan needs of an image is
+its record's size, and for an image that keeps its bytes that follows from the listed file size:
+the record is those bytes plus fields of bounded size. An image the build transforms (`--resize`,
+`--encode`, `--store raw`) gets an estimate, and its shard holds the real bytes; see
+`estimated_encoded_size`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
-import os
+import itertools
+import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,58 +20,100 @@ from dataclasses import dataclass
 import fsspec
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
-from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, NeedFullData, check_image
-from beam_tfrecord.labels import LabelRule
+from beam_tfrecord.images import ImagePolicy, Resize
+from beam_tfrecord.labels import LabelRule, class_name_problem
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.records import image_record_size
 from beam_tfrecord.splits import assign_split, shuffle_key
 
-__all__ = ["HEADER_BYTES", "Fetched", "Preparer", "read_source"]
+__all__ = ["Preparer", "estimated_encoded_size", "read_source"]
 
-# Enough for the headers of most images (a camera's EXIF block with its thumbnail can be more;
-# such an image is read again, whole). Small on purpose: with --validate header a build reads
-# each image's bytes once, when its shard is written, and only this much before.
-HEADER_BYTES = 16 * 1024
+# The header fields of a record whose values are only known once the image is read, at their
+# largest: a planned record is never smaller than the one written for an image that keeps its
+# bytes, and at most a few bytes larger.
+_LARGEST_SIDE = (1 << 21) - 1  # 3-byte varint; --max-pixels keeps real sides far below
+_LONGEST_FORMAT = "jpeg"
+_MOST_CHANNELS = 4
+
+# The size model of images the build encodes, in bytes per pixel. Measured on photographs
+# (benchmarks/collection.py, 640x480 scaled to 341x256): JPEG 0.11 at quality 75, 0.22 at 90,
+# 0.36 at 95; PNG 1.6 for three channels. Drawn images and screenshots compress far better, and
+# a build of them makes smaller shards than planned (README: "Shard sizes").
+_JPEG_BYTES_PER_PIXEL = ((50, 0.07), (75, 0.11), (90, 0.22), (95, 0.36), (100, 0.9))
+_PNG_BYTES_PER_CHANNEL = 0.55
+# What a source file holds per pixel, by its name's suffix: how many pixels a file of a given
+# size has, for an image that is re-encoded without a resize that fixes its size.
+_SOURCE_BYTES_PER_PIXEL = {
+    "jpg": 0.33, "jpeg": 0.33, "jpe": 0.33, "jfif": 0.33, "png": 1.6, "webp": 0.25,
+    "gif": 0.5, "bmp": 3.0, "tif": 2.0, "tiff": 2.0, "ppm": 3.0, "pgm": 1.0, "pnm": 3.0,
+}  # fmt: skip
+_LOSSY_SUFFIXES = frozenset({"jpg", "jpeg", "jpe", "jfif", "webp", "jp2", "j2k", "avif"})
 
 
-def read_source(url: str, length: int | None = None) -> bytes:
-    """Reads a whole source file, or its first `length` bytes.
+def read_source(url: str) -> bytes:
+    """Reads a whole source file.
 
     Raises:
         FileNotFoundError: the file is gone.
         OSError: it cannot be read.
     """
     if "://" not in url:
-        # A local path (listing gives local files as plain paths): a plain open is several times
-        # cheaper than fsspec's layers, and this runs twice for every image of a build.
-        if length is None:
-            with open(url, "rb") as f:
-                return f.read()
-        fd = os.open(url, os.O_RDONLY)
-        try:
-            if hasattr(os, "posix_fadvise"):
-                # A prefix only: without this the kernel reads ahead 128 KiB, the whole of a
-                # typical image, and the disk moves every byte twice in a build.
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-            return os.pread(fd, length, 0)
-        finally:
-            os.close(fd)
+        # A local path (listing gives local files as plain paths): a plain open is several
+        # times cheaper than fsspec's layers, and this runs for every image of a build.
+        with open(url, "rb") as f:
+            return f.read()
     fs, path = fsspec.core.url_to_fs(url)
-    if length is None:
-        return fs.cat_file(path)
-    return fs.cat_file(path, start=0, end=length)
+    return fs.cat_file(path)
 
 
-@dataclass(frozen=True)
-class Fetched:
-    """What a check reads of a source: its size and its bytes, all of them or a prefix."""
+def estimated_encoded_size(source_size: int, relpath: str, policy: ImagePolicy) -> int:
+    """The bytes an image will be stored as, judged from its file's size and name alone.
 
-    size: int
-    data: bytes
+    Exact for an image the policy keeps as it is (its own bytes). For one it transforms, an
+    estimate: the output's pixels (what the resize makes of the pixels a file of this size and
+    kind holds) times what a pixel costs in the output format. Only the plan uses it; shards hold
+    the real bytes, so a poor estimate moves shard sizes, never what a record holds.
+    """
+    suffix = posixpath.splitext(relpath)[1].lstrip(".").lower()
+    if policy.store != "raw" and policy.resize is None and policy.encode in (None, _kind(suffix)):
+        return source_size
+    pixels = source_size / _SOURCE_BYTES_PER_PIXEL.get(suffix, 1.0)
+    if policy.resize is not None:
+        pixels = _resized_pixels(policy.resize, pixels)
+    channels = {"rgb": 3, "gray": 1}.get(policy.color, 3)
+    if policy.store == "raw":
+        return round(pixels) * channels
+    if (policy.encode or _kind(suffix)) == "jpeg":
+        estimate = round(pixels * _interpolate(_JPEG_BYTES_PER_PIXEL, policy.jpeg_quality))
+    else:
+        estimate = round(pixels * _PNG_BYTES_PER_CHANNEL * channels)
+    if (
+        policy.resize is not None
+        and policy.resize.mode == "fit"
+        and policy.encode in (None, _kind(suffix))
+    ):
+        # An image already within the bounds keeps its bytes.
+        estimate = min(estimate, source_size)
+    return max(estimate, 1)
 
-    @property
-    def complete(self) -> bool:
-        return len(self.data) == self.size
+
+def _kind(suffix: str) -> str:
+    return "jpeg" if suffix in _LOSSY_SUFFIXES else "png"
+
+
+def _resized_pixels(resize: Resize, pixels: float) -> float:
+    if resize.mode == "exact":
+        return resize.width * resize.height
+    if resize.mode == "fit":  # never enlarges; a 4:3 image in the box
+        return min(pixels, resize.width * resize.height * 0.75)
+    return resize.size * resize.size * 4 / 3  # the shorter side, of a 4:3 image
+
+
+def _interpolate(table: Sequence[tuple[int, float]], x: int) -> float:
+    for (x0, y0), (x1, y1) in itertools.pairwise(table):
+        if x <= x1:
+            return y0 + (y1 - y0) * max(0, x - x0) / (x1 - x0)
+    return table[-1][1]
 
 
 @dataclass(frozen=True)
@@ -76,12 +125,11 @@ class Preparer:
         fixed_classes: the class list when the user fixed it, else None.
         splits: (name, ratio) pairs.
         seed: the build's seed.
-        policy: how images are checked and normalized.
+        policy: how images are checked and normalized (for the record size estimate).
         max_record_size: records larger than this cannot fit in any shard.
         split_by: a regex whose capture (the first group, or the group named `group`) in the
             relative path is the split key, so images of one subject share a split; None to
             split image by image.
-        hash_sources: read every source whole and record its SHA-256 (for --dedup).
     """
 
     label_rule: LabelRule
@@ -91,7 +139,6 @@ class Preparer:
     policy: ImagePolicy
     max_record_size: int
     split_by: str | None = None
-    hash_sources: bool = False
 
     def split_key(self, relpath: str) -> str:
         """What an image's split is drawn from: its relative path, or its --split-by capture."""
@@ -119,6 +166,12 @@ class Preparer:
                 source.url, source.relpath, Reason.NO_LABEL,
                 f"--labels {self.label_rule.spec} finds no label in {source.relpath!r}",
             )  # fmt: skip
+        problem = class_name_problem(label)
+        if problem is not None:
+            return ReportEntry(
+                source.url, source.relpath, Reason.BAD_CLASS_NAME,
+                f"class name {label!r} {problem}", label=label,
+            )  # fmt: skip
         if self.fixed_classes is not None and label not in self.fixed_classes:
             return ReportEntry(
                 source.url, source.relpath, Reason.UNKNOWN_CLASS,
@@ -126,88 +179,41 @@ class Preparer:
             )  # fmt: skip
         return label
 
-    @functools.cached_property
-    def planning_policy(self) -> ImagePolicy:
-        """The policy images are checked with for planning.
-
-        With validate="decode" the full decode waits for the shard writer, which decodes the
-        very bytes it writes; planning needs only what the header says (and a full decode of
-        the images it must re-encode, which this policy still does). So each image is read once,
-        not once to check it and again to write it.
-        """
-        if self.policy.validate == "decode":
-            return dataclasses.replace(self.policy, validate="header")
-        return self.policy
-
-    def fetch(self, source: SourceFile) -> Fetched:
-        """Reads what the check of `source` needs: a prefix when the header will do, else all.
-
-        Only IO, so that it can run ahead of the checks on other threads.
-
-        Raises:
-            FileNotFoundError: the file is gone.
-            OSError: it cannot be read.
-        """
-        size = source.size
-        if size < 0:  # an input list leaves the size to be found here
-            fs, path = fsspec.core.url_to_fs(source.url)
-            size = fs.size(path)
-        if size > HEADER_BYTES and not self.hash_sources:
-            return Fetched(size, read_source(source.url, HEADER_BYTES))
-        # Whole: a content hash needs every byte, and a file listed as empty may have been
-        # written since (a vanished one must be reported as vanished).
-        data = read_source(source.url)
-        return Fetched(len(data), data)
-
-    def prepare(
-        self,
-        source: SourceFile,
-        label: str | None,
-        class_id: int | None,
-        fetched: Fetched | OSError | None = None,
+    def plan(
+        self, source: SourceFile, label: str | None, class_id: int | None
     ) -> ImageEntry | ReportEntry:
-        """Checks the image and returns its planned entry, or the report entry saying why it is left out.
+        """The image's planned entry, or the report entry saying why it cannot be written.
 
-        Args:
-            source, label, class_id: the image, as listed and labelled.
-            fetched: what `fetch(source)` returned, or the OSError it raised, when the read
-                was done ahead; None to read now.
+        Reads nothing of the image: an input list that gave no size costs one size look-up.
         """
         split = assign_split(self.split_key(source.relpath), self.splits, self.seed)
-
-        def skipped(reason: str, message: str) -> ReportEntry:
-            return ReportEntry(
-                source.url, source.relpath, reason, message, split=split, label=label
-            )
-
-        try:
-            if fetched is None:
-                fetched = self.fetch(source)
-            elif isinstance(fetched, OSError):
-                raise fetched
-            info, size, digest = self._check(source, fetched)
-        except ImageError as err:
-            return skipped(err.code, err.message)
-        except FileNotFoundError:
-            return skipped(Reason.VANISHED, "the file was listed but is gone")
-        except OSError as err:
-            return skipped(Reason.READ_ERROR, f"cannot read: {err}")
-        encoded_size = info.encoded_size if info.encoded_size is not None else size
-        record_size = image_record_size(
-            encoded_size,
-            image_format=info.format,
-            height=info.height,
-            width=info.width,
-            channels=info.channels,
-            filename=source.relpath,
-            label=class_id,
-            label_text=label,
+        size = source.size
+        if size < 0:
+            try:
+                fs, path = fsspec.core.url_to_fs(source.url)
+                size = fs.size(path)
+            except FileNotFoundError:
+                return ReportEntry(
+                    source.url, source.relpath, Reason.VANISHED, "the file was listed but is gone",
+                    split=split, label=label,
+                )  # fmt: skip
+            except OSError as err:
+                return ReportEntry(
+                    source.url, source.relpath, Reason.READ_ERROR, f"cannot read: {err}",
+                    split=split, label=label,
+                )  # fmt: skip
+        record_size = self.record_size(
+            estimated_encoded_size(size, source.relpath, self.policy),
+            source.relpath,
+            class_id,
+            label,
         )
         if record_size > self.max_record_size:
-            return skipped(
-                Reason.TOO_LARGE,
+            return ReportEntry(
+                source.url, source.relpath, Reason.TOO_LARGE,
                 f"its record is {record_size} bytes, over --max-shard-size {self.max_record_size}",
-            )
+                split=split, label=label,
+            )  # fmt: skip
         return ImageEntry(
             url=source.url,
             relpath=source.relpath,
@@ -216,30 +222,40 @@ class Preparer:
             shuffle_key=shuffle_key(source.relpath, self.seed),
             label=label,
             class_id=class_id,
-            image_format=info.format,
-            height=info.height,
-            width=info.width,
-            channels=info.channels,
-            reencode=info.reencode,
-            encoded_size=encoded_size,
             record_size=record_size,
-            notes=tuple(info.notes),
-            source_sha256=digest,
         )
 
-    def _check(self, source: SourceFile, fetched: Fetched) -> tuple[ImageInfo, int, str]:
-        """The image's check, its size now, and the SHA-256 of its bytes when sources are hashed
-        (else "")."""
-        if not fetched.complete:
-            try:
-                info = check_image(fetched.data, self.planning_policy, size=fetched.size)
-                return info, fetched.size, ""
-            except NeedFullData:
-                pass  # the rare header past the prefix (a large EXIF block)
-            fetched = Fetched(fetched.size, read_source(source.url))
-        data = fetched.data
-        digest = hashlib.sha256(data).hexdigest() if self.hash_sources else ""
-        return check_image(data, self.planning_policy, size=len(data)), len(data), digest
+    @staticmethod
+    def record_size(
+        encoded_size: int, relpath: str, class_id: int | None, label: str | None
+    ) -> int:
+        """The planned size of a record holding `encoded_size` image bytes: its fields whose
+        values only the image knows (format, height, width, channels) at their largest."""
+        return image_record_size(
+            encoded_size,
+            image_format=_LONGEST_FORMAT,
+            height=_LARGEST_SIDE,
+            width=_LARGEST_SIDE,
+            channels=_MOST_CHANNELS,
+            filename=relpath,
+            label=class_id,
+            label_text=label,
+        )
+
+
+def hash_source(entry: ImageEntry, data: bytes | OSError) -> ImageEntry | ReportEntry:
+    """The entry with the SHA-256 of its source's bytes (for --dedup), or why it has none."""
+    if isinstance(data, FileNotFoundError):
+        return _skipped(entry, Reason.VANISHED, "the file was listed but is gone")
+    if isinstance(data, OSError):
+        return _skipped(entry, Reason.READ_ERROR, f"cannot read: {data}")
+    return ImageEntry(**{**entry.__dict__, "source_sha256": hashlib.sha256(data).hexdigest()})
+
+
+def _skipped(entry: ImageEntry, reason: str, message: str) -> ReportEntry:
+    return ReportEntry(
+        entry.url, entry.relpath, reason, message, split=entry.split, label=entry.label
+    )
 
 
 @functools.lru_cache(maxsize=8)

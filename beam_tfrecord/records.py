@@ -163,19 +163,41 @@ def image_record_size(
     Wire arithmetic specialised to the image layout (the planner calls it for every image);
     `serialized_size` is the general form, and tests hold both to real serialization.
     """
+    others = _other_fields_size(
+        len(image_format.encode()),
+        height,
+        width,
+        channels,
+        len(filename.encode("utf-8", "surrogateescape")),
+        label,
+        None if label is None else len((label_text or "").encode("utf-8")),
+    )
+    return framed_size(_delimited(_entry("image/encoded", _bytes_feature(encoded_size)) + others))
+
+
+@functools.lru_cache(maxsize=4096)  # a build's records differ mostly in their image's size
+def _other_fields_size(
+    format_size: int,
+    height: int,
+    width: int,
+    channels: int,
+    filename_size: int,
+    label: int | None,
+    label_text_size: int | None,
+) -> int:
+    """The bytes of a record's features other than image/encoded."""
     size = (
-        _entry("image/encoded", _bytes_feature(encoded_size))
-        + _entry("image/format", _bytes_feature(len(image_format.encode())))
+        _entry("image/format", _bytes_feature(format_size))
         + _entry("image/height", _int_feature(height))
         + _entry("image/width", _int_feature(width))
         + _entry("image/channels", _int_feature(channels))
-        + _entry("image/filename", _bytes_feature(len(filename.encode("utf-8", "surrogateescape"))))
+        + _entry("image/filename", _bytes_feature(filename_size))
         + _entry("image/key/sha256", _bytes_feature(64))
     )
     if label is not None:
         size += _entry("image/class/label", _int_feature(label))
-        size += _entry("image/class/text", _bytes_feature(len((label_text or "").encode("utf-8"))))
-    return framed_size(_delimited(size))
+        size += _entry("image/class/text", _bytes_feature(label_text_size or 0))
+    return size
 
 
 def _bytes_feature(length: int) -> int:

@@ -16,7 +16,7 @@ import fsspec
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.example import decode_example
-from beam_tfrecord.images import ImageError, ImagePolicy, check_image, encode_for_tensorflow
+from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
 from beam_tfrecord.prefetch import read_ahead as ahead_of
 from beam_tfrecord.prefetch import usable_cores
 from beam_tfrecord.preparation import read_source
@@ -37,13 +37,33 @@ from beam_tfrecord.tfrecord import (
     read_records,
 )
 
-__all__ = ["TEMP_MARKER", "ShardResult", "ShardSpec", "is_temporary", "write_shard"]
+__all__ = [
+    "PARTS_DIR",
+    "REPORT_PART_SUFFIX",
+    "TEMP_MARKER",
+    "ShardResult",
+    "ShardSpec",
+    "is_temporary",
+    "report_part_name",
+    "write_shard",
+]
+
+# Each shard's report lines (images left out, images changed), published before the shard: a
+# shard under its final name always has them, so `--resume` can keep the shard and still report
+# what it holds; report.jsonl is all of them, sorted.
+PARTS_DIR = "reports"
+REPORT_PART_SUFFIX = ".jsonl"
 
 _LOG = logging.getLogger(__name__)
 
 
 def is_temporary(file_name: str) -> bool:
     return file_name.startswith(".") and TEMP_MARKER in file_name
+
+
+def report_part_name(shard_file_name: str) -> str:
+    """A shard's report lines, relative to the shard's folder: `reports/{shard}.jsonl`."""
+    return f"{PARTS_DIR}/{shard_file_name}{REPORT_PART_SUFFIX}"
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,12 @@ class ShardResult:
     class_counts: tuple[tuple[str, int], ...] = ()
     resumed: bool = False
     index_file: str | None = None  # its record index, relative to the output folder
+    planned_bytes: int = 0  # what the plan cut it at: its records' planned sizes, summed
+    # What writing it cost, counted: sources read and their bytes, images decoded and encoded.
+    reads: int = 0
+    bytes_read: int = 0
+    decodes: int = 0
+    encodes: int = 0
 
 
 def write_shard(
@@ -81,54 +107,58 @@ def write_shard(
     entries: Iterable[ImageEntry],
     policy: ImagePolicy,
     *,
+    max_record_size: int | None = None,
     resume: bool = False,
     read_ahead: int = 0,
     executor: ThreadPoolExecutor | None = None,
     cpu: threading.Semaphore | None = None,
 ) -> tuple[ShardResult, list[ReportEntry]]:
-    """Writes one shard and returns what it holds and the inputs it had to leave out.
+    """Writes one shard; returns what it holds and its report lines.
 
-    Records are written in shuffle-key order. The next `read_ahead` sources are read while one
-    is written (on `executor`'s threads when given), so only that many images' bytes are in
-    memory at a time. The same threads decode (policy.validate == "decode") and re-encode,
-    no more at once than `cpu` allows (default: the machine's cores), on the very bytes that
-    are written; an image that fails is reported and left out.
-    A record is checked against its planned size before it is written, so a source that changed
-    since planning is reported instead of breaking the shard's size bounds.
+    This is where each image is read, checked, normalized and framed, once. Records are written
+    in shuffle-key order. The next `read_ahead` sources are read while one is written (on
+    `executor`'s threads when given), so only that many images' bytes are in memory at a time.
+    The same threads check (and, with policy.validate == "decode", decode) each image and
+    re-encode it where TensorFlow needs it or the policy transforms it, no more at once than
+    `cpu` allows (default: the machine's cores), on the very bytes that are written.
+
+    The report lines are the images left out (unreadable, broken, changed since they were
+    listed, too large) and the images written changed (re-encoded, resized...), with why.
 
     Args:
         spec: the shard's name and place.
         entries: its planned images, in any order.
-        policy: the image policy the entries were planned with.
+        policy: how images are checked, normalized and transformed.
+        max_record_size: a record larger than this is left out (it fits in no shard).
         resume: keep a shard already at its final name when it verifies against the plan.
         read_ahead: sources read concurrently ahead of the one being written; 0 for none.
         executor: threads to read on, shared between shards; else the call makes its own.
-        cpu: bounds the decodes and re-encodes running at once, shared between shards.
+        cpu: bounds the checks and re-encodes running at once, shared between shards.
     """
     ordered = sorted(entries, key=lambda e: e.sort_key)
     fs, final_path = fsspec.core.url_to_fs(spec.url)
-    index_name = index_file_name(spec.file_name)
-    index_path = posixpath.join(posixpath.dirname(final_path), index_name)
+    folder = posixpath.dirname(final_path)
+    index_path = posixpath.join(folder, index_file_name(spec.file_name))
+    report_path = posixpath.join(folder, report_part_name(spec.file_name))
     if resume:
-        kept = _verify_existing(fs, final_path, spec, ordered)
+        kept = _verify_existing(fs, final_path, report_path, spec, ordered)
         if kept is not None:
-            result, index = kept
+            result, index, report = kept
             # An earlier run may have died between publishing the shard and its index.
             publish(fs, index_path, index.encode("ascii"))
             _LOG.info("kept finished shard %s (%d examples)", spec.file_name, result.examples)
-            return result, []
+            return result, report
     if not is_object_store(fs):
-        temp_path = posixpath.join(
-            posixpath.dirname(final_path), f".{spec.file_name}{TEMP_MARKER}{uuid.uuid4().hex}"
-        )
+        temp_path = posixpath.join(folder, f".{spec.file_name}{TEMP_MARKER}{uuid.uuid4().hex}")
     else:
         temp_path = final_path
-    skipped: list[ReportEntry] = []
+    report: list[ReportEntry] = []
     counts: Counter[str] = Counter()
+    work: Counter[str] = Counter()
     # A few bytes per record; held until the shard is published, so that no index ever
     # describes a shard that is not there.
     index: list[str] = []
-    fs.makedirs(posixpath.dirname(final_path), exist_ok=True)
+    fs.makedirs(folder, exist_ok=True)
     direct = temp_path == final_path
     # An object store completes an upload when its file is closed, even when the writing failed;
     # without autocommit it completes only on commit(), so a failed shard never appears.
@@ -146,7 +176,7 @@ def write_shard(
         )
         if read_ahead and any(is_remote(e.url) for e in ordered):
             # Objects: many reads in flight through the store's async interface; the threads
-            # then only decode, on bytes already here.
+            # then only check and encode, on bytes already here.
             fetched = fetch_in_order(((e, e.url, e.source_size) for e in ordered), depth=read_ahead)
             sources = (
                 (entry, future)
@@ -169,13 +199,15 @@ def write_shard(
         # The writer keeps the file's checksum as it goes, so the shard is never read back.
         with TFRecordWriter(out, checksum=True) as writer:
             for entry, encoded in sources:
-                record = _record_for(entry, encoded.result, skipped)
+                record = _record_for(entry, encoded.result, report, max_record_size, work)
                 if record is None:
                     continue
                 offset = writer.bytes_written
                 index.append(index_line(offset, writer.write_parts(record)))
                 if entry.label is not None:
                     counts[entry.label] += 1
+        # Before the shard: a shard under its final name always has its report lines.
+        publish(fs, report_path, "".join(r.to_json() + "\n" for r in report).encode("utf-8"))
         if direct:
             out.close()
             raw.close()
@@ -201,12 +233,17 @@ def write_shard(
         bytes=writer.bytes_written,
         crc32c=f"{writer.crc32c:08x}",
         class_counts=tuple(sorted(counts.items())),
-        index_file=index_name,
+        index_file=index_file_name(spec.file_name),
+        planned_bytes=sum(e.record_size for e in ordered),
+        reads=work["reads"],
+        bytes_read=work["bytes_read"],
+        decodes=work["decodes"],
+        encodes=work["encodes"],
     )
     _LOG.info(
         "wrote shard %s: %d examples, %d bytes", spec.file_name, result.examples, result.bytes
     )
-    return result, skipped
+    return result, report
 
 
 def _cancel_upload(raw, path: str) -> None:
@@ -229,115 +266,126 @@ def _encoded(
     policy: ImagePolicy,
     cpu: threading.Semaphore,
     data: bytes | OSError | None = None,
-) -> tuple[bytes, tuple[str, int, int, int]]:
-    """The bytes to store for a planned image, and (format, height, width, channels) they decode to.
+) -> tuple[bytes, ImageInfo, int]:
+    """The bytes to store for a planned image, what TensorFlow decodes from them, and the
+    bytes read.
 
+    The image's one read and its one check: a header check, or a decode with
+    validate="decode", and for an image that must change, its one decode and one encode.
     `data` is the source's bytes, or the OSError reading them raised, when they were read
     ahead; None to read them now.
 
     Raises:
         OSError: the source cannot be read (FileNotFoundError: it is gone).
         ImageError: it cannot be decoded or re-encoded.
+        _SourceChanged: it is not the size it was listed at.
     """
     if isinstance(data, OSError):
         raise data
     if data is None:
         data = read_source(entry.url)
-    if entry.reencode:
-        with cpu:
-            encoded, info = encode_for_tensorflow(data, policy)
-    elif policy.validate == "decode":
-        with cpu:
-            info = check_image(data, policy)
-        encoded = data
-        if info.reencode:
-            # Only the whole file shows it (a PNG chunk libpng refuses, after the image data);
-            # its record was planned, from the header, to hold the bytes as they are.
-            raise ImageError(
-                "unsupported",
-                "the full decode found it must be re-encoded for TensorFlow, which its plan, "
-                "made from its header, did not allow; left out rather than written as it is",
-            )
-    else:
-        return data, (entry.image_format, entry.height, entry.width, entry.channels)
-    return encoded, (info.format, info.height, info.width, info.channels)
+    if len(data) != entry.source_size:
+        raise _SourceChanged(entry.source_size, len(data))
+    with cpu:
+        return (*encode_for_tensorflow(data, policy), len(data))
+
+
+class _SourceChanged(Exception):
+    def __init__(self, listed: int, now: int):
+        super().__init__(f"the file changed since it was listed ({listed} -> {now} bytes)")
 
 
 def _record_for(
     entry: ImageEntry,
-    encoded: Callable[[], tuple[bytes, tuple[str, int, int, int]]],
-    skipped: list[ReportEntry],
+    encoded: Callable[[], tuple[bytes, ImageInfo, int]],
+    report: list[ReportEntry],
+    max_record_size: int | None,
+    work: Counter[str],
 ) -> tuple[bytes, bytes, bytes] | None:
     """The serialized record of one planned image, in pieces (`image_record_parts`), or None
-    (and a report entry) if it cannot be.
+    (and a report entry) if it cannot be written. An image changed to be written gets a report
+    entry too.
 
     `encoded` returns what `_encoded` returns for the entry, or raises what it raised.
     """
 
     def skip(reason: str, message: str) -> None:
-        skipped.append(
+        report.append(
             ReportEntry(
                 entry.url, entry.relpath, reason, message, split=entry.split, label=entry.label
             )
         )
 
     try:
-        encoded, shape = encoded()
+        encoded, info, read = encoded()
     except FileNotFoundError:
-        skip(Reason.VANISHED, "the file was planned but was gone when its shard was written")
+        skip(Reason.VANISHED, "the file was listed but was gone when its shard was written")
         return None
     except OSError as err:
         skip(Reason.READ_ERROR, f"cannot read: {err}")
         return None
     except ImageError as err:
-        skip(err.code, f"{err.message} (when its shard was written)")
+        skip(err.code, err.message)
         return None
-    if len(encoded) != entry.encoded_size or shape != (
-        entry.image_format, entry.height, entry.width, entry.channels,
-    ):  # fmt: skip
-        skip(
-            Reason.SOURCE_CHANGED,
-            f"the file changed between planning and writing ({entry.encoded_size} -> {len(encoded)} bytes)",
-        )
+    except _SourceChanged as err:
+        skip(Reason.SOURCE_CHANGED, str(err))
         return None
+    work.update(reads=1, bytes_read=read, decodes=int(info.decoded), encodes=int(info.reencode))
     record = image_record_parts(
         encoded,
-        image_format=entry.image_format,
-        height=entry.height,
-        width=entry.width,
-        channels=entry.channels,
+        image_format=info.format,
+        height=info.height,
+        width=info.width,
+        channels=info.channels,
         filename=entry.relpath,
         label=entry.class_id,
         label_text=entry.label,
     )
-    # The planner placed this record by its size; a mismatch would be a bug, never a silent overshoot.
     size = framed_size(sum(len(part) for part in record))
-    if size != entry.record_size:
-        raise AssertionError(f"{entry.url}: record is {size} bytes, planned {entry.record_size}")
+    if max_record_size is not None and size > max_record_size:
+        skip(
+            Reason.TOO_LARGE,
+            f"its record is {size} bytes, over --max-shard-size {max_record_size}",
+        )
+        return None
+    if info.reencode:
+        report.append(
+            ReportEntry(
+                entry.url, entry.relpath, Reason.NORMALIZED,
+                "re-encoded so that TensorFlow decodes it as stated: " + ", ".join(info.notes),
+                action="modified", split=entry.split, label=entry.label, notes=info.notes,
+            )
+        )  # fmt: skip
     return record
 
 
 def _verify_existing(
-    fs, final_path: str, spec: ShardSpec, ordered: list[ImageEntry]
-) -> tuple[ShardResult, str] | None:
-    """The result and index of a shard already written by an earlier run of the same build, if
-    it is intact.
+    fs, final_path: str, report_path: str, spec: ShardSpec, ordered: list[ImageEntry]
+) -> tuple[ShardResult, str, list[ReportEntry]] | None:
+    """The result, index and report lines of a shard already written by an earlier run of the
+    same build, if it is intact.
 
-    Intact means: every record's CRCs check, and the records are exactly the planned images in the
-    planned order with their planned sizes. A shard that left an image out is written again.
+    Intact means: its report lines are there, every record's CRCs check, and the records are the
+    planned images in the planned order, less exactly those its report says were left out.
     """
     fs.invalidate_cache(posixpath.dirname(final_path))  # object stores cache listings
     if not fs.exists(final_path):
         return None
-    expected_bytes = sum(e.record_size for e in ordered)
-    if fs.size(final_path) != expected_bytes:
+    try:
+        report = [
+            ReportEntry.from_json(line)
+            for line in fs.cat_file(report_path).decode("utf-8").splitlines()
+        ]
+    except (OSError, ValueError, TypeError, KeyError):
         return None
+    left_out = {r.url for r in report if r.action == "skipped"}
+    expected = [e for e in ordered if e.url not in left_out]
     counts: Counter[str] = Counter()
     index: list[str] = []
     try:
         with fs.open(final_path, "rb") as f:
             records = read_records(f, compression="NONE", with_offsets=True)
-            for entry, (offset, record) in zip(ordered, records, strict=True):
+            for entry, (offset, record) in zip(expected, records, strict=True):
                 index.append(index_line(offset, framed_size(len(record))))
                 features = decode_example(record)
                 if features.get("image/filename") != [
@@ -348,17 +396,19 @@ def _verify_existing(
                     counts[entry.label] += 1
         with fs.open(final_path, "rb") as f:
             checksum = file_crc32c(f)
+        expected_bytes = fs.size(final_path)
     except (CorruptRecordError, ValueError, OSError):
         return None
     result = ShardResult(
         split=spec.split,
         index=spec.index,
         file_name=spec.file_name,
-        examples=len(ordered),
+        examples=len(expected),
         bytes=expected_bytes,
         crc32c=checksum,
         class_counts=tuple(sorted(counts.items())),
         resumed=True,
         index_file=index_file_name(spec.file_name),
+        planned_bytes=sum(e.record_size for e in ordered),
     )
-    return result, "".join(index)
+    return result, "".join(index), report

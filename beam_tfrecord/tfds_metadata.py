@@ -96,22 +96,36 @@ def dataset_info_json(manifest: Mapping[str, Any]) -> dict[str, Any]:
     name = manifest["name"]
     config = manifest["config"]
     splits = []
+    empty = []
     for split, info in manifest["splits"].items():
         lengths = [s["examples"] for s in manifest["shards"] if s["split"] == split]
+        if not lengths:
+            # TFDS lists a split of no shards, then fails to read it with "Instruction [] corresponds
+            # to no data!", which names nothing. Left out, the others load (and "all" does), and
+            # asking for it names it: "Unknown split 'validation'. Should be one of [...]".
+            empty.append(split)
+            continue
         splits.append(
             {
                 "filepathTemplate": _FILEPATH_TEMPLATE.format(name=name),
                 "name": split,
                 "numBytes": str(info["bytes"]),
-                # An empty split keeps its place; TFDS lists it, and refuses only to read it.
                 "shardLengths": [str(n) for n in lengths],
             }
         )
+    description = (
+        "Images converted to TFRecord by beam-tfrecord; manifest.json holds the build's "
+        "settings, counts and checksums."
+    )
+    if empty:
+        many = len(empty) > 1
+        description += (
+            f" Split{'s' if many else ''} {', '.join(empty)} received no images and "
+            f"{'are' if many else 'is'} left out here; manifest.json lists "
+            f"{'them' if many else 'it'} with 0 examples."
+        )
     info: dict[str, Any] = {
-        "description": (
-            "Images converted to TFRecord by beam-tfrecord; manifest.json holds the build's "
-            "settings, counts and checksums."
-        ),
+        "description": description,
         "fileFormat": "tfrecord",
         "moduleName": "beam_tfrecord",
         "name": name,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.stats import ApproximateQuantiles
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
@@ -29,7 +30,8 @@ from beam_tfrecord.listing import (
     split_task,
 )
 from beam_tfrecord.prefetch import ReadAhead, new_executor, usable_cores
-from beam_tfrecord.preparation import HEADER_BYTES, Preparer
+from beam_tfrecord.preparation import Preparer, hash_source, read_source
+from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
 from beam_tfrecord.shard_writer import ShardSpec, write_shard
 from beam_tfrecord.sharding import (
     SplitStats,
@@ -44,11 +46,12 @@ from beam_tfrecord.sharding import (
 __all__ = [
     "METRICS_NAMESPACE",
     "Census",
-    "CheckImages",
     "DropDuplicates",
-    "LabelImages",
+    "HashImages",
     "ListImages",
+    "PlanImages",
     "PlanShards",
+    "WriteReport",
     "WriteShards",
 ]
 
@@ -152,18 +155,24 @@ class ListImages(beam.PTransform):
         )
 
 
-class _LabelFn(beam.DoFn):
-    def __init__(self, preparer: Preparer):
-        self._preparer = preparer
-        self._skipped = _counter("images_skipped")
+class _ImageEntryCoder(beam.coders.Coder):
+    """What crosses the planning shuffles: ImageEntry's compact bytes, not a pickled object."""
 
-    def process(self, source: SourceFile):
-        label = self._preparer.label(source)
-        if isinstance(label, ReportEntry):
-            self._skipped.inc()
-            yield pvalue.TaggedOutput(REPORT, label)
-        else:
-            yield (source, label)
+    def encode(self, value: ImageEntry) -> bytes:
+        return value.to_bytes()
+
+    def decode(self, encoded: bytes) -> ImageEntry:
+        return ImageEntry.from_bytes(encoded)
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return ImageEntry
+
+
+beam.coders.registry.register_coder(ImageEntry, _ImageEntryCoder)
+_Keyed = tuple[tuple[str, int], ImageEntry]  # ((split, bucket or shard), entry)
 
 
 @dataclass(frozen=True)
@@ -210,12 +219,31 @@ class _CensusFn(beam.CombineFn):
         return Census(listed, ClassMap.from_labels(labels))
 
 
-class LabelImages(beam.PTransform):
-    """Derives each image's class name, and the census of the listing (count and class map).
+class _PlanFn(beam.DoFn):
+    def __init__(self, preparer: Preparer):
+        self._preparer = preparer
+        self._skipped = _counter("images_skipped")
 
-    Returns a dict: `labeled` (SourceFile, label) pairs, spread evenly over the workers whatever
-    folders they were listed from; `census` a one-element PCollection holding the Census; and
-    `report` the inputs that got no label.
+    def process(self, source: SourceFile, census: Census):
+        label = self._preparer.label(source)
+        if isinstance(label, ReportEntry):
+            planned: ImageEntry | ReportEntry = label
+        else:
+            class_id = census.classes.id_of(label) if label is not None else None
+            planned = self._preparer.plan(source, label, class_id)
+        if isinstance(planned, ReportEntry):
+            self._skipped.inc()
+            yield pvalue.TaggedOutput(REPORT, planned)
+        else:
+            yield planned
+
+
+class PlanImages(beam.PTransform):
+    """Labels each listed file and plans it from what the listing knows: nothing is read.
+
+    Returns a dict: `entries` (ImageEntry: label, class id, split, shuffle key, planned record
+    size), `census` (a one-element PCollection: the listed count and the class map, which the
+    record sizes need) and `report` (inputs that get no label, or cannot fit in any shard).
     """
 
     def __init__(self, preparer: Preparer):
@@ -223,14 +251,11 @@ class LabelImages(beam.PTransform):
         self._preparer = preparer
 
     def expand(self, sources):
-        results = sources | "Label" >> beam.ParDo(_LabelFn(self._preparer)).with_outputs(
-            REPORT, main="labeled"
-        )
         census = sources | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
-        # A listing part is one folder, and folders differ in size by orders of magnitude: the
-        # checks that follow would run on whichever worker listed the big one.
-        labeled = results.labeled | "Spread" >> beam.Reshuffle()
-        return {"labeled": labeled, "census": census, "report": results[REPORT]}
+        results = sources | "Plan" >> beam.ParDo(
+            _PlanFn(self._preparer), census=pvalue.AsSingleton(census)
+        ).with_outputs(REPORT, main="entries")
+        return {"entries": results.entries, "census": census, "report": results[REPORT]}
 
 
 class _ReadAheadFn(beam.DoFn):
@@ -251,77 +276,68 @@ class _ReadAheadFn(beam.DoFn):
             self._executor.shutdown(wait=True, cancel_futures=True)
 
 
-class _PrepareFn(_ReadAheadFn):
-    """Checks images on the read-ahead threads, reading the next ones meanwhile; outputs in
-    input order."""
+class _HashFn(_ReadAheadFn):
+    """Reads each source whole, ahead on threads, for its content hash; outputs in input order."""
 
-    def __init__(self, preparer: Preparer, read_ahead: int):
+    def __init__(self, read_ahead: int):
         super().__init__(read_ahead)
-        self._preparer = preparer
         self._skipped = _counter("images_skipped")
-        self._reencoded = _counter("images_to_reencode")
 
     def start_bundle(self):
         # Per bundle: a bundle that failed must not hand its work to the retry.
         self._ahead = ReadAhead(
-            self._check, threads=self._read_ahead, size_of=_read_size, executor=self._executor
+            _read_or_error, threads=self._read_ahead, size_of=_size_of, executor=self._executor
         )
 
-    def process(self, element: tuple[SourceFile, str | None], census: Census):
-        source, label = element
-        class_id = census.classes.id_of(label) if label is not None else None
-        for _, checked in self._ahead.add((source, label, class_id)):
-            yield self._output(checked.result())
+    def process(self, entry: ImageEntry):
+        for ready, data in self._ahead.add(entry):
+            yield self._output(hash_source(ready, data.result()))
 
     def finish_bundle(self):
-        for _, checked in self._ahead.drain():
-            output = self._output(checked.result())
+        for entry, data in self._ahead.drain():
+            output = self._output(hash_source(entry, data.result()))
             if isinstance(output, pvalue.TaggedOutput):
                 yield pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
             else:
                 yield GlobalWindows.windowed_value(output)
         self._ahead.close()
 
-    def _check(self, item: tuple[SourceFile, str | None, int | None]) -> ImageEntry | ReportEntry:
-        source, label, class_id = item
-        try:
-            fetched = self._preparer.fetch(source)  # outside the CPU bound: only IO
-        except OSError as err:  # prepare reports it, as it would a read of its own
-            fetched = err
-        with self._cpu:
-            return self._preparer.prepare(source, label, class_id, fetched)
-
     def _output(self, result: ImageEntry | ReportEntry):
-        # Counters are counted here, on the bundle's own thread, where Beam looks for them.
         if isinstance(result, ReportEntry):
             self._skipped.inc()
             return pvalue.TaggedOutput(REPORT, result)
-        if result.reencode:
-            self._reencoded.inc()
         return result
 
 
-def _read_size(item) -> int:
-    size = item[0].size
-    return size if size >= 0 else HEADER_BYTES
+def _read_or_error(entry: ImageEntry) -> bytes | OSError:
+    try:
+        return read_source(entry.url)
+    except OSError as err:
+        return err
 
 
-class CheckImages(beam.PTransform):
-    """Checks each labeled image and turns it into a planned ImageEntry (metadata only).
+def _size_of(entry: ImageEntry) -> int:
+    return max(entry.source_size, 0)
 
-    Returns a dict: `entries` and `report` (skipped inputs, and images the build had to change).
+
+class HashImages(beam.PTransform):
+    """Reads every planned image whole for the SHA-256 of its bytes (what --dedup compares).
+
+    The one setting that reads images before their shards are written: spread over the workers
+    first, since a listing part is one folder and folders differ in size by orders of magnitude.
+    Returns a dict: `entries` (with source_sha256) and `report` (files that cannot be read).
     """
 
-    def __init__(self, preparer: Preparer, census, read_ahead: int = 16):
+    def __init__(self, read_ahead: int = 16):
         super().__init__()
-        self._preparer = preparer
-        self._census = census
         self._read_ahead = read_ahead
 
-    def expand(self, labeled):
-        results = labeled | "Check" >> beam.ParDo(
-            _PrepareFn(self._preparer, self._read_ahead), census=pvalue.AsSingleton(self._census)
-        ).with_outputs(REPORT, main="entries")
+    def expand(self, entries):
+        results = (
+            entries
+            | "Spread" >> beam.Reshuffle()
+            | "Hash" >> beam.ParDo(_HashFn(self._read_ahead)).with_outputs(REPORT, main="entries")
+        )
         return {"entries": results.entries, "report": results[REPORT]}
 
 
@@ -391,18 +407,27 @@ class _BucketStatsFn(beam.CombineFn):
     def add_input(self, accumulator: dict, keyed):
         key, entry = keyed
         size = entry.record_size
-        accumulator[key] = accumulator.get(key, SplitStats()).merge(SplitStats(1, size, size))
+        stats = accumulator.get(key)
+        if stats is None:
+            accumulator[key] = [1, size, size]
+        else:  # a list, not SplitStats: this runs for every image
+            stats[0] += 1
+            stats[1] += size
+            stats[2] = max(stats[2], size)
         return accumulator
 
     def merge_accumulators(self, accumulators) -> dict:
         merged: dict = {}
         for accumulator in accumulators:
-            for key, stats in accumulator.items():
-                merged[key] = merged[key].merge(stats) if key in merged else stats
+            for key, (records, size, largest) in accumulator.items():
+                stats = merged.setdefault(key, [0, 0, 0])
+                stats[0] += records
+                stats[1] += size
+                stats[2] = max(stats[2], largest)
         return merged
 
     def extract_output(self, accumulator: dict) -> dict:
-        return accumulator
+        return {key: SplitStats(*stats) for key, stats in accumulator.items()}
 
 
 class _PlanBucketFn(beam.DoFn):
@@ -470,7 +495,7 @@ class PlanShards(beam.PTransform):
                 e,
             ),
             most=pvalue.AsSingleton(self._most),
-        )
+        ).with_output_types(_Keyed)
         bounds = self._bounds
         plan = (
             keyed
@@ -484,7 +509,8 @@ class PlanShards(beam.PTransform):
         shards = (
             keyed
             | "GroupBuckets" >> beam.GroupByKey()
-            | "PlaceInShards" >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan))
+            | "PlaceInShards"
+            >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan)).with_output_types(_Keyed)
             | "GroupShards" >> beam.GroupByKey()
         )
         return {"shards": shards, "plan": plan}
@@ -492,12 +518,19 @@ class PlanShards(beam.PTransform):
 
 class _WriteShardFn(_ReadAheadFn):
     def __init__(
-        self, output_dir: str, name: str, policy: ImagePolicy, resume: bool, read_ahead: int
+        self,
+        output_dir: str,
+        name: str,
+        policy: ImagePolicy,
+        max_record_size: int,
+        resume: bool,
+        read_ahead: int,
     ):
         super().__init__(read_ahead)
         self._output_dir = output_dir
         self._name = name
         self._policy = policy
+        self._max_record_size = max_record_size
         self._resume = resume
         self._written = _counter("images_written")
         self._skipped = _counter("images_skipped")
@@ -514,11 +547,11 @@ class _WriteShardFn(_ReadAheadFn):
             index,
             shards,
         )
-        entries = list(entries)
-        result, skipped = write_shard(
+        result, report = write_shard(
             spec,
             entries,
             self._policy,
+            max_record_size=self._max_record_size,
             resume=self._resume,
             read_ahead=self._read_ahead,
             executor=self._executor,
@@ -527,27 +560,18 @@ class _WriteShardFn(_ReadAheadFn):
         self._written.inc(result.examples)
         self._bytes.inc(result.bytes)
         self._shards.inc()
-        for entry in skipped:
-            self._skipped.inc()
+        for entry in report:
+            if entry.action == "skipped":
+                self._skipped.inc()
             yield pvalue.TaggedOutput(REPORT, entry)
-        left_out = {entry.url for entry in skipped}
-        for entry in entries:
-            if entry.reencode and entry.url not in left_out:
-                yield pvalue.TaggedOutput(
-                    REPORT,
-                    ReportEntry(
-                        entry.url, entry.relpath, "normalized",
-                        "re-encoded so that TensorFlow decodes it as stated: " + ", ".join(entry.notes),
-                        action="modified", split=entry.split, label=entry.label, notes=entry.notes,
-                    ),
-                )  # fmt: skip
         yield result
 
 
 class WriteShards(beam.PTransform):
-    """Writes each planned shard by one worker, streaming its images from source to file.
+    """Writes each planned shard by one worker, which reads, checks and frames its images.
 
-    Returns a dict: `results` (ShardResult per shard) and `report` (images that could not be written).
+    Returns a dict: `results` (ShardResult per shard) and `report` (images that could not be
+    written, and images written changed).
     """
 
     def __init__(
@@ -556,11 +580,12 @@ class WriteShards(beam.PTransform):
         name: str,
         policy: ImagePolicy,
         plan,
+        max_record_size: int,
         resume: bool = False,
         read_ahead: int = 16,
     ):
         super().__init__()
-        self._fn = _WriteShardFn(output_dir, name, policy, resume, read_ahead)
+        self._fn = _WriteShardFn(output_dir, name, policy, max_record_size, resume, read_ahead)
         self._plan = plan
 
     def expand(self, shards):
@@ -568,3 +593,83 @@ class WriteShards(beam.PTransform):
             self._fn, plan=pvalue.AsSingleton(self._plan)
         ).with_outputs(REPORT, main="results")
         return {"results": results.results, "report": results[REPORT]}
+
+
+class _ReportTallyFn(beam.CombineFn):
+    """The manifest's counts of the report (skipped by reason, modified, lines), in one combine."""
+
+    def create_accumulator(self) -> ReportTally:
+        return ReportTally()
+
+    def add_input(self, accumulator: ReportTally, entry: ReportEntry) -> ReportTally:
+        return accumulator.add(entry)
+
+    def merge_accumulators(self, accumulators) -> ReportTally:
+        merged = ReportTally()
+        for accumulator in accumulators:
+            merged.merge(accumulator)
+        return merged
+
+    def extract_output(self, accumulator: ReportTally) -> ReportTally:
+        return accumulator
+
+
+class _WritePartFn(beam.DoFn):
+    def __init__(self, output_dir: str):
+        self._output_dir = output_dir
+        self._parts = _counter("report_parts_written")
+
+    def process(self, element: tuple[int, Iterable[tuple[str, str]]]):
+        part, keyed_lines = element
+        self._parts.inc()
+        yield part, write_part(self._output_dir, part, keyed_lines)
+
+
+class WriteReport(beam.PTransform):
+    """Writes the report's lines from the workers, as sorted parts of bounded size, and tallies them.
+
+    The lines are cut into key ranges of about `part_lines` lines each (from approximate
+    quantiles of their keys), and each range is sorted and written by one worker; composing the
+    parts in order gives the sorted report, whatever the cut. What crosses the shuffle is two
+    strings per line; what any one step holds is one part, or a few thousand keys.
+
+    Returns a dict: `tally`, a one-element PCollection of the ReportTally, and `parts`,
+    (part index, lines) for every part written.
+    """
+
+    # Cut points computed: at most this many parts, so a billion lines make parts of about
+    # 250,000 lines.
+    QUANTILES = 4097
+
+    def __init__(self, output_dir: str, part_lines: int):
+        super().__init__()
+        self._output_dir = output_dir
+        self._part_lines = part_lines
+
+    def expand(self, report):
+        part_lines = self._part_lines
+        tally = report | "Tally" >> beam.CombineGlobally(_ReportTallyFn())
+        bounds = (
+            report
+            | "Keys" >> beam.Map(report_key)
+            | "KeyQuantiles" >> ApproximateQuantiles.Globally(self.QUANTILES)
+            | "PartBounds"
+            >> beam.Map(
+                lambda quantiles, tally: part_bounds(quantiles, tally.lines, part_lines),
+                tally=pvalue.AsSingleton(tally),
+            )
+        )
+        parts = (
+            report
+            | "KeyByPart"
+            >> beam.Map(
+                lambda entry, bounds: (
+                    part_of(report_key(entry), bounds),
+                    (report_key(entry), entry.to_json()),
+                ),
+                bounds=pvalue.AsSingleton(bounds),
+            )
+            | "GroupParts" >> beam.GroupByKey()
+            | "WriteParts" >> beam.ParDo(_WritePartFn(self._output_dir))
+        )
+        return {"tally": tally, "parts": parts}

@@ -123,10 +123,11 @@ class _TreeMemory(threading.Thread):
             self.stop.wait(self.interval)
 
 
-def _run(name: str, command: list[str], *, env: dict | None = None, note: str = "") -> Result:
+def _run(name: str, command: list[str], *, env: dict | None = None, note: str = "",
+         cwd: Path = REPO) -> Result:  # fmt: skip
     print(f"-- {name}: {' '.join(command)}", flush=True)
     started = time.perf_counter()
-    proc = subprocess.Popen(command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(command, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
     watcher = _TreeMemory(proc.pid)
     watcher.start()

@@ -38,7 +38,7 @@ _WORKER_MODULE = b"apache_beam.runners.worker.sdk_worker_main"
 
 
 def _entry(number: int, rng: random.Random, splits, seed: int) -> ImageEntry:
-    """One image's metadata, shaped like what CheckImages emits for a camera JPEG."""
+    """One image's metadata, shaped like what PlanImages emits for a camera JPEG."""
     label = f"class_{number % _CLASSES:04d}"
     relpath = f"{label}/img_{number:010d}.jpg"
     record_size = rng.randint(_MEAN_RECORD - _RECORD_SPREAD, _MEAN_RECORD + _RECORD_SPREAD)
@@ -50,11 +50,6 @@ def _entry(number: int, rng: random.Random, splits, seed: int) -> ImageEntry:
         shuffle_key=shuffle_key(relpath, seed),
         label=label,
         class_id=number % _CLASSES,
-        image_format="jpeg",
-        height=rng.randint(375, 500),
-        width=500,
-        channels=3,
-        encoded_size=record_size - 240,
         record_size=record_size,
     )
 

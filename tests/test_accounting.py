@@ -43,8 +43,8 @@ def test_a_build_whose_runner_lost_inputs_fails(tmp_path, monkeypatch, capsys):
     make_collection(src, {"a": 3}, seed=1)
     real_build = pipeline.build
 
-    def losing_build(config, beam_args=()):
-        result = real_build(config, beam_args)
+    def losing_build(config, beam_args=(), **options):
+        result = real_build(config, beam_args, **options)
         result.manifest["inputs"]["unaccounted"] = 1
         return result
 

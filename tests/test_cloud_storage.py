@@ -7,7 +7,6 @@ that appear whole when complete, no rename.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import re
@@ -26,6 +25,7 @@ from cloud_servers import ObjectStore, gcs_store, s3_store, upload  # noqa: F401
 from imagegen import make_collection
 from latency_proxy import request_kind
 
+from beam_tfrecord import shard_writer
 from beam_tfrecord.catalog import ImageEntry
 from beam_tfrecord.cli import main
 from beam_tfrecord.config import BuildConfig, ConfigError
@@ -33,7 +33,7 @@ from beam_tfrecord.example import decode_example
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
 from beam_tfrecord.pipeline import BuildResult, build, image_policy, preparer
-from beam_tfrecord.shard_writer import ShardSpec, write_shard
+from beam_tfrecord.shard_writer import ShardSpec, report_part_name, write_shard
 from beam_tfrecord.splits import assign_split
 from beam_tfrecord.tfrecord import read_records
 
@@ -76,6 +76,7 @@ def _strays(files: dict[str, bytes], manifest: dict) -> set[str]:
     and shards (or files named for shards) that the manifest does not list."""
     listed = {s["file"] for s in manifest["shards"]}
     listed |= {s["index_file"] for s in manifest["shards"] if s.get("index_file")}
+    listed |= {report_part_name(s["file"]) for s in manifest["shards"]}
     return {
         name
         for name in files
@@ -267,7 +268,7 @@ def test_multi_process_workers_find_the_store_through_the_environment(
 
 
 @pytest.mark.parametrize("protocol", ["s3", "gs"])
-def test_a_failed_shard_leaves_no_object(request, protocol, collection):
+def test_a_failed_shard_leaves_no_object(request, protocol, collection, monkeypatch):
     """An upload appears only when complete: a shard whose writing fails is not published."""
     store = _store(request, protocol)
     src, images = collection
@@ -276,19 +277,23 @@ def test_a_failed_shard_leaves_no_object(request, protocol, collection):
     bucket = store.new_bucket("datasets")
     config = _config(f"{source}/**", f"{bucket}/pets")
     prep = preparer(config)
-    entries = sorted(
-        (
-            prep.prepare(SourceFile(f"{source}/{relpath}", relpath, len(data)), "cat", 0)
-            for relpath, data in sorted(images.items())[:6]
-        ),
-        key=lambda e: e.sort_key,
-    )
+    entries = [
+        prep.plan(SourceFile(f"{source}/{relpath}", relpath, len(data)), "cat", 0)
+        for relpath, data in sorted(images.items())[:6]
+    ]
     assert all(isinstance(e, ImageEntry) for e in entries)
-    # A record whose size disagrees with the plan is a bug: writing stops there with an error,
-    # after five records were written.
-    entries[-1] = dataclasses.replace(entries[-1], record_size=entries[-1].record_size + 1)
+    real_read = shard_writer.read_source
+    reads = []
+
+    def failing_read(url):
+        reads.append(url)
+        if len(reads) == 6:
+            raise RuntimeError("the worker fails after five records were written")
+        return real_read(url)
+
+    monkeypatch.setattr(shard_writer, "read_source", failing_read)
     spec = ShardSpec(config.output, "pets-train.tfrecord-00000-of-00001", "train", 0, 1)
-    with pytest.raises(AssertionError, match="planned"):
+    with pytest.raises(RuntimeError, match="five records"):
         write_shard(spec, entries, image_policy(config))
     assert _objects(bucket) == {}
 
@@ -348,12 +353,12 @@ def test_transient_failures_are_retried_in_a_build(
     upload(src, source)
     output = f"{store.new_bucket('datasets')}/flaky/pets"
     actions = {"dog/dog_0003.jpg": 503, "cat/cat_0004.jpg": "reset", "fox/fox_0001.jpg": 429}
-    # The first read of each fails (the check's); the writer's later read succeeds.
+    # Each image is read once, by its shard's writer: the first try fails, the retry succeeds.
     fault, seen = _reads_of(actions, lambda relpath, n: actions[relpath] if n == 1 else None)
     link(store).fault = fault
     result = build(_config(f"{source}/**", output), [])
     store.proxy.fault = None
-    assert all(seen[relpath] >= 3 for relpath in actions), seen  # failed, retried, written
+    assert all(seen[relpath] == 2 for relpath in actions), seen  # failed, then retried
     assert result.manifest["inputs"]["written"] == len(images)
     assert _shards(_objects(output)) == local_build[1]
 
@@ -365,12 +370,12 @@ def test_an_object_unreadable_when_its_shard_is_written_is_reported(request, col
     upload(src, source)
     output = f"{store.new_bucket('datasets')}/lost/pets"
     lost = "fox/fox_0002.jpg"
-    # Readable when checked, refused for good when its shard is written.
-    fault, seen = _reads_of([lost], lambda relpath, n: 403 if n > 1 else None)
+    # Listed, then refused for good when its shard's writer reads it.
+    fault, seen = _reads_of([lost], lambda relpath, n: 403)
     link(store).fault = fault
     result = build(_config(f"{source}/**", output), [])
     store.proxy.fault = None
-    assert seen[lost] >= 2
+    assert seen[lost] >= 1
     files = _objects(output)
     report = {r["relpath"]: r for r in map(json.loads, files[REPORT_FILE].decode().splitlines())}
     assert report[lost]["reason"] == "read_error"

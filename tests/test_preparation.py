@@ -1,95 +1,108 @@
-"""The check step's reads: a small prefix when the header will do, the whole file when it will not."""
+"""Planning from the listing: nothing of an image is read, and its record size follows from its file size."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
-from imagegen import jpeg_bytes
+from imagegen import jpeg_bytes, png_bytes
+from PIL import Image
 
 from beam_tfrecord.catalog import ImageEntry, ReportEntry
 from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.images import ImagePolicy, Resize, encode_for_tensorflow
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.pipeline import preparer
-from beam_tfrecord.preparation import HEADER_BYTES, read_source
+from beam_tfrecord.preparation import estimated_encoded_size
+from beam_tfrecord.records import image_record
 
 
-def _with_app_segment(jpeg: bytes, size: int) -> bytes:
-    """The JPEG with an APP15 segment of `size` bytes right after SOI, pushing its frame header back."""
-    payload = b"\x00" * (size - 2)
-    return jpeg[:2] + b"\xff\xef" + size.to_bytes(2, "big") + payload + jpeg[2:]
+def _planner(**settings):
+    settings.setdefault("labels", "none")
+    return preparer(BuildConfig(inputs=("unused/**",), output="unused", **settings))
 
 
-def _prepare(path, validate: str) -> ImageEntry | ReportEntry:
-    config = BuildConfig(inputs=(str(path),), output="unused", validate=validate, labels="none")
-    source = SourceFile(url=str(path), relpath=path.name, size=path.stat().st_size)
-    return preparer(config).prepare(source, None, None)
-
-
-@pytest.fixture
-def images(tmp_path):
-    rng = np.random.default_rng(3)
-    plain = jpeg_bytes(rng, 320, 240)
-    far = _with_app_segment(plain, 60_000)  # the frame header is past the prefix
-    assert len(plain) > HEADER_BYTES and far.index(b"\xff\xc0") > HEADER_BYTES
-    (tmp_path / "plain.jpg").write_bytes(plain)
-    (tmp_path / "far.jpg").write_bytes(far)
-    return tmp_path
-
-
-@pytest.mark.parametrize("name", ["plain.jpg", "far.jpg"])
-@pytest.mark.parametrize("validate", ["header", "decode"])
-def test_header_found_wherever_it_is(images, name, validate):
-    entry = _prepare(images / name, validate)
+def test_planning_reads_nothing_of_the_image(tmp_path):
+    # The file does not exist: a plan that read it would fail.
+    source = SourceFile(url=str(tmp_path / "nowhere.jpg"), relpath="a/nowhere.jpg", size=5000)
+    entry = _planner().plan(source, None, None)
     assert isinstance(entry, ImageEntry), entry
-    assert (entry.width, entry.height, entry.channels) == (320, 240, 3)
-    assert entry.encoded_size == (images / name).stat().st_size
+    assert entry.source_size == 5000 and entry.record_size > 5000
 
 
-def test_prefix_read_is_exactly_the_prefix(images):
-    whole = (images / "far.jpg").read_bytes()
-    assert read_source(str(images / "far.jpg"), HEADER_BYTES) == whole[:HEADER_BYTES]
-    assert read_source(str(images / "far.jpg"), len(whole) + 10) == whole
-    assert read_source(str(images / "far.jpg")) == whole
-
-
-def test_header_mode_reads_only_the_prefix_of_an_ordinary_image(images, monkeypatch):
-    reads = []
-    real = read_source
-
-    def counting(url, length=None):
-        data = real(url, length)
-        reads.append(len(data))
-        return data
-
-    monkeypatch.setattr("beam_tfrecord.preparation.read_source", counting)
-    assert isinstance(_prepare(images / "plain.jpg", "header"), ImageEntry)
-    assert reads == [HEADER_BYTES]
-    reads.clear()
-    assert isinstance(_prepare(images / "far.jpg", "header"), ImageEntry)
-    assert reads == [HEADER_BYTES, (images / "far.jpg").stat().st_size]
-
-
-def test_a_vanished_file_is_reported_not_raised(images):
-    path = images / "plain.jpg"
-    config = BuildConfig(inputs=(str(path),), output="unused", validate="header", labels="none")
-    source = SourceFile(url=str(path), relpath="plain.jpg", size=path.stat().st_size)
-    path.unlink()
-    result = preparer(config).prepare(source, None, None)
-    assert isinstance(result, ReportEntry) and result.reason == "vanished"
-
-
-def test_a_read_done_ahead_is_used_and_its_error_reported(images, monkeypatch):
-    path = images / "plain.jpg"
-    config = BuildConfig(inputs=(str(path),), output="unused", validate="header", labels="none")
-    prep = preparer(config)
-    source = SourceFile(url=str(path), relpath="plain.jpg", size=path.stat().st_size)
-    fetched = prep.fetch(source)
-    monkeypatch.setattr(
-        "beam_tfrecord.preparation.read_source",
-        lambda *_: pytest.fail("a read done ahead must not be done again"),
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda rng: jpeg_bytes(rng, 320, 240),
+        lambda rng: jpeg_bytes(rng, 3, 2000),
+        lambda rng: png_bytes(rng, 33, 17),
+    ],
+)
+@pytest.mark.parametrize("label", [None, "some class"])
+def test_a_kept_image_is_planned_at_most_a_few_bytes_over_its_record(tmp_path, make, label):
+    data = make(np.random.default_rng(4))
+    path = tmp_path / "img.bin"
+    path.write_bytes(data)
+    class_id = None if label is None else 7
+    entry = _planner().plan(SourceFile(str(path), "c/img.bin", len(data)), label, class_id)
+    encoded, info = encode_for_tensorflow(data, ImagePolicy())
+    assert encoded == data
+    record = image_record(
+        data,
+        image_format=info.format,
+        height=info.height,
+        width=info.width,
+        channels=info.channels,
+        filename="c/img.bin",
+        label=class_id,
+        label_text=label,
     )
-    assert isinstance(prep.prepare(source, None, None, fetched), ImageEntry)
-    gone = prep.prepare(source, None, None, FileNotFoundError(str(path)))
+    framed = len(record) + 16
+    assert 0 <= entry.record_size - framed <= 6
+
+
+def test_a_record_too_large_for_any_shard_is_reported_at_planning():
+    planner = _planner(min_shard_size="1KB", max_shard_size="3KB")
+    result = planner.plan(SourceFile("x/big.jpg", "big.jpg", 10_000), None, None)
+    assert isinstance(result, ReportEntry) and result.reason == "larger_than_max_shard_size"
+
+
+def test_an_input_list_without_sizes_costs_a_size_look_up_not_a_read(tmp_path):
+    path = tmp_path / "a.jpg"
+    path.write_bytes(b"\xff\xd8\xff" + b"\0" * 997)
+    planner = _planner()
+    entry = planner.plan(SourceFile(str(path), "a.jpg", -1), None, None)
+    assert isinstance(entry, ImageEntry) and entry.source_size == 1000
+    gone = planner.plan(SourceFile(str(tmp_path / "gone.jpg"), "gone.jpg", -1), None, None)
     assert isinstance(gone, ReportEntry) and gone.reason == "vanished"
-    unreadable = prep.prepare(source, None, None, PermissionError(str(path)))
-    assert isinstance(unreadable, ReportEntry) and unreadable.reason == "read_error"
+
+
+def test_raw_pixels_of_an_exact_size_are_planned_exactly():
+    policy = ImagePolicy(resize=Resize.parse("exact:32x32"), store="raw")
+    assert estimated_encoded_size(900, "a.png", policy) == 32 * 32 * 3
+    gray = ImagePolicy(resize=Resize.parse("exact:32x32"), store="raw", color="gray")
+    assert estimated_encoded_size(900, "a.png", gray) == 32 * 32
+
+
+def test_images_kept_as_they_are_are_planned_at_their_size():
+    assert estimated_encoded_size(12345, "a.jpg", ImagePolicy()) == 12345
+    assert estimated_encoded_size(12345, "a.jpg", ImagePolicy(encode="jpeg")) == 12345
+    assert estimated_encoded_size(12345, "a.PNG", ImagePolicy(encode="png")) == 12345
+
+
+def test_a_resize_estimate_is_near_the_real_size_of_photographs():
+    """The estimate is aimed at photographs; shards of them land near their planned size."""
+    rng = np.random.default_rng(11)
+    policy = ImagePolicy(resize=Resize.parse("256"), encode="jpeg")
+    planned = real = 0
+    for _ in range(6):
+        x = np.mgrid[0:480, 0:640][1]
+        smooth = 128 + 60 * np.sin(x / 90 + rng.uniform(0, 6))[..., None] * np.ones(3)
+        pixels = np.clip(smooth + rng.normal(0, 10, (480, 640, 3)), 0, 255).astype(np.uint8)
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, "JPEG", quality=90)
+        data = out.getvalue()
+        planned += estimated_encoded_size(len(data), "p.jpg", policy)
+        real += len(encode_for_tensorflow(data, policy)[0])
+    assert 0.6 < real / planned < 1.4, (real, planned)

@@ -15,28 +15,19 @@ from beam_tfrecord import shard_writer
 from beam_tfrecord.catalog import ImageEntry
 from beam_tfrecord.example import decode_example
 from beam_tfrecord.images import ImageError, ImagePolicy, check_image
-from beam_tfrecord.records import image_record_size
+from beam_tfrecord.preparation import Preparer
 from beam_tfrecord.shard_writer import ShardSpec, write_shard
 from beam_tfrecord.splits import shuffle_key
-from beam_tfrecord.tfrecord import read_records
+from beam_tfrecord.tfrecord import framed_size, read_records
 
 POLICY = ImagePolicy()
 
 
-def _entries(root, images, policy=POLICY):
+def _entries(root, images):
+    """Entries as the build plans them: from each file's name and size, nothing read."""
     entries = []
     for relpath, data in sorted(images.items()):
-        info = check_image(data, policy)
         label = relpath.split("/")[0]
-        fields = dict(
-            image_format=info.format,
-            height=info.height,
-            width=info.width,
-            channels=info.channels,
-            filename=relpath,
-            label=0,
-            label_text=label,
-        )
         entries.append(
             ImageEntry(
                 url=str(root / relpath),
@@ -46,16 +37,14 @@ def _entries(root, images, policy=POLICY):
                 shuffle_key=shuffle_key(relpath, 0),
                 label=label,
                 class_id=0,
-                image_format=info.format,
-                height=info.height,
-                width=info.width,
-                channels=info.channels,
-                reencode=info.reencode,
-                encoded_size=info.encoded_size,
-                record_size=image_record_size(info.encoded_size, **fields),
+                record_size=Preparer.record_size(len(data), relpath, 0, label),
             )
         )
     return entries
+
+
+def _record_sizes(url):
+    return [framed_size(len(r)) for r in read_records(url)]
 
 
 @pytest.fixture
@@ -72,7 +61,11 @@ def test_shard_holds_the_plan_in_shuffle_order(planned):
     result, skipped = write_shard(spec, reversed(entries), POLICY)
     assert skipped == []
     data = Path(spec.url).read_bytes()
-    assert result.bytes == len(data) == sum(e.record_size for e in entries)
+    assert result.bytes == len(data)
+    # A planned size is the record's with its image-dependent fields at their largest.
+    ordered = sorted(entries, key=lambda e: e.sort_key)
+    for entry, size in zip(ordered, _record_sizes(spec.url), strict=True):
+        assert 0 <= entry.record_size - size <= 6, entry.relpath
     assert result.crc32c == f"{crc32c.crc32c(data):08x}"
     names = [decode_example(r)["image/filename"][0].decode() for r in read_records(spec.url)]
     assert names == [e.relpath for e in sorted(entries, key=lambda e: e.sort_key)]
@@ -86,8 +79,13 @@ def test_retry_rewrites_identical_bytes_and_leaves_no_temporaries(planned, tmp_p
     second, _ = write_shard(spec, entries[::-1], POLICY)
     assert Path(spec.url).read_bytes() == data
     assert first == second
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [spec.file_name, "index"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        spec.file_name,
+        "index",
+        "reports",
+    ]
     assert [p.name for p in (tmp_path / "out" / "index").iterdir()] == [f"{spec.file_name}.index"]
+    assert [p.name for p in (tmp_path / "out" / "reports").iterdir()] == [f"{spec.file_name}.jsonl"]
 
 
 def test_interrupted_write_leaves_no_file_under_the_final_name(planned, tmp_path, monkeypatch):
@@ -97,11 +95,11 @@ def test_interrupted_write_leaves_no_file_under_the_final_name(planned, tmp_path
     calls = []
     real_read = shard_writer.read_source
 
-    def failing_read(url, length=None):
+    def failing_read(url):
         calls.append(url)
         if len(calls) == 6:
             raise KeyboardInterrupt  # the worker dies half-way through the shard
-        return real_read(url, length)
+        return real_read(url)
 
     monkeypatch.setattr(shard_writer, "read_source", failing_read)
     with pytest.raises(KeyboardInterrupt):
@@ -117,16 +115,14 @@ def test_vanished_and_changed_sources_are_reported_not_written(planned):
 
     os.remove(gone.url)
     with open(changed.url, "ab") as f:
-        f.write(b"\0" * 5000)  # grew since planning: writing it would overshoot the plan
+        f.write(b"\0" * 5000)  # grew since it was listed: writing it would overshoot the plan
     result, skipped = write_shard(spec, entries, POLICY)
     assert {(s.relpath, s.reason) for s in skipped} == {
         (gone.relpath, "vanished"),
         (changed.relpath, "source_changed"),
     }
     assert result.examples == len(entries) - 2
-    assert (
-        result.bytes == sum(e.record_size for e in entries) - gone.record_size - changed.record_size
-    )
+    assert result.bytes == Path(spec.url).stat().st_size == sum(_record_sizes(spec.url))
     written = {decode_example(r)["image/filename"][0].decode() for r in read_records(spec.url)}
     assert gone.relpath not in written and changed.relpath not in written
 
@@ -161,17 +157,11 @@ def test_decode_validation_runs_on_the_written_bytes_and_reports_failures(planne
     with pytest.raises(ImageError):
         check_image(damaged, POLICY)
     header_only = check_image(damaged, ImagePolicy(validate="header"))
-    planned_entry = replace(
-        broken,
-        source_size=len(damaged),
-        encoded_size=len(damaged),
-        record_size=broken.record_size - broken.encoded_size + len(damaged),
-    )
-    assert (header_only.width, header_only.height) == (broken.width, broken.height)
-    plan = [planned_entry if e is broken else e for e in entries]
+    assert header_only.width > 0, "its header is intact"
+    listed = replace(broken, source_size=len(damaged))  # as listed after the damage
+    plan = [listed if e is broken else e for e in entries]
     result, skipped = write_shard(spec, plan, POLICY, read_ahead=4)
     assert [(s.relpath, s.reason) for s in skipped] == [(broken.relpath, "truncated")]
-    assert "when its shard was written" in skipped[0].message
     written = [decode_example(r)["image/filename"][0].decode() for r in read_records(spec.url)]
     assert written == [e.relpath for e in ordered if e is not broken]
     assert result.examples == len(entries) - 1
@@ -187,17 +177,18 @@ def test_each_source_is_read_once_when_written(planned, monkeypatch):
     reads = []
     real = shard_writer.read_source
 
-    def counting(url, length=None):
-        reads.append((url, length))
-        return real(url, length)
+    def counting(url):
+        reads.append(url)
+        return real(url)
 
     monkeypatch.setattr(shard_writer, "read_source", counting)
     write_shard(spec, entries, POLICY, read_ahead=3)
-    assert sorted(reads) == sorted((e.url, None) for e in entries)
+    assert sorted(reads) == sorted(e.url for e in entries)
 
 
-def test_an_image_the_full_decode_must_re_encode_is_left_out_not_written_as_is(tmp_path):
-    """A PNG chunk libpng refuses, after the image data: planning from the header cannot see it."""
+def test_an_image_the_full_decode_must_re_encode_is_re_encoded_and_reported(tmp_path):
+    """A PNG chunk libpng refuses, after the image data: only the full decode sees it, and the
+    writer, which decodes it, re-encodes it then and there."""
     plain = png_bytes(np.random.default_rng(8), 24, 18)
     iend = plain.rindex(b"IEND") - 4
     body = b"vendor"
@@ -205,9 +196,41 @@ def test_an_image_the_full_decode_must_re_encode_is_left_out_not_written_as_is(t
     late = plain[:iend] + chunk + zlib.crc32(b"VENd" + body).to_bytes(4, "big") + plain[iend:]
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "late.png").write_bytes(late)
-    entries = _entries(tmp_path / "src", {"late.png": late}, ImagePolicy(validate="header"))
-    assert not entries[0].reencode, "the header alone says it can be kept"
+    assert not check_image(late, ImagePolicy(validate="header")).reencode, "its header is plain"
+    entries = _entries(tmp_path / "src", {"late.png": late})
     spec = ShardSpec(str(tmp_path / "out"), "ds-train.tfrecord-00000-of-00001", "train", 0, 1)
-    result, skipped = write_shard(spec, entries, POLICY)
-    assert [(s.relpath, s.reason) for s in skipped] == [("late.png", "unsupported")]
-    assert result.examples == 0
+    result, report = write_shard(spec, entries, POLICY)
+    assert [(r.relpath, r.reason, r.action) for r in report] == [
+        ("late.png", "normalized", "modified")
+    ]
+    assert result.examples == 1
+    (record,) = read_records(spec.url)
+    assert decode_example(record)["image/encoded"][0] != late
+
+
+def test_a_record_over_the_shard_limit_is_reported_when_written(planned):
+    spec, entries, _ = planned
+    largest = max(entries, key=lambda e: e.source_size)
+    limit = largest.record_size - 10  # the plan let it through; the real record is too large
+    result, report = write_shard(spec, entries, POLICY, max_record_size=limit)
+    assert [(r.relpath, r.reason) for r in report] == [
+        (largest.relpath, "larger_than_max_shard_size")
+    ]
+    assert result.examples == len(entries) - 1
+
+
+def test_resume_keeps_a_shard_with_left_out_images_and_its_report(planned):
+    spec, entries, _ = planned
+    broken = sorted(entries, key=lambda e: e.sort_key)[3]
+    damaged = _damage_scan(Path(broken.url).read_bytes())
+    Path(broken.url).write_bytes(damaged)
+    plan = [replace(e, source_size=len(damaged)) if e is broken else e for e in entries]
+    first, report = write_shard(spec, plan, POLICY)
+    assert [r.reason for r in report] == ["truncated"]
+    kept, kept_report = write_shard(spec, plan, POLICY, resume=True)
+    assert kept.resumed and kept.crc32c == first.crc32c and kept.examples == first.examples
+    assert kept_report == report
+    part = Path(spec.output_dir) / shard_writer.report_part_name(spec.file_name)
+    part.unlink()  # without its report lines a shard cannot be kept: what it left out is unknown
+    redone, redone_report = write_shard(spec, plan, POLICY, resume=True)
+    assert not redone.resumed and redone.crc32c == first.crc32c and redone_report == report

@@ -1,0 +1,61 @@
+"""What crosses the planning shuffles: ImageEntry's compact encoding, used by the pipeline's coders."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.runners import pipeline_context
+from hypothesis import given
+from hypothesis import strategies as st
+
+from beam_tfrecord.catalog import ImageEntry
+from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.pipeline import ConvertImages
+
+texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
+
+entries = st.builds(
+    ImageEntry,
+    url=texts,
+    relpath=texts,
+    source_size=st.integers(-1, 2**40),
+    split=texts,
+    shuffle_key=st.integers(0, 2**64 - 1),
+    label=st.none() | texts,
+    class_id=st.none() | st.integers(0, 2**31),
+    record_size=st.integers(0, 2**40),
+    source_sha256=st.sampled_from(["", "ab" * 32]),
+)
+
+
+@given(entries)
+def test_an_entry_survives_its_encoding(entry):
+    assert ImageEntry.from_bytes(entry.to_bytes()) == entry
+
+
+def test_undecodable_file_names_survive_too():
+    entry = ImageEntry("/x/caf\udce9.jpg", "caf\udce9.jpg", 10, "train", 5, "c\udcff", 0, 99)
+    assert ImageEntry.from_bytes(entry.to_bytes()) == entry
+
+
+def test_the_encoding_is_compact():
+    entry = ImageEntry(
+        "gs://bucket/photos/cat/IMG_0001.jpg", "cat/IMG_0001.jpg", 123456, "train", 2**63, "cat",
+        3, 123700,
+    )  # fmt: skip
+    assert len(entry.to_bytes()) < 120
+
+
+def test_the_planning_shuffles_carry_entries_in_their_compact_coder():
+    pipeline = beam.Pipeline()
+    _ = pipeline | ConvertImages(BuildConfig(inputs=("samples/fruits/**",), output="unused"))
+    proto = pipeline.to_runner_api()
+    context = pipeline_context.PipelineContext(proto.components)
+    coders = {}
+    for transform in proto.components.transforms.values():
+        if transform.spec.urn == "beam:transform:group_by_key:v1":
+            (pcollection,) = transform.inputs.values()
+            coder_id = proto.components.pcollections[pcollection].coder_id
+            coders[transform.unique_name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
+    for step in ("GroupBuckets", "GroupShards"):
+        assert coders[step].endswith("_ImageEntryCoder]"), coders[step]
+        assert "Pickle" not in coders[step] and "FastPrimitives" not in coders[step]
