@@ -108,12 +108,13 @@ class _Store:
         self.fs.pipe(files)  # gcsfs and s3fs send these concurrently
 
     def shards(self, url: str) -> dict[str, bytes]:
+        """The shards in the output folder itself (not its index/ or reports/ folders)."""
         self.fs.invalidate_cache()
-        root = url.split("://", 1)[1]
+        root = url.split("://", 1)[1].rstrip("/")
         return {
-            p.rsplit("/", 1)[1]: self.fs.cat_file(p)
+            p[len(root) + 1 :]: self.fs.cat_file(p)
             for p in self.fs.find(root)
-            if ".tfrecord-" in p.rsplit("/", 1)[1] and not p.endswith(".index")
+            if "/" not in p[len(root) + 1 :] and ".tfrecord-" in p
         }
 
     def close(self) -> None:
