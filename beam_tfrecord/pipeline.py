@@ -36,6 +36,7 @@ from beam_tfrecord.transforms import (
     PlanShards,
     WriteShards,
 )
+from beam_tfrecord.wording import count
 
 __all__ = ["BuildResult", "ConvertImages", "build", "image_policy", "preparer"]
 
@@ -89,7 +90,9 @@ def _finalize(results, report, census, config_dict, split_names, output_dir):
     removed = remove_stale_files(output_dir, keep=keep)
     if removed:
         _LOG.info(
-            "removed %d stale files of an earlier build: %s", len(removed), ", ".join(removed[:5])
+            "removed %s of an earlier build: %s",
+            count(len(removed), "stale file"),
+            ", ".join(removed[:5]),
         )
     return manifest["inputs"]
 

@@ -17,6 +17,7 @@ from beam_tfrecord.manifest import MANIFEST_FILE, read_manifest
 from beam_tfrecord.reader import Shard, list_shards
 from beam_tfrecord.records import sample_record
 from beam_tfrecord.tfrecord import read_records
+from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "feature_spec", "run", "spec_to_python"]
 
@@ -166,9 +167,9 @@ def spec_to_python(description: Mapping[str, Any], variable: str = "feature_spec
     if total is not None and scanned == total:
         evidence = f"all {total} records" if total != 1 else "its one record"
     elif total is not None:
-        evidence = f"the first {scanned} of {total} records"
+        evidence = f"the first {count(scanned, 'record')} of {total}"
     else:
-        evidence = f"the first {scanned} records"
+        evidence = f"the first {count(scanned, 'record')}"
     evidence = f"{MANIFEST_FILE} and {evidence}" if description["manifest"] else evidence
     lines = [
         f"# The tf.io.parse_example feature spec of {description['source']}, from {evidence}",
