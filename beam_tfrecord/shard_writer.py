@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import fsspec
 
+from beam_tfrecord import progress
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.example import decode_example
 from beam_tfrecord.images import ImageError, ImagePolicy, check_image, encode_for_tensorflow
@@ -30,6 +31,7 @@ from beam_tfrecord.tfrecord import (
     framed_size,
     read_records,
 )
+from beam_tfrecord.wording import count
 
 __all__ = ["TEMP_MARKER", "ShardResult", "ShardSpec", "is_temporary", "write_shard"]
 
@@ -109,7 +111,10 @@ def write_shard(
             result, index = kept
             # An earlier run may have died between publishing the shard and its index.
             publish(fs, index_path, index.encode("ascii"))
-            _LOG.info("kept finished shard %s (%d examples)", spec.file_name, result.examples)
+            progress.add("written", result.examples, result.bytes)
+            _LOG.debug(
+                "kept finished shard %s (%s)", spec.file_name, count(result.examples, "example")
+            )
             return result, []
     if not is_object_store(fs):
         temp_path = posixpath.join(
@@ -145,6 +150,7 @@ def write_shard(
                     continue
                 offset = writer.bytes_written
                 index.append(index_line(offset, writer.write_parts(record)))
+                progress.add("written", 1, writer.bytes_written - offset)
                 if entry.label is not None:
                     counts[entry.label] += 1
         raw.close()
@@ -171,8 +177,11 @@ def write_shard(
         class_counts=tuple(sorted(counts.items())),
         index_file=index_name,
     )
-    _LOG.info(
-        "wrote shard %s: %d examples, %d bytes", spec.file_name, result.examples, result.bytes
+    _LOG.debug(
+        "wrote shard %s: %s, %s",
+        spec.file_name,
+        count(result.examples, "example"),
+        count(result.bytes, "byte"),
     )
     return result, skipped
 

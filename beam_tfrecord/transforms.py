@@ -16,6 +16,7 @@ from apache_beam import pvalue
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
+from beam_tfrecord import progress
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.labels import ClassMap
@@ -76,6 +77,7 @@ class _CountFn(beam.DoFn):
 
     def process(self, element):
         self._counter.inc()
+        progress.add("listed")
         yield element
 
 
@@ -88,6 +90,7 @@ class _OnePerFileFn(beam.DoFn):
         # relative path.
         _, sources = url_and_sources
         self._listed.inc()
+        progress.add("listed")
         yield min(sources)
 
 
@@ -204,6 +207,7 @@ class _CensusFn(beam.CombineFn):
 
     def extract_output(self, accumulator) -> Census:
         listed, labels = accumulator
+        progress.set_total(listed)
         fixed = self._preparer.fixed_classes
         if fixed is not None or not self._preparer.label_rule.enabled:
             return Census(listed, ClassMap(fixed or ()))
@@ -293,6 +297,7 @@ class _PrepareFn(_ReadAheadFn):
 
     def _output(self, result: ImageEntry | ReportEntry):
         # Counters are counted here, on the bundle's own thread, where Beam looks for them.
+        progress.add_checked(result)
         if isinstance(result, ReportEntry):
             self._skipped.inc()
             return pvalue.TaggedOutput(REPORT, result)
