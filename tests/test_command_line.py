@@ -154,7 +154,8 @@ def _group_is_gone(pgid: int) -> bool:
 def _assert_clean_interruption(status, stdout, stderr, before, out, expected_status, name):
     assert status == expected_status, stderr
     assert "Traceback" not in stderr and "Error" not in stderr, stderr
-    lines = stderr.strip().splitlines()
+    # Not on a terminal, a long build logs a progress line every 15 s; then come the two lines.
+    lines = [line for line in stderr.strip().splitlines() if not line.startswith("listed ")]
     assert 1 <= len(lines) <= 2, stderr
     assert f"interrupted ({name})" in lines[0]
     assert "finished shard" in lines[0] and "kept in" in lines[0]
@@ -277,7 +278,8 @@ def test_7_a_multi_process_build_prints_only_its_summary(src, tmp_path):
         "--direct_num_workers=2", "--direct_running_mode=multi_processing", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
+    # Nothing but, should the build take over 15 s, its progress lines.
+    assert [line for line in done.stderr.splitlines() if not line.startswith("listed ")] == []
     assert done.stdout.startswith("Built 'out' in ")
     assert len(done.stdout.splitlines()) <= 6
     assert (out / "manifest.json").exists()
