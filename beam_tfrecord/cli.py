@@ -57,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`| head`): what is left to print has no one to read it.
         _silence_stdout()
         return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe would
+    except KeyboardInterrupt:  # Ctrl-C outside a build's own handling (which says more)
+        print(f"beam-tfrecord {args.command}: interrupted", file=sys.stderr)
+        return 130
     return status
 
 

@@ -33,8 +33,10 @@ def configure_logging(stream: TextIO, verbose: bool) -> None:
     """
     root = logging.getLogger()
     for handler in list(root.handlers):
-        root.removeHandler(handler)
+        if getattr(handler, "_beam_tfrecord", False):  # ours, from an earlier call
+            root.removeHandler(handler)
     handler = logging.StreamHandler(stream)
+    handler._beam_tfrecord = True  # type: ignore[attr-defined]
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     if not verbose:
         handler.addFilter(lambda record: record.name.startswith("beam_tfrecord"))

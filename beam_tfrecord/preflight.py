@@ -27,7 +27,7 @@ def _canonical(url: str) -> str:
 # How long the checks may wait on an object store before the build is refused: long enough for
 # a slow answer, short enough that a store out of reach (no network, a wrong endpoint) is
 # reported at once rather than after minutes of retries.
-STORE_TIMEOUT_SECONDS = 10.0
+STORE_TIMEOUT_SECONDS = 8.0
 _BUCKET = re.compile(r"^(?P<protocol>gs|gcs|s3|s3a)://(?P<bucket>[^/]*)")
 
 
