@@ -17,7 +17,6 @@ from beam_tfrecord.manifest import MANIFEST_FILE, read_manifest
 from beam_tfrecord.reader import Shard, list_shards
 from beam_tfrecord.records import sample_record
 from beam_tfrecord.tfrecord import read_records
-from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "feature_spec", "run", "spec_to_python"]
 
@@ -167,9 +166,13 @@ def spec_to_python(description: Mapping[str, Any], variable: str = "feature_spec
     if total is not None and scanned == total:
         evidence = f"all {total} records" if total != 1 else "its one record"
     elif total is not None:
-        evidence = f"the first {count(scanned, 'record')} of {total}"
+        evidence = (
+            f"the first {scanned} of {total} records"
+            if scanned != 1
+            else f"the first record of {total}"
+        )
     else:
-        evidence = f"the first {count(scanned, 'record')}"
+        evidence = f"the first {scanned} records" if scanned != 1 else "the first record"
     evidence = f"{MANIFEST_FILE} and {evidence}" if description["manifest"] else evidence
     lines = [
         f"# The tf.io.parse_example feature spec of {description['source']}, from {evidence}",
