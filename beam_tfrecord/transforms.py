@@ -164,6 +164,7 @@ class _LabelFn(beam.DoFn):
         label = self._preparer.label(source)
         if isinstance(label, ReportEntry):
             self._skipped.inc()
+            progress.add("checked")  # done with: it is reported, never read
             yield pvalue.TaggedOutput(REPORT, label)
         else:
             yield (source, label)

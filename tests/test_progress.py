@@ -60,3 +60,26 @@ def test_the_line_gives_rate_and_eta():
         "listed 10 | checked 10 of 10 | written 4 of 10 images, 4.0 MB, 2.0 MB/s "
         "| 0:02 elapsed, ETA 0:03"
     )
+
+
+def test_an_in_process_build_counts_every_input(tmp_path):
+    """Inputs reported before they are read (no such class) count as checked too, so `checked`
+    reaches the census total and the ETA can show."""
+    from imagegen import make_collection
+
+    from beam_tfrecord.config import BuildConfig
+    from beam_tfrecord.pipeline import build
+
+    make_collection(tmp_path / "src", {"cat": 4, "dog": 3}, seed=6)
+    config = BuildConfig.from_settings(
+        {"inputs": [str(tmp_path / "src")], "output": str(tmp_path / "out"), "classes": "cat"}
+    )
+    with Progress(io.StringIO(), tty=False, log_every=3600):
+        build(config, ["--direct_running_mode=in_memory"])
+        time.sleep(4 * progress._FLUSH_SECONDS)
+        counts = read_counts(os.environ[ENV])
+    assert counts["listed"] == counts["total"] == counts["checked"] == 7
+    assert counts["planned"] == counts["written"] == 4
+    assert counts["written_bytes"] == sum(
+        p.stat().st_size for p in (tmp_path / "out").glob("out-*.tfrecord-*")
+    )
