@@ -79,6 +79,21 @@ def test_1_an_unknown_flag_is_refused_with_the_nearest_one(src, tmp_path, flags,
     assert not out.exists()
 
 
+def test_1_the_beam_driver_refuses_typos_too(src, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.images_to_tfrecord", "--input", str(src),
+         "--output", str(out), "--sed", "3"],
+        cwd=_REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "beam-tfrecord build: error: --sed: no such flag, of this tool or of Beam; "
+        "did you mean --seed?"
+    ]
+    assert not out.exists()
+
+
 # 2. A bad Beam option or runner: one line, exit 2, nothing created.
 
 
