@@ -37,7 +37,11 @@ def test_not_on_a_terminal_a_line_every_interval(monkeypatch):
             progress.add_checked(type("Entry", (), {"record_size": 1000})())
         progress.add("written", 2, 2000)
         deadline = time.monotonic() + 30
-        while shown.updates < 3 and time.monotonic() < deadline:
+        # Workers write their counts a few times a second; wait for them to show, and for
+        # three lines in all.
+        while time.monotonic() < deadline and not (
+            shown.updates >= 3 and out.getvalue().splitlines()[-1].startswith("listed 4 ")
+        ):
             time.sleep(0.05)
     folder_gone = ENV not in os.environ
     lines = out.getvalue().splitlines()
