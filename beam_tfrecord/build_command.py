@@ -328,6 +328,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
     if interruption.signum is not None:
+        _discard_partial_files(config.output)
         _report_interruption(prog, config, interruption, time.monotonic() - started)
         # Beam's threads (and a worker stuck in a read) must not hold the exit up.
         os._exit(interruption.exit_status)
@@ -360,6 +361,23 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         )
         return 1
     return 0
+
+
+def _discard_partial_files(output: str) -> None:
+    """What the stopped workers were half-way through writing goes; their finished shards stay.
+
+    A worker stopped mid-shard (a thread of this process, or a process ended with it) cannot
+    remove its own temporary file. On object stores there is none: an upload appears only
+    once complete.
+    """
+    from beam_tfrecord.manifest import remove_temporaries
+    from beam_tfrecord.report import remove_parts
+
+    try:
+        remove_temporaries(output)
+        remove_parts(output)
+    except OSError as err:
+        _LOG.warning("could not remove the partial files in %s: %s", output, err)
 
 
 def _report_interruption(prog: str, config: BuildConfig, interruption, seconds: float) -> None:

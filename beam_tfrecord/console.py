@@ -25,6 +25,7 @@ __all__ = [
 
 
 _DATAFLOW_JOB_LOGGER = "apache_beam.runners.dataflow.internal.apiclient"
+_WORKER_RECORDS_LOGGER = "apache_beam.runners.portability.local_job_service"
 _SHOWN = ("beam_tfrecord", _DATAFLOW_JOB_LOGGER)
 
 
@@ -52,6 +53,11 @@ def configure_logging(stream: TextIO, verbose: bool) -> None:
     # ...but for the line that names a submitted Dataflow job ("Created job with id: [...]"),
     # by which schedulers (Airflow's Beam provider) find the job.
     logging.getLogger(_DATAFLOW_JOB_LOGGER).setLevel(logging.INFO)
+    # Worker processes send their records to the launcher, which logs them again under this
+    # logger at their own level: verbose shows our workers' per-shard lines (DEBUG) too.
+    logging.getLogger(_WORKER_RECORDS_LOGGER).setLevel(
+        logging.DEBUG if verbose else logging.CRITICAL
+    )
 
 
 @contextlib.contextmanager
