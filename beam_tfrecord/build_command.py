@@ -4,15 +4,30 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
+from beam_tfrecord.build_folder import shard_names
 from beam_tfrecord.config import BuildConfig, ConfigError, format_size
+from beam_tfrecord.console import (
+    configure_logging,
+    end_child_processes,
+    resume_command,
+    stop_on_signals,
+    terminal_stream,
+)
 from beam_tfrecord.manifest import BuildFailed
+from beam_tfrecord.preflight import refuse_placeholders
+from beam_tfrecord.progress import Progress
+from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "config_from_args", "run"]
+
+_LOG = logging.getLogger(__name__)
 
 # Flags whose value is a setting of BuildConfig, with the setting's name.
 _VALUE_FLAGS = {
@@ -46,9 +61,14 @@ _VALUE_FLAGS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.allow_abbrev = False  # an abbreviation could swallow one of Beam's flags
     parser.epilog = (
-        "Flags not listed here go to Beam's PipelineOptions (--runner, --direct_num_workers, ...)."
+        "Other flags must be Beam's pipeline options (--runner, --direct_num_workers, ...); "
+        "anything else is refused."
     )
     parser.add_argument("--config", metavar="FILE", help="YAML file of settings; flags override it")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="show Beam's own log lines, and a line per shard written",
+    )  # fmt: skip
     group = parser.add_argument_group("what to read")
     group.add_argument(
         "--input", action="append", metavar="PATTERN", help="fsspec glob, ** recursive; repeatable"
@@ -196,27 +216,30 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     return BuildConfig.from_settings(settings)
 
 
-def _print_summary(result, config: BuildConfig, out=None) -> None:
+def _print_summary(result, config: BuildConfig, out=None, seconds: float | None = None) -> None:
     out = out or sys.stdout
     manifest = result.manifest
     inputs = manifest["inputs"]
+    seconds = result.seconds if seconds is None else seconds
     print(
-        f"Built {manifest['name']!r} in {config.output}: {inputs['written']} of {inputs['listed']} images "
-        f"in {result.seconds:.1f} s",
+        f"Built {manifest['name']!r} in {config.output}: {inputs['written']} of "
+        f"{count(inputs['listed'], 'image')} in {seconds:.1f} s",
         file=out,
     )
     width = max((len(name) for name in manifest["splits"]), default=5)
     for name, split in manifest["splits"].items():
-        shards = split["shards"]
+        examples, shards = split["examples"], split["shards"]
         print(
-            f"  {name:<{width}}  {split['examples']:>9} examples  {shards:>5} shard{'s' if shards != 1 else ' '}"
-            f"  {format_size(split['bytes']):>10}",
+            f"  {name:<{width}}  {examples:>9} example{'s' if examples != 1 else ' '}"
+            f"  {shards:>5} shard{'s' if shards != 1 else ' '}  {format_size(split['bytes']):>10}",
             file=out,
         )
     print(f"  classes: {len(manifest['classes'])} (labels.txt)", file=out)
     if inputs["modified"]:
+        modified = inputs["modified"]
         print(
-            f"  {inputs['modified']} images were re-encoded so TensorFlow decodes them (report.jsonl)",
+            f"  {count(modified, 'image')} {'was' if modified == 1 else 'were'} re-encoded so "
+            f"TensorFlow decodes {'it' if modified == 1 else 'them'} (report.jsonl)",
             file=out,
         )
     for name, split in manifest["splits"].items():
@@ -227,9 +250,11 @@ def _print_summary(result, config: BuildConfig, out=None) -> None:
                 file=out,
             )
     if inputs["skipped"]:
+        skipped = inputs["skipped"]
         reasons = ", ".join(f"{reason}: {n}" for reason, n in inputs["skipped_by_reason"].items())
         print(
-            f"WARNING: {inputs['skipped']} of {inputs['listed']} inputs were NOT written ({reasons}); "
+            f"WARNING: {skipped} of {count(inputs['listed'], 'input')} "
+            f"{'was' if skipped == 1 else 'were'} NOT written ({reasons}); "
             f"see {config.output.rstrip('/')}/report.jsonl",
             file=out,
         )
@@ -254,30 +279,59 @@ def _print_submitted(submitted, config: BuildConfig, out=None) -> None:
     )
 
 
+def _own_flags() -> list[str]:
+    parser = argparse.ArgumentParser(add_help=False)
+    add_arguments(parser)
+    return [flag for flag in parser._option_string_actions if flag.startswith("--")]
+
+
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("beam_tfrecord").setLevel(logging.INFO)
-    # Beam's "Created job with id: [...]" line: schedulers (Airflow's Beam provider) find the
-    # Dataflow job by it.
-    logging.getLogger("apache_beam.runners.dataflow.internal.apiclient").setLevel(logging.INFO)
+    started = time.monotonic()
     prog = "beam-tfrecord build"
+    verbose = bool(getattr(args, "verbose", False))
+    configure_logging(sys.stderr, verbose)
     extra = [*extra, *(f"--labels={label}" for label in split_labels(args.labels)[1])]
     try:
         config = config_from_args(args)
-        from beam_tfrecord.pipeline import (  # Beam is imported only once the config is sound
-            SubmittedBuild,
-            build,
-        )
+        refuse_placeholders(config)  # at once: before Beam is imported
+        # Beam is imported only once the config is sound.
+        from beam_tfrecord.beam_flags import check_beam_args, local_defaults, runs_here
 
-        result = build(config, extra, wait=args.wait)
+        options = check_beam_args(extra, _own_flags())
+        beam_args = local_defaults(extra, options)
+        if verbose and not any(a.startswith("--sdk_harness_log_level_overrides") for a in extra):
+            # Worker processes log at INFO; our per-shard lines are DEBUG.
+            beam_args.append('--sdk_harness_log_level_overrides={"beam_tfrecord": "DEBUG"}')
+        _LOG.debug("Beam options: %s", " ".join(beam_args) or "(none)")
+        from beam_tfrecord.pipeline import SubmittedBuild, build
+
+        with (
+            terminal_stream(not verbose, (ConfigError,)) as terminal,
+            stop_on_signals() as interruption,
+        ):
+            configure_logging(terminal, verbose)
+            try:
+                if runs_here(options):
+                    with Progress(terminal):
+                        result = build(config, beam_args, wait=args.wait)
+                else:
+                    result = build(config, beam_args, wait=args.wait)
+            except BaseException:
+                if interruption.signum is None:
+                    raise
+                end_child_processes()
+        configure_logging(sys.stderr, verbose)
     except ConfigError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
     except BuildFailed as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
+    if interruption.signum is not None:
+        _discard_partial_files(config.output)
+        _report_interruption(prog, config, interruption, time.monotonic() - started)
+        # Beam's threads (and a worker stuck in a read) must not hold the exit up.
+        os._exit(interruption.exit_status)
     if isinstance(result, SubmittedBuild):  # not finished: there is no manifest to read yet
         if args.wait and not result.dry_run and result.state != "TEMPLATE_WRITTEN":
             # Waited for, and ended otherwise than done (cancelled, say).
@@ -285,11 +339,12 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             return 1
         _print_submitted(result, config)
         return 0
-    _print_summary(result, config)
+    _print_summary(result, config, seconds=time.monotonic() - started)
     unaccounted = result.manifest["inputs"].get("unaccounted", 0)
     if unaccounted:
         print(
-            f"{prog}: error: {unaccounted} of the {result.manifest['inputs']['listed']} listed inputs were "
+            f"{prog}: error: {unaccounted} of {count(result.manifest['inputs']['listed'], 'listed input')} "
+            f"{'was' if unaccounted == 1 else 'were'} "
             "neither written nor reported: the runner lost them between stages. The shards are "
             "incomplete; build again (the DirectRunner's in_memory mode does not lose data)",
             file=sys.stderr,
@@ -306,3 +361,40 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         )
         return 1
     return 0
+
+
+def _discard_partial_files(output: str) -> None:
+    """What the stopped workers were half-way through writing goes; their finished shards stay.
+
+    A worker stopped mid-shard (a thread of this process, or a process ended with it) cannot
+    remove its own temporary file. On object stores there is none: an upload appears only
+    once complete.
+    """
+    from beam_tfrecord.manifest import remove_temporaries
+    from beam_tfrecord.report import remove_parts
+
+    try:
+        remove_temporaries(output)
+        remove_parts(output)
+    except OSError as err:
+        _LOG.warning("could not remove the partial files in %s: %s", output, err)
+
+
+def _report_interruption(prog: str, config: BuildConfig, interruption, seconds: float) -> None:
+    """One or two lines: what the interrupted build finished, and the command that goes on."""
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(config.output)
+        finished = len(shard_names(fs.ls(path, detail=False))) if fs.isdir(path) else 0
+        kept = f"{count(finished, 'finished shard')} kept in {config.output}"
+    except OSError:
+        kept = f"the finished shards kept in {config.output}"
+    print(
+        f"{prog}: interrupted ({interruption.name}) after {seconds:.1f} s; {kept}, "
+        "no manifest.json yet.\n"
+        f"To go on: {resume_command(sys.argv)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()

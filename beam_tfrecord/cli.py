@@ -50,7 +50,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "build":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return int(args._module.run(args, extra) or 0)
+    try:
+        status = int(args._module.run(args, extra) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): what is left to print has no one to read it.
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe would
+    except KeyboardInterrupt:  # Ctrl-C outside a build's own handling (which says more)
+        print(f"beam-tfrecord {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return status
+
+
+def _silence_stdout() -> None:
+    """Points stdout at /dev/null, so that the interpreter's last flush does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -243,6 +243,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
                     _print_json(url, index, offset, record)
                 else:
                     _print_text(index, offset, record)
+        except BrokenPipeError:
+            raise  # the reader of our output is gone (`| head`): the dispatcher ends quietly
         except (CorruptRecordError, OSError) as error:
             # Keep what was shown; name the damage (its file and offset) and go on.
             sys.stdout.flush()

@@ -35,6 +35,7 @@ __all__ = [
     "publish_text",
     "read_manifest",
     "remove_stale_files",
+    "remove_temporaries",
     "withdraw_build",
     "withdrawn_reason",
     "write_build_files",
@@ -256,6 +257,24 @@ def is_build_file(file_name: str) -> bool:
         or is_temporary(name)
         or fnmatch.fnmatch(name, _SHARD_GLOB)
     )
+
+
+def remove_temporaries(output_dir: str) -> list[str]:
+    """Removes the temporaries of shards, indexes and report parts that a build stopped half-way
+    through writing leaves behind; what it finished stays. Returns their names (relative)."""
+    fs, path = fsspec.core.url_to_fs(output_dir)
+    fs.invalidate_cache(path)
+    removed = []
+    for folder in ("", INDEX_DIR, PARTS_DIR):
+        try:
+            listed = fs.ls(posixpath.join(path, folder) if folder else path, detail=False)
+        except FileNotFoundError:
+            continue
+        for name in sorted(posixpath.basename(p.rstrip("/")) for p in listed):
+            if is_temporary(name):
+                fs.rm(posixpath.join(path, folder, name) if folder else posixpath.join(path, name))
+                removed.append(posixpath.join(folder, name))
+    return removed
 
 
 def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:

@@ -47,6 +47,7 @@ from beam_tfrecord.transforms import (
     WriteReport,
     WriteShards,
 )
+from beam_tfrecord.wording import count
 
 __all__ = [
     "BuildResult",
@@ -151,7 +152,9 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
     removed = remove_stale_files(output_dir, keep=keep)
     if removed:
         _LOG.info(
-            "removed %d stale files of an earlier build: %s", len(removed), ", ".join(removed[:5])
+            "removed %s of an earlier build: %s",
+            count(len(removed), "stale file"),
+            ", ".join(removed[:5]),
         )
     return manifest["inputs"]
 

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import functools
 import posixpath
+import re
+import threading
 import uuid
 
 import fsspec
 
+from beam_tfrecord.build_folder import shard_names
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.listing import first_match, has_magic, input_list_chunks, pattern_base
 from beam_tfrecord.manifest import MANIFEST_FILE
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.storage import is_object_store
+from beam_tfrecord.wording import count
 
-__all__ = ["preflight"]
+__all__ = ["STORE_TIMEOUT_SECONDS", "preflight", "refuse_placeholders"]
 
 
 def _canonical(url: str) -> str:
@@ -22,13 +26,68 @@ def _canonical(url: str) -> str:
     return fs.unstrip_protocol(path.rstrip("/"))
 
 
-def preflight(config: BuildConfig) -> None:
+# How long the checks may wait on an object store before the build is refused: long enough for
+# a slow answer, short enough that a store out of reach (no network, a wrong endpoint) is
+# reported at once rather than after minutes of retries.
+STORE_TIMEOUT_SECONDS = 8.0
+_BUCKET = re.compile(r"^(?P<protocol>gs|gcs|s3|s3a)://(?P<bucket>[^/]*)")
+
+
+def refuse_placeholders(config: BuildConfig) -> None:
+    """Bucket names are lowercase on GCS and S3: an uppercase one is a placeholder left in."""
+    urls = [("input", u) for u in config.inputs] + [("output", config.output)]
+    if config.input_list:
+        urls.append(("input_list", config.input_list))
+    for setting, url in urls:
+        match = _BUCKET.match(url)
+        if match and match["bucket"] != match["bucket"].lower():
+            raise ConfigError(
+                setting,
+                f"{url!r}: bucket names are lowercase, so {match['bucket']!r} is a placeholder; "
+                "put the name of your bucket there",
+            )
+
+
+def preflight(config: BuildConfig, timeout: float = STORE_TIMEOUT_SECONDS) -> None:
     """Refuses a build that cannot work, naming the setting, before anything is written.
+
+    Checks that reach an object store get `timeout` seconds in all.
 
     Raises:
         ConfigError: an input matches nothing, the output is inside an input, the output holds
-            an earlier build and neither --overwrite nor --resume is given, or it is not writable.
+            an earlier build and neither --overwrite nor --resume is given, it is not writable,
+            or a store does not answer in time.
     """
+    refuse_placeholders(config)
+    urls = [*config.inputs, config.output, *([config.input_list] if config.input_list else [])]
+    remote = [u for u in urls if "://" in u and not u.startswith(("file://", "memory://"))]
+    if not remote:
+        _preflight(config)
+        return
+    outcome: list[BaseException | None] = []
+
+    def check() -> None:
+        try:
+            _preflight(config)
+            outcome.append(None)
+        except BaseException as err:  # handed to the waiting thread
+            outcome.append(err)
+
+    # A daemon thread: a store that never answers must not hold the process open either.
+    worker = threading.Thread(target=check, name="preflight", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        raise ConfigError(
+            "output" if config.output in remote else "input",
+            f"{', '.join(remote)}: no answer from the store in {timeout:g} s (check the "
+            "network, the endpoint and the credentials)",
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
+def _preflight(config: BuildConfig) -> None:
     output = _canonical(config.output)
     for pattern in config.inputs:
         try:
@@ -84,7 +143,14 @@ def _check_output(config: BuildConfig) -> None:
         raise ConfigError("output", f"{config.output!r} is a file, not a folder")
     if existing and not (config.overwrite or config.resume):
         has_build = any(posixpath.basename(p.rstrip("/")) == MANIFEST_FILE for p in existing)
-        what = "an earlier build" if has_build else f"{len(existing)} files"
+        shards = shard_names(existing)
+        if not has_build and shards:
+            raise ConfigError(
+                "output",
+                f"{config.output!r} holds an interrupted build ({count(len(shards), 'finished shard')}"
+                ", no manifest.json); pass --resume to finish it, or --overwrite to replace it",
+            )
+        what = "an earlier build" if has_build else count(len(existing), "file")
         raise ConfigError(
             "output", f"{config.output!r} already holds {what}; pass --overwrite to replace it"
         )

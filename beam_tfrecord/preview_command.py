@@ -19,6 +19,7 @@ from PIL import Image, ImageDraw, ImageFont
 from beam_tfrecord.manifest import read_manifest
 from beam_tfrecord.reader import Dataset, Shard, decode_image, parse_record
 from beam_tfrecord.tfrecord import TFRecordReader, read_records
+from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "run"]
 
@@ -231,13 +232,13 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     rows = math.ceil(len(tiles) / columns)
     grid = f"{rows} {'row' if rows == 1 else 'rows'} of {columns}"
     print(
-        f"wrote {args.out}: {len(tiles)} images of split {split!r} "
+        f"wrote {args.out}: {count(len(tiles), 'image')} of split {split!r} "
         f"({grid}, {sheet.width}x{sheet.height} pixels)"
     )
     problems = sum(tile.image is None or tile.warn for tile in tiles)
     if problems:
         print(
-            f"error: {problems} of {len(tiles)} records could not be shown as they state "
+            f"error: {problems} of {count(len(tiles), 'record')} could not be shown as they state "
             f"(their tiles say why)",
             file=sys.stderr,
         )

@@ -23,6 +23,7 @@ from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE
 from beam_tfrecord.records import sample_record
 from beam_tfrecord.storage import to_url
 from beam_tfrecord.tfrecord import read_records
+from beam_tfrecord.wording import count as plural
 
 __all__ = ["Dataset", "Shard", "decode_image", "list_shards", "parse_record"]
 
@@ -170,7 +171,7 @@ def _listed_shards(
             continue
         sets.setdefault((prefix, int(match["count"])), set()).add(int(match["index"]))
     if split is not None and len(sets) > 1:
-        found = ", ".join(f"{prefix} ({count} shards)" for prefix, count in sorted(sets))
+        found = ", ".join(f"{prefix} ({plural(n, 'shard')})" for prefix, n in sorted(sets))
         raise ValueError(
             f"{source}: no {MANIFEST_FILE}, and the shards of split {split!r} belong to "
             f"several builds: {found}"

@@ -11,6 +11,8 @@ import posixpath
 import re
 from collections.abc import Iterable
 
+from beam_tfrecord.wording import count
+
 __all__ = [
     "INDEX_DIR",
     "INDEX_SUFFIX",
@@ -124,6 +126,9 @@ class IndexCheck:
             extra += 1
         lines = self._records - self._unlisted + extra
         if lines != self._records:
-            self._error(f"has {lines} entries, but the file has {self._records} records")
+            self._error(
+                f"has {count(lines, 'entry', 'entries')}, but the file has "
+                f"{count(self._records, 'record')}"
+            )
         if self._wrong > _MAX_ERRORS:
             self.errors.append(f"{self.name}: {self._wrong - _MAX_ERRORS} more wrong lines")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import fsspec
 
+from beam_tfrecord import progress
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.example import decode_example
 from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
@@ -36,6 +37,7 @@ from beam_tfrecord.tfrecord import (
     framed_size,
     read_records,
 )
+from beam_tfrecord.wording import count
 
 __all__ = [
     "PARTS_DIR",
@@ -146,7 +148,10 @@ def write_shard(
             result, index, report = kept
             # An earlier run may have died between publishing the shard and its index.
             publish(fs, index_path, index.encode("ascii"))
-            _LOG.info("kept finished shard %s (%d examples)", spec.file_name, result.examples)
+            progress.add("written", result.examples, result.bytes)
+            _LOG.debug(
+                "kept finished shard %s (%s)", spec.file_name, count(result.examples, "example")
+            )
             return result, report
     if not is_object_store(fs):
         temp_path = posixpath.join(folder, f".{spec.file_name}{TEMP_MARKER}{uuid.uuid4().hex}")
@@ -204,6 +209,7 @@ def write_shard(
                     continue
                 offset = writer.bytes_written
                 index.append(index_line(offset, writer.write_parts(record)))
+                progress.add("written", 1, writer.bytes_written - offset)
                 if entry.label is not None:
                     counts[entry.label] += 1
         # Before the shard: a shard under its final name always has its report lines.
@@ -240,8 +246,11 @@ def write_shard(
         decodes=work["decodes"],
         encodes=work["encodes"],
     )
-    _LOG.info(
-        "wrote shard %s: %d examples, %d bytes", spec.file_name, result.examples, result.bytes
+    _LOG.debug(
+        "wrote shard %s: %s, %s",
+        spec.file_name,
+        count(result.examples, "example"),
+        count(result.bytes, "byte"),
     )
     return result, report
 

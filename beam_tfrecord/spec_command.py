@@ -166,9 +166,13 @@ def spec_to_python(description: Mapping[str, Any], variable: str = "feature_spec
     if total is not None and scanned == total:
         evidence = f"all {total} records" if total != 1 else "its one record"
     elif total is not None:
-        evidence = f"the first {scanned} of {total} records"
+        evidence = (
+            f"the first {scanned} of {total} records"
+            if scanned != 1
+            else f"the first record of {total}"
+        )
     else:
-        evidence = f"the first {scanned} records"
+        evidence = f"the first {scanned} records" if scanned != 1 else "the first record"
     evidence = f"{MANIFEST_FILE} and {evidence}" if description["manifest"] else evidence
     lines = [
         f"# The tf.io.parse_example feature spec of {description['source']}, from {evidence}",

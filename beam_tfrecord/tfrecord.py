@@ -17,6 +17,8 @@ import crc32c
 import fsspec
 from fsspec.implementations.local import LocalFileOpener
 
+from beam_tfrecord.wording import count
+
 __all__ = [
     "COMPRESSION_TYPES",
     "CorruptRecordError",
@@ -182,7 +184,7 @@ class _PendingFrames:
             file = self._file
             if file.closed:
                 raise ValueError(
-                    f"{self._name}: closed with {len(parts) // 3} records still waiting in its "
+                    f"{self._name}: closed with {count(len(parts) // 3, 'record')} still waiting in its "
                     f"TFRecordWriter; leave the writer's with block before closing the file"
                 )
             file.flush()  # a buffered file's own bytes go first
@@ -191,7 +193,7 @@ class _PendingFrames:
                 here = os.lseek(fd, 0, os.SEEK_CUR)
                 if here != self._position:
                     raise OSError(
-                        f"{self._name}: {len(parts) // 3} records waiting in a TFRecordWriter "
+                        f"{self._name}: {count(len(parts) // 3, 'record')} waiting in a TFRecordWriter "
                         f"were not written: something else wrote to the file or moved its "
                         f"position (the next record was to start at byte {self._position}, "
                         f"the file is at byte {here})"

@@ -17,6 +17,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.stats import ApproximateQuantiles
 from apache_beam.transforms.window import GlobalWindows
 
+from beam_tfrecord import progress
 from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.labels import ClassMap
@@ -79,6 +80,7 @@ class _CountFn(beam.DoFn):
 
     def process(self, element):
         self._counter.inc()
+        progress.add("listed")
         yield element
 
 
@@ -91,6 +93,7 @@ class _OnePerFileFn(beam.DoFn):
         # relative path.
         _, sources = url_and_sources
         self._listed.inc()
+        progress.add("listed")
         yield min(sources)
 
 
@@ -213,6 +216,7 @@ class _CensusFn(beam.CombineFn):
 
     def extract_output(self, accumulator) -> Census:
         listed, labels = accumulator
+        progress.set_total(listed)
         fixed = self._preparer.fixed_classes
         if fixed is not None or not self._preparer.label_rule.enabled:
             return Census(listed, ClassMap(fixed or ()))
@@ -231,6 +235,7 @@ class _PlanFn(beam.DoFn):
         else:
             class_id = census.classes.id_of(label) if label is not None else None
             planned = self._preparer.plan(source, label, class_id)
+        progress.add_planned(planned)
         if isinstance(planned, ReportEntry):
             self._skipped.inc()
             yield pvalue.TaggedOutput(REPORT, planned)

@@ -20,6 +20,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from google.protobuf.message import DecodeError
 
+from beam_tfrecord.build_folder import missing_shards, shard_names
 from beam_tfrecord.example import Example
 from beam_tfrecord.record_index import IndexCheck, index_candidates
 from beam_tfrecord.tfrecord import (
@@ -324,6 +325,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_compression_argument(parser)
     parser.add_argument(
+        "--loose",
+        action="store_true",
+        help="check the files on their own: a build folder without manifest.json is not an error",
+    )
+    parser.add_argument(
         "--raw",
         action="store_true",
         help="only check framing and CRCs: records need not be tf.train.Examples",
@@ -339,6 +345,26 @@ def add_compression_argument(parser: argparse.ArgumentParser) -> None:
         choices=COMPRESSION_TYPES,
         help="compression of the files (default: auto, from suffix then content)",
     )
+
+
+def _incomplete_builds(patterns: list[str]) -> list[tuple[str, list[str], list[str]]]:
+    """The folders named on the command line that hold shards but no manifest.json: each with
+    its shards and the shards their names say are missing."""
+    found = []
+    for pattern in patterns:
+        if _GLOB_CHARS & set(pattern):
+            continue
+        try:
+            fs, path = url_to_fs(pattern)
+            if not fs.isdir(path):
+                continue
+            names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
+        except OSError:
+            continue
+        shards = shard_names(names)
+        if shards and "manifest.json" not in names:
+            found.append((pattern.rstrip("/") or pattern, shards, missing_shards(shards)))
+    return found
 
 
 def _count(number: int, noun: str) -> str:
@@ -376,13 +402,27 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     missing = manifests.missing()
     for url in missing:
         print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
-    if totals["damaged"] or missing:
+    incomplete = [] if args.loose else _incomplete_builds(args.paths)
+    for folder, shards, gaps in incomplete:
+        print(
+            f"INCOMPLETE {folder}: a build folder without manifest.json (an interrupted or "
+            f"unfinished build): {_count(len(shards), 'shard')} there"
+            + (f", {_count(len(gaps), 'shard')} missing by their names" if gaps else "")
+            + "; finish it with `beam-tfrecord build ... --resume`, or pass --loose to check "
+            "the files alone"
+        )
+        for name in gaps[:10]:
+            print(f"MISSING  {posixpath.join(folder, name)}")
+        if len(gaps) > 10:
+            print(f"         ... and {_count(len(gaps) - 10, 'more shard')}")
+    if totals["damaged"] or missing or incomplete:
         status = 1
     print(
         f"total: {_count(len(files), 'file')}, {_count(totals['records'], 'record')}, "
         f"{_count(totals['bytes'], 'byte')}; "
         f"{len(files) - totals['damaged']} OK, {totals['damaged']} DAMAGED"
         + (f", {len(missing)} MISSING" if missing else "")
+        + (f", {len(incomplete)} INCOMPLETE" if incomplete else "")
         + (f"; {len(unmatched)} matched nothing" if unmatched else "")
     )
     if not_examples:

@@ -5,7 +5,8 @@
         --runner DataflowRunner --project P --region R --temp_location gs://bucket/tmp \
         --setup_file ./setup.py
 
-Flags this job does not know go to Beam's PipelineOptions.
+Other flags must be Beam's pipeline options; anything else is refused (exit status 2), as
+`beam-tfrecord build` refuses it: this is the same command.
 """
 
 from __future__ import annotations

@@ -53,4 +53,4 @@ def test_a_build_whose_runner_lost_inputs_fails(tmp_path, monkeypatch, capsys):
         ["build", "--input", f"{src}/**", "--output", str(tmp_path / "out"), "--splits", "train=1"]
     )
     assert status == 1
-    assert "1 of the 3 listed inputs were neither written nor reported" in capsys.readouterr().err
+    assert "1 of 3 listed inputs was neither written nor reported" in capsys.readouterr().err

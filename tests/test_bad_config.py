@@ -111,7 +111,7 @@ def test_non_empty_output_without_overwrite(src, tmp_path, capsys):
     out.mkdir()
     (out / "keep.txt").write_text("precious")
     assert main(["build", "--input", f"{src}/**", "--output", str(out)]) == 2
-    assert "already holds 1 files; pass --overwrite" in capsys.readouterr().err
+    assert "already holds 1 file; pass --overwrite" in capsys.readouterr().err
     assert _snapshot(out) == {"keep.txt": b"precious"}
 
 

@@ -15,11 +15,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def sample_build(tmp_path_factory):
-    """The README's first command, run as a user runs it, into a temporary folder."""
+    """The README's first command, run as a user runs it (with -v), into a temporary folder."""
     out = tmp_path_factory.mktemp("build") / "fruits"
     proc = subprocess.run(
         [sys.executable, "-m", "pipelines.images_to_tfrecord", "--config", "configs/sample.yaml",
-         "--output", str(out)],
+         "--output", str(out), "-v"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -29,9 +29,9 @@ def sample_build(tmp_path_factory):
 def test_summary_and_report_of_the_sample(sample_build):
     out, proc = sample_build
     assert "Built 'fruits'" in proc.stdout
-    assert "1 of 46 inputs were NOT written (truncated: 1)" in proc.stdout
+    assert "1 of 46 inputs was NOT written (truncated: 1)" in proc.stdout
     assert "wrote shard fruits-train.tfrecord-00000-of-" in proc.stderr, (
-        "progress is shown while it runs"
+        "with -v, a line per shard is shown while it runs"
     )
     report = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
     by_path = {r["relpath"]: r for r in report}

@@ -364,7 +364,7 @@ def test_closing_the_file_under_pending_records_raises(tmp_path):
     with open(tmp_path / "closed.tfrecord", "wb") as f, TFRecordWriter(f) as writer:
         writer.write(b"pending")
         f.close()
-        with pytest.raises(ValueError, match="closed with 1 records still waiting"):
+        with pytest.raises(ValueError, match="closed with 1 record still waiting"):
             writer.close()
 
 

@@ -1,0 +1,212 @@
+"""What a person at the terminal sees of a build: Beam's own output kept out of the way, and
+Ctrl-C (SIGINT) or SIGTERM ending it cleanly, child workers included."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import TextIO
+
+__all__ = [
+    "Interruption",
+    "configure_logging",
+    "end_child_processes",
+    "resume_command",
+    "stop_on_signals",
+    "terminal_stream",
+]
+
+
+_DATAFLOW_JOB_LOGGER = "apache_beam.runners.dataflow.internal.apiclient"
+_WORKER_RECORDS_LOGGER = "apache_beam.runners.portability.local_job_service"
+_SHOWN = ("beam_tfrecord", _DATAFLOW_JOB_LOGGER)
+
+
+def configure_logging(stream: TextIO, verbose: bool) -> None:
+    """Our own log lines to `stream`; everything else's only with `verbose`.
+
+    Quiet: warnings of this tool and nothing of Beam, gRPC or the storage libraries (their
+    retries and internals mean nothing to a person building a dataset). Verbose: everything at
+    INFO, and this tool's per-shard lines (DEBUG).
+    """
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "_beam_tfrecord", False):  # ours, from an earlier call
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream)
+    handler._beam_tfrecord = True  # type: ignore[attr-defined]
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if not verbose:
+        handler.addFilter(lambda record: record.name.startswith(_SHOWN))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger("beam_tfrecord").setLevel(logging.DEBUG if verbose else logging.INFO)
+    # Beam sets levels of its own on some of its loggers; quiet means none of them print...
+    logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.CRITICAL)
+    # ...but for the line that names a submitted Dataflow job ("Created job with id: [...]"),
+    # by which schedulers (Airflow's Beam provider) find the job.
+    logging.getLogger(_DATAFLOW_JOB_LOGGER).setLevel(logging.INFO)
+    # Worker processes send their records to the launcher, which logs them again under this
+    # logger at their own level: verbose shows our workers' per-shard lines (DEBUG) too.
+    logging.getLogger(_WORKER_RECORDS_LOGGER).setLevel(
+        logging.DEBUG if verbose else logging.CRITICAL
+    )
+
+
+@contextlib.contextmanager
+def terminal_stream(quiet: bool, expected: tuple[type, ...] = ()) -> Iterator[TextIO]:
+    """Yields a stream to the real stderr; while quiet, file descriptor 2 goes to a log file.
+
+    Beam's worker processes inherit descriptor 2, and gRPC and Beam print to it directly, so
+    only redirecting the descriptor keeps them quiet. The log file is kept (and named) when
+    the block raises anything but an interruption or an `expected` error, and removed otherwise.
+    """
+    if not quiet:
+        yield sys.stderr
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    stream = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace")
+    log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in the finally below)
+        prefix="beam-tfrecord-", suffix=".log", delete=False
+    )
+    os.dup2(log.fileno(), 2)
+    keep = False
+    try:
+        yield stream
+    except (KeyboardInterrupt, SystemExit, *expected):
+        raise
+    except BaseException:
+        keep = True
+        raise
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        log.close()
+        with contextlib.suppress(OSError):
+            stream.flush()
+        if keep:
+            print(f"(Beam's own output is in {log.name})", file=sys.stderr)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(log.name)
+
+
+class Interruption:
+    """Which signal, if any, asked the build to stop."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + (self.signum or 0)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[Interruption]:
+    """While the block runs, SIGINT and SIGTERM raise KeyboardInterrupt in the main thread and
+    are noted in the Interruption yielded (Beam may wrap the exception in one of its own)."""
+    interruption = Interruption()
+    if threading.current_thread() is not threading.main_thread():
+        yield interruption
+        return
+
+    def handler(signum, frame):
+        if interruption.signum is None:
+            interruption.signum = signum
+            raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield interruption
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of `pid`, from /proc (Linux); none where there is no /proc."""
+    parents: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode("ascii", "replace")
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [child for child, ppid in parents.items() if ppid == parent]
+        found.extend(kids)
+        frontier.extend(kids)
+    return found
+
+
+def end_child_processes(grace: float = 2.0) -> None:
+    """Stops the worker processes this process started (SIGTERM, then SIGKILL after `grace`)."""
+    children = _children(os.getpid())
+    for pid in children:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while children and time.monotonic() < deadline:
+        children = [pid for pid in children if _alive(pid)]
+        time.sleep(0.05)
+    for pid in children:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _as_typed(path: str) -> str:
+    """A program's name when the PATH finds this very program by it, else its whole path."""
+    import shutil
+
+    name = os.path.basename(path)
+    found = shutil.which(name)
+    same = found is not None and os.path.realpath(found) == os.path.realpath(path)
+    return name if same else path
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command line that goes on with an interrupted build: the same, with --resume."""
+    import shlex
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        program = [_as_typed(sys.executable), "-m", spec.name]
+    else:
+        program = [_as_typed(argv[0]) if argv and argv[0] else "beam-tfrecord"]
+    args = [a for a in argv[1:] if a != "--overwrite"]
+    if "--resume" not in args:
+        args.append("--resume")
+    return shlex.join([*program, *args])

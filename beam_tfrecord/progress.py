@@ -1,0 +1,219 @@
+"""Live progress of a local build: workers count, the launcher shows the sums.
+
+Beam's metrics reach the launcher only when the DirectRunner finishes, and its multi-process
+mode runs the work in child processes. So, when the launcher watches (only for runners whose
+workers run on its machine), it names a fresh folder in the environment variable `ENV`, which
+in-process workers and child processes both see; each worker process keeps its counts in memory
+and, a few times a second, replaces one small JSON file of its own in that folder. The launcher
+sums the files. Without the variable (remote workers, tests, library use) a count is a no-op.
+
+Counts: `listed` images, `total` (the census: every listed input, once known), `planned` inputs
+(with `to_write`, those planned into a shard, and their records' planned bytes), `written` images
+and bytes.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from beam_tfrecord.config import format_size
+
+__all__ = ["ENV", "Progress", "add", "add_planned", "set_total"]
+
+ENV = "BEAM_TFRECORD_PROGRESS"
+_FLUSH_SECONDS = 0.2
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"pid": None, "counts": None, "dirty": False, "folder": None}
+
+
+def _counts(folder: str) -> collections.Counter:
+    """This process's counts (called under the lock); starts its flusher on first use."""
+    if _state["pid"] != os.getpid() or _state["folder"] != folder:
+        _state.update(pid=os.getpid(), counts=collections.Counter(), folder=folder, dirty=False)
+        threading.Thread(target=_flush_loop, args=(folder,), daemon=True).start()
+    _state["dirty"] = True
+    return _state["counts"]
+
+
+def add(name: str, number: int = 1, nbytes: int = 0) -> None:
+    """Counts `number` items of `name` (and their bytes), when a launcher on this machine watches."""
+    folder = os.environ.get(ENV)
+    if not folder:
+        return
+    with _lock:
+        counts = _counts(folder)
+        counts[name] += number
+        if nbytes:
+            counts[name + "_bytes"] += nbytes
+
+
+def add_planned(result: Any) -> None:
+    """Counts one planned input: `to_write` too (with its record's bytes) when it is in a shard."""
+    size = getattr(result, "record_size", None)
+    add("planned")
+    if size is not None:
+        add("to_write", 1, size)
+
+
+def set_total(number: int) -> None:
+    """Records how many inputs were listed in all (the census), once it is known."""
+    folder = os.environ.get(ENV)
+    if not folder:
+        return
+    with _lock:
+        counts = _counts(folder)
+        counts["total"] = max(counts["total"], number)
+
+
+def _flush_loop(folder: str) -> None:
+    path = os.path.join(folder, f"{os.getpid()}.json")
+    while _state["folder"] == folder and _state["pid"] == os.getpid():
+        time.sleep(_FLUSH_SECONDS)
+        with _lock:
+            if not _state["dirty"]:
+                continue
+            text = json.dumps(dict(_state["counts"]))
+            _state["dirty"] = False
+        try:
+            temp = f"{path}.{threading.get_ident()}.tmp"
+            with open(temp, "w") as f:
+                f.write(text)
+            os.replace(temp, path)  # the launcher never reads half a file
+        except OSError:
+            return  # the launcher is gone, and its folder with it
+
+
+def read_counts(folder: str) -> collections.Counter:
+    """The sums of every worker's counts in `folder`."""
+    total: collections.Counter = collections.Counter()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return total
+    for name in names:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(folder, name)) as f:
+                counts = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for key, value in counts.items():
+            if key == "total":
+                total[key] = max(total[key], value)
+            else:
+                total[key] += value
+    return total
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class Progress:
+    """Shows a build's counts while it runs: redrawn in place on a terminal at least once a
+    second, otherwise one line every `log_every` seconds.
+
+    A context manager: entering sets the environment variable workers count into, leaving stops
+    the display and removes its folder.
+    """
+
+    def __init__(
+        self,
+        stream: TextIO | None = None,
+        *,
+        tty: bool | None = None,
+        redraw_every: float = 0.5,
+        log_every: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._stream = stream or sys.stderr
+        self._tty = self._stream.isatty() if tty is None else tty
+        self._every = redraw_every if self._tty else log_every
+        self._clock = clock
+        self._started = clock()
+        self._rates: collections.deque = collections.deque(maxlen=20)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._folder: str | None = None
+        self._width = 0
+        self.updates = 0
+
+    def __enter__(self) -> Progress:
+        self._folder = tempfile.mkdtemp(prefix="beam-tfrecord-progress-")
+        os.environ[ENV] = self._folder
+        self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._tty and self._width:
+            self._write("\r" + " " * self._width + "\r")
+        if os.environ.get(ENV) == self._folder:
+            del os.environ[ENV]
+        if self._folder:
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every):
+            self.show()
+
+    def show(self) -> None:
+        """Writes the current line (a new line when not on a terminal)."""
+        line = self.line(read_counts(self._folder) if self._folder else collections.Counter())
+        if self._tty:
+            pad = max(0, self._width - len(line))
+            self._width = len(line)
+            self._write("\r" + line + " " * pad)
+        else:
+            self._write(line + "\n")
+        self.updates += 1
+
+    def _write(self, text: str) -> None:
+        try:
+            self._stream.write(text)
+            self._stream.flush()
+        except (OSError, ValueError):  # a closed terminal or pipe: nothing to show it on
+            self._stop.set()
+
+    def line(self, counts: collections.Counter) -> str:
+        """One line: images listed, planned and written against the total, MB/s, time, ETA."""
+        now = self._clock()
+        elapsed = now - self._started
+        total, to_write = counts["total"], counts["to_write"]
+        written, written_bytes = counts["written"], counts["written_bytes"]
+        of = f" of {total}" if total else ""
+        parts = [f"listed {counts['listed']}", f"planned {counts['planned']}{of}"]
+        planning_done = bool(total) and counts["planned"] >= total
+        target = f" of {to_write}" if planning_done else ""
+        self._rates.append((now, written_bytes))
+        then, before = self._rates[0]
+        if now - then >= 1:
+            rate = (written_bytes - before) / (now - then)
+        else:  # too few samples yet (a line every few seconds): the average so far
+            rate = written_bytes / elapsed if elapsed > 0 else 0.0
+        parts.append(
+            f"written {written}{target} images, {format_size(written_bytes)}, {rate / 1e6:.1f} MB/s"
+        )
+        timing = f"{_clock(elapsed)} elapsed"
+        left = counts["to_write_bytes"] - written_bytes
+        if planning_done and written_bytes and left > 0 and rate > 0:
+            timing += f", ETA {_clock(left / rate)}"
+        elif planning_done and to_write and written >= to_write:
+            timing += ", finishing"
+        return " | ".join([*parts, timing])

@@ -1,0 +1,464 @@
+"""The command line as a new user meets it, one test (or a few) per finding of issue 13.
+
+Every test runs the real command in a subprocess and checks its exit status, what it printed
+and what it left on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from imagegen import make_collection
+
+pytestmark = pytest.mark.slow
+
+_REPO = Path(__file__).resolve().parents[1]
+_SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
+COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
+
+
+def run(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300, **kwargs):
+    return subprocess.run(
+        [*COMMAND, *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
+
+
+def files_below(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
+
+
+def shards_in(path: Path) -> list[str]:
+    return sorted(p.name for p in path.glob("*.tfrecord-*") if not p.name.startswith("."))
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("src")
+    make_collection(root, {"cat": 6, "dog": 6}, seed=3)
+    return root
+
+
+# 1. Typos are refused, before anything is written.
+
+
+@pytest.mark.parametrize(
+    ("flags", "named", "suggested"),
+    [
+        (["--sed", "3"], "--sed", "--seed"),
+        (["--split", "train=0.5,test=0.5"], "--split", "--splits"),
+        (["--direct_num_worker=2"], "--direct_num_worker", "--direct_num_workers"),
+    ],
+    ids=["sed", "split", "beam_option"],
+)
+def test_1_an_unknown_flag_is_refused_with_the_nearest_one(src, tmp_path, flags, named, suggested):
+    out = tmp_path / "out"
+    done = run("build", "--input", str(src), "--output", str(out), *flags, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert named in lines[0] and f"did you mean {suggested}?" in lines[0]
+    assert not out.exists()
+
+
+def test_1_the_beam_driver_refuses_typos_too(src, tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.images_to_tfrecord", "--input", str(src),
+         "--output", str(out), "--sed", "3"],
+        cwd=_REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "beam-tfrecord build: error: --sed: no such flag, of this tool or of Beam; "
+        "did you mean --seed?"
+    ]
+    assert not out.exists()
+
+
+# 2. A bad Beam option or runner: one line, exit 2, nothing created.
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--runner=DirectRunnr"], "Beam has no runner 'DirectRunnr'; did you mean DirectRunner?"),
+        (["--direct_num_workers=two"], "--direct_num_workers: invalid int value: 'two'"),
+        (["--direct_running_mode", "parallel"], "--direct_running_mode: invalid choice"),
+    ],
+    ids=["runner", "int_option", "choice_option"],
+)
+def test_2_a_bad_beam_option_is_one_line_and_creates_nothing(src, tmp_path, flags, says):
+    out = tmp_path / "out"
+    done = run("build", "--input", str(src), "--output", str(out), *flags, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"beam-tfrecord build: error: {says}"] or (
+        len(done.stderr.strip().splitlines()) == 1 and says in done.stderr
+    ), done.stderr
+    assert "Traceback" not in done.stderr
+    assert not out.exists()
+
+
+# 3, 4 and 5: an interrupted build, the same command again, and verify on what it left.
+
+
+@pytest.fixture(scope="module")
+def big_src(tmp_path_factory) -> Path:
+    """Enough images, in small enough shards, that a build is still writing after its first
+    shard appears."""
+    root = tmp_path_factory.mktemp("big")
+    make_collection(root, {"a": 150, "b": 150}, seed=5, size=(200, 320))
+    return root
+
+
+BIG_FLAGS = ["--min-shard-size", "40KB", "--max-shard-size", "80KB", "--splits", "train=1"]
+
+
+def _interrupt(big_src: Path, cwd: Path, out: Path, signum: int, whole_group: bool, *flags):
+    """Starts a build, waits for its first finished shard, sends `signum`; returns its result
+    and the shards there were when the signal was sent."""
+    process = subprocess.Popen(
+        [*COMMAND, "build", "--input", str(big_src), "--output", str(out), *BIG_FLAGS, *flags],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell's foreground job has
+    )
+    deadline = time.monotonic() + 240
+    while not shards_in(out) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "the build ended before it could be interrupted"
+    before = shards_in(out)
+    if whole_group:  # Ctrl-C at a terminal: the whole foreground process group gets SIGINT
+        os.killpg(process.pid, signum)
+    else:  # `kill PID`: the launcher alone, its workers must still go
+        os.kill(process.pid, signum)
+    stdout, stderr = process.communicate(timeout=60)
+    return process.returncode, stdout, stderr, before, process.pid
+
+
+def _group_is_gone(pgid: int) -> bool:
+    for _ in range(100):
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _assert_clean_interruption(status, stdout, stderr, before, out, expected_status, name):
+    assert status == expected_status, stderr
+    assert "Traceback" not in stderr and "Error" not in stderr, stderr
+    # Not on a terminal, a long build logs a progress line every 15 s; then come the two lines.
+    lines = [line for line in stderr.strip().splitlines() if not line.startswith("listed ")]
+    assert 1 <= len(lines) <= 2, stderr
+    assert f"interrupted ({name})" in lines[0]
+    assert "finished shard" in lines[0] and "kept in" in lines[0]
+    assert lines[-1].startswith("To go on: ") and lines[-1].endswith("--resume")
+    # What it finished is kept, and nothing half-written is left under a shard's name.
+    kept = shards_in(out)
+    assert set(before) <= set(kept)
+    assert not (out / "manifest.json").exists()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    return kept, lines[-1][len("To go on: ") :]
+
+
+@pytest.fixture(scope="module")
+def interrupted(big_src, tmp_path_factory):
+    """A build stopped by Ctrl-C (SIGINT to its process group) while writing shards."""
+    cwd = tmp_path_factory.mktemp("interrupted")
+    out = cwd / "out"
+    status, stdout, stderr, before, pid = _interrupt(big_src, cwd, out, signal.SIGINT, True)
+    assert _group_is_gone(pid)
+    return cwd, out, status, stdout, stderr, before
+
+
+def test_3_ctrl_c_keeps_finished_shards_and_says_how_to_go_on(interrupted):
+    _cwd, out, status, stdout, stderr, before = interrupted
+    _assert_clean_interruption(status, stdout, stderr, before, out, 130, "SIGINT")
+
+
+def test_3_sigterm_to_the_launcher_ends_its_workers_too(big_src, tmp_path):
+    out = tmp_path / "out"
+    status, stdout, stderr, before, pid = _interrupt(
+        big_src, tmp_path, out, signal.SIGTERM, False, "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    )  # fmt: skip
+    _assert_clean_interruption(status, stdout, stderr, before, out, 143, "SIGTERM")
+    # The workers were started in the launcher's process group; none of them is left.
+    assert _group_is_gone(pid)
+
+
+def test_4_running_the_same_command_again_points_to_resume(interrupted, big_src):
+    cwd, out, *_ = interrupted
+    before = files_below(out)
+    done = run("build", "--input", str(big_src), "--output", str(out), *BIG_FLAGS, cwd=cwd)
+    assert done.returncode == 2
+    assert "holds an interrupted build" in done.stderr
+    assert "pass --resume to finish it" in done.stderr
+    assert files_below(out) == before
+
+
+def test_5_verify_calls_a_folder_without_manifest_an_incomplete_build(interrupted):
+    cwd, out, *_ = interrupted
+    before = files_below(out)
+    done = run("verify", str(out), cwd=cwd)
+    assert done.returncode == 1
+    assert f"INCOMPLETE {out}: a build folder without manifest.json" in done.stdout
+    # The shard names say how many there are per split; the missing ones are named.
+    assert re.search(r"\d+ shards? missing by their names", done.stdout)
+    assert "MISSING" in done.stdout
+    assert "1 INCOMPLETE" in done.stdout.splitlines()[-1]
+    loose = run("verify", "--loose", str(out), cwd=cwd)
+    assert loose.returncode == 0, loose.stdout
+    assert "INCOMPLETE" not in loose.stdout
+    assert files_below(out) == before
+
+
+def test_3_the_command_printed_goes_on_with_the_build(interrupted, big_src):
+    """Runs last of the interrupted build's tests: it finishes the build."""
+    cwd, out, _status, _stdout, stderr, _before = interrupted
+    command = stderr.strip().splitlines()[-1][len("To go on: ") :]
+    assert command.endswith(" --resume")
+    done = subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["written"] == 300
+    assert run("verify", str(out), cwd=cwd).returncode == 0
+
+
+# 6. Writes to a closed pipe end quietly, in every command.
+
+
+@pytest.fixture(scope="module")
+def built(src, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("built") / "ds"
+    done = run("build", "--input", str(src), "--output", str(out), cwd=out.parent)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inspect", "{shard}", "-n", "0"],
+        ["inspect", "--json", "{shard}", "-n", "0"],
+        ["verify", "{out}"],
+        ["spec", "{out}"],
+        ["preview", "{out}", "-o", "{tmp}/sheet.png"],
+        ["--help"],
+    ],
+    ids=["inspect", "inspect_json", "verify", "spec", "preview", "help"],
+)
+def test_6_a_closed_pipe_ends_quietly(built, tmp_path, command):
+    shard = sorted(built.glob("*-train.tfrecord-*"))[0]
+    args = [a.format(shard=shard, out=built, tmp=tmp_path) for a in command]
+    process = subprocess.Popen(
+        [*COMMAND, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+    )
+    process.stdout.close()  # the reader is gone before the first line is written
+    stderr = process.stderr.read().decode()
+    status = process.wait(timeout=120)
+    assert stderr == ""
+    assert status in (0, 141)
+
+
+# 7. Quiet by default; -v shows Beam's lines.
+
+
+def test_7_a_multi_process_build_prints_only_its_summary(src, tmp_path):
+    out = tmp_path / "out"
+    done = run(
+        "build", "--input", str(src), "--output", str(out),
+        "--direct_num_workers=2", "--direct_running_mode=multi_processing", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # Nothing but, should the build take over 15 s, its progress lines.
+    assert [line for line in done.stderr.splitlines() if not line.startswith("listed ")] == []
+    assert done.stdout.startswith("Built 'out' in ")
+    assert len(done.stdout.splitlines()) <= 6
+    assert (out / "manifest.json").exists()
+    verbose = run(
+        "build", "--input", str(src), "--output", str(tmp_path / "v"), "-v",
+        "--direct_num_workers=2", "--direct_running_mode=multi_processing", cwd=tmp_path,
+    )  # fmt: skip
+    assert verbose.returncode == 0
+    assert "apache_beam" in verbose.stderr  # Beam's own log lines
+    assert "wrote shard" in verbose.stderr  # and ours, one per shard
+
+
+# 8. Live progress on a terminal, and every 10-30 s elsewhere.
+
+
+def _run_in_pty(args: list[str], cwd: Path) -> tuple[int, str, float]:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the build, its stdout and stderr the terminal
+        os.chdir(cwd)
+        os.execv(COMMAND[0], [*COMMAND, *args])
+    started = time.monotonic()
+    output = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], 300)
+        if not ready:
+            break
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # the terminal closes when the build exits
+            break
+        if not data:
+            break
+        output += data
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output.decode(), time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    "mode",
+    [
+        ["--direct_running_mode=in_memory"],
+        ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    ],
+    ids=["in_process", "multi_process"],
+)
+def test_8_progress_is_redrawn_on_a_terminal(big_src, tmp_path, mode):
+    out = tmp_path / "out"
+    status, output, seconds = _run_in_pty(
+        ["build", "--input", str(big_src), "--output", str(out), *BIG_FLAGS, *mode], tmp_path
+    )
+    assert status == 0, output
+    updates = [u for u in output.split("\r") if u.startswith("listed ")]
+    # At least one redraw a second (by the time the last one shows), of the counts gathered
+    # from every worker process.
+    minutes, secs = re.search(r"(\d+):(\d\d) elapsed", updates[-1]).groups()
+    shown = int(minutes) * 60 + int(secs)
+    assert shown >= 1, updates
+    assert len(updates) >= shown, (len(updates), shown)
+    final = [u for u in updates if "planned 300 of 300" in u]
+    assert final, updates[-3:]
+    assert re.search(r"written \d+ of 300 images, [\d.]+ [KM]?B, [\d.]+ MB/s", final[-1])
+    assert "elapsed" in final[-1]
+    # The summary follows on a clean line, and its time is the whole run's.
+    summary = re.search(r"Built 'out' in \S+: 300 of 300 images in ([\d.]+) s", output)
+    assert summary, output[-500:]
+    assert float(summary.group(1)) <= seconds
+    assert float(summary.group(1)) >= max(0.0, seconds - 5)
+
+
+# 9. A plain local build: the DirectRunner's in-process mode (README: "A local build's
+# parallelism"), its books still checked.
+
+
+def test_9_a_plain_build_runs_in_process_and_balances_its_books(src, tmp_path):
+    out = tmp_path / "out"
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        process = subprocess.Popen(
+            [*COMMAND, "build", "--input", str(src), "--output", str(out), "-v"],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+        workers = set()
+        while process.poll() is None:  # no worker process is started: the work runs in threads
+            workers.update(_python_children(process.pid))
+            time.sleep(0.1)
+    stderr = log.read_text()
+    assert process.returncode == 0, stderr
+    assert workers == set()
+    assert "Beam options: --direct_running_mode=in_memory" in stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["unaccounted"] == 0
+    assert manifest["inputs"]["written"] == 12
+
+
+def _python_children(pid: int) -> set[int]:
+    from beam_tfrecord.console import _children
+
+    found = set()
+    for child in _children(pid):
+        try:
+            if b"sdk_worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.add(child)
+        except OSError:
+            pass
+    return found
+
+
+# 10. A placeholder bucket is refused at once; an unreachable store in one line.
+
+
+def test_10_the_default_config_placeholder_is_refused(tmp_path):
+    done = run("build", "--config", str(_REPO / "configs" / "default.yaml"), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "beam-tfrecord build: error: --input: 'gs://YOUR-BUCKET/images/**': bucket names are "
+        "lowercase, so 'YOUR-BUCKET' is a placeholder; put the name of your bucket there"
+    ]
+    assert files_below(tmp_path) == []
+
+
+def test_10_an_unreachable_store_fails_in_one_line(src, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = run(
+        "build", "--input", str(src), "--output", "gs://some-bucket/out", cwd=tmp_path,
+        env={"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "FSSPEC_GS_TOKEN": "anon"},
+    )  # fmt: skip
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("beam-tfrecord build: error: --output: ")
+    assert "gs://some-bucket/out" in lines[0]
+
+
+# 11. Plurals.
+
+
+def test_11_counts_of_one_are_singular(tmp_path):
+    src = tmp_path / "src"
+    make_collection(src, {"cat": 1}, seed=4)
+    # One CMYK JPEG: written, but re-encoded so that TensorFlow decodes it.
+    from PIL import Image
+
+    Image.new("CMYK", (16, 16), (0, 255, 0, 0)).save(src / "cat" / "cmyk.jpg", "JPEG")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("not a build")
+    refused = run("build", "--input", str(src), "--output", str(out), cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "already holds 1 file;" in refused.stderr
+    done = run(
+        "build", "--input", str(src), "--output", str(out), "--overwrite",
+        "--splits", "train=0.5,test=0.5", "--seed", "1", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert re.search(r"\b2 of 2 images\b", text)
+    assert "1 image was re-encoded so TensorFlow decodes it" in text
+    counts = re.findall(r"(\d+) (examples?) +(\d+) (shards?)", text)
+    assert counts
+    for examples, noun, shards, shard_noun in counts:
+        assert (noun == "example") == (examples == "1")
+        assert (shard_noun == "shard") == (shards == "1")
+    assert not re.search(r"\b1 (images|files|examples|shards|records|inputs)\b", text)

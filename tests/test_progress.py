@@ -1,0 +1,89 @@
+"""Progress counts: summed over worker files, shown as lines, a no-op with no launcher watching."""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import os
+import time
+
+from beam_tfrecord import progress
+from beam_tfrecord.progress import ENV, Progress, read_counts
+
+
+def test_counts_are_a_no_op_when_no_launcher_watches(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    progress.add("listed", 3)
+    progress.set_total(3)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_launcher_sums_every_worker_file(tmp_path):
+    (tmp_path / "11.json").write_text(json.dumps({"listed": 3, "total": 9, "written_bytes": 5}))
+    (tmp_path / "12.json").write_text(json.dumps({"listed": 6, "total": 9, "written_bytes": 7}))
+    (tmp_path / "13.json.99.tmp").write_text("{half a fil")  # being replaced: not read
+    counts = read_counts(str(tmp_path))
+    assert counts == collections.Counter(listed=9, total=9, written_bytes=12)
+
+
+def test_not_on_a_terminal_a_line_every_interval(monkeypatch):
+    out = io.StringIO()
+    with Progress(out, tty=False, log_every=0.2) as shown:
+        assert os.environ[ENV]
+        progress.add("listed", 4)
+        progress.set_total(4)
+        for _ in range(4):
+            progress.add_planned(type("Entry", (), {"record_size": 1000})())
+        progress.add("written", 2, 2000)
+        deadline = time.monotonic() + 30
+        # Workers write their counts a few times a second; wait for them to show, and for
+        # three lines in all.
+        while time.monotonic() < deadline and not (
+            shown.updates >= 3 and out.getvalue().splitlines()[-1].startswith("listed 4 ")
+        ):
+            time.sleep(0.05)
+    folder_gone = ENV not in os.environ
+    lines = out.getvalue().splitlines()
+    assert folder_gone
+    assert len(lines) >= 3
+    assert "\r" not in out.getvalue()
+    assert lines[-1].startswith("listed 4 | planned 4 of 4 | written 2 of 4 images, 2.0 KB")
+
+
+def test_the_line_gives_rate_and_eta():
+    now = [100.0]
+    shown = Progress(io.StringIO(), tty=True, clock=lambda: now[0])
+    counts = collections.Counter(
+        listed=10, total=10, planned=10, to_write=10, to_write_bytes=10_000_000
+    )
+    shown.line(counts)
+    now[0] += 2
+    line = shown.line(collections.Counter(counts, written=4, written_bytes=4_000_000))
+    assert line == (
+        "listed 10 | planned 10 of 10 | written 4 of 10 images, 4.0 MB, 2.0 MB/s "
+        "| 0:02 elapsed, ETA 0:03"
+    )
+
+
+def test_an_in_process_build_counts_every_input(tmp_path):
+    """Inputs reported at planning (no such class) count as planned too, so `planned` reaches the
+    census total and the ETA can show."""
+    from imagegen import make_collection
+
+    from beam_tfrecord.config import BuildConfig
+    from beam_tfrecord.pipeline import build
+
+    make_collection(tmp_path / "src", {"cat": 4, "dog": 3}, seed=6)
+    config = BuildConfig.from_settings(
+        {"inputs": [str(tmp_path / "src")], "output": str(tmp_path / "out"), "classes": "cat"}
+    )
+    with Progress(io.StringIO(), tty=False, log_every=3600):
+        build(config, ["--direct_running_mode=in_memory"])
+        time.sleep(4 * progress._FLUSH_SECONDS)
+        counts = read_counts(os.environ[ENV])
+    assert counts["listed"] == counts["total"] == counts["planned"] == 7
+    assert counts["to_write"] == counts["written"] == 4
+    assert counts["written_bytes"] == sum(
+        p.stat().st_size for p in (tmp_path / "out").glob("out-*.tfrecord-*")
+    )
