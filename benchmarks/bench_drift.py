@@ -75,8 +75,12 @@ def _drift(work: Path, name: str, source: Path, bounds: tuple[str, str], **setti
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--photos", type=int, default=600, help="photographs (640x480, about 110 KB)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--photos", type=int, default=600, help="photographs (640x480, about 110 KB)"
+    )
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="drift-"))
@@ -91,10 +95,22 @@ def main(argv: list[str] | None = None) -> int:
         rows = [
             _drift(work, "photos, kept as they are", photos, ("2MB", "6MB")),
             _drift(work, "hostile corpus x10", hostile, ("20KB", "60KB"), labels="dir"),
-            _drift(work, "photos, --resize 256 --encode jpeg", photos, ("400KB", "1200KB"),
-                   resize="256", encode="jpeg"),  # fmt: skip
-            _drift(work, "photos, --resize exact:32x32 --store raw", photos, ("100KB", "300KB"),
-                   resize="exact:32x32", store="raw"),  # fmt: skip
+            _drift(
+                work,
+                "photos, --resize 256 --encode jpeg",
+                photos,
+                ("400KB", "1200KB"),
+                resize="256",
+                encode="jpeg",
+            ),
+            _drift(
+                work,
+                "photos, --resize exact:32x32 --store raw",
+                photos,
+                ("100KB", "300KB"),
+                resize="exact:32x32",
+                store="raw",
+            ),
             _drift(work, "32x32 drawn PNGs, --resize 64", drawn, ("200KB", "600KB"), resize="64"),
         ]
     finally:
@@ -112,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(rows, indent=1))
     print(table)
     if args.markdown:
-        args.markdown.write_text(f"Command: `python benchmarks/bench_drift.py --photos {args.photos}`.\n\n{table}\n")
+        args.markdown.write_text(
+            f"Command: `python benchmarks/bench_drift.py --photos {args.photos}`.\n\n{table}\n"
+        )
     return 0
 
 

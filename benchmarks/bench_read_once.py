@@ -38,7 +38,9 @@ from collection import ensure_collection, ensure_small_pngs  # noqa: E402
 def _checkout(rev: str, data: Path) -> Path:
     place = data / f"rev-{rev}"
     if not place.exists():
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(place), rev], check=True)
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "add", "--detach", str(place), rev], check=True
+        )
     return place
 
 
@@ -50,13 +52,21 @@ def _work(manifest: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--images", type=int, default=15000, help="JPEG collection size (15000 is about 1.5 GB)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--images", type=int, default=15000, help="JPEG collection size (15000 is about 1.5 GB)"
+    )
     parser.add_argument("--small", type=int, default=120000, help="how many 32x32 PNGs")
-    parser.add_argument("--data", type=Path, default=REPO.parent / "bench-data", help="where collections live")
+    parser.add_argument(
+        "--data", type=Path, default=REPO.parent / "bench-data", help="where collections live"
+    )
     parser.add_argument("--before", help="also run our builds from this git revision")
     parser.add_argument("--only", help="comma-separated parts of row names to run (default all)")
-    parser.add_argument("--cold", action="store_true", help="evict the collection from the page cache first")
+    parser.add_argument(
+        "--cold", action="store_true", help="evict the collection from the page cache first"
+    )
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     args = parser.parse_args(argv)
 
@@ -91,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and not any(w.strip() in workload for w in args.only.split(",")):
             continue
         contenders = [("plain loop, 2 processes", baseline, REPO)] if baseline else []
-        contenders += [(f"{tree}, 2 workers", ours(source, *flags), cwd) for tree, cwd in trees.items()]
+        contenders += [
+            (f"{tree}, 2 workers", ours(source, *flags), cwd) for tree, cwd in trees.items()
+        ]
         results: dict[str, tuple[Result, dict]] = {}
         for name, command, cwd in contenders:
             _sync_and_drop_writes(out)
@@ -117,9 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table)
     if args.markdown:
-        command = f"python benchmarks/bench_read_once.py --images {args.images} --small {args.small}"
+        command = (
+            f"python benchmarks/bench_read_once.py --images {args.images} --small {args.small}"
+        )
         command += f" --before {args.before}" if args.before else ""
-        header = (f"{os.cpu_count()} cores, {'cold' if args.cold else 'warm'} page cache. Command: `{command}`.\n\n")
+        header = f"{os.cpu_count()} cores, {'cold' if args.cold else 'warm'} page cache. Command: `{command}`.\n\n"
         args.markdown.write_text(header + table + "\n")
     return 0
 
@@ -142,11 +156,17 @@ def _table(rows: list[dict], small: int) -> str:
     # Memory per image: the growth of the largest process's peak from half the PNGs to all of them.
     growth = []
     for contender in sorted({r["contender"] for r in rows if "PNGs" in r["workload"]}):
-        pair = {r["images"]: r for r in rows if r["contender"] == contender and "PNGs" in r["workload"]}
+        pair = {
+            r["images"]: r for r in rows if r["contender"] == contender and "PNGs" in r["workload"]
+        }
         if small in pair and small // 2 in pair:
             big, little = pair[small], pair[small // 2]
-            peak = max(big["main_mb"], big["worker_mb"]) - max(little["main_mb"], little["worker_mb"])
-            growth.append(f"- {contender}: {peak * 1e6 / (small - small // 2) / 1e3:.2f} KB more peak memory per image")
+            peak = max(big["main_mb"], big["worker_mb"]) - max(
+                little["main_mb"], little["worker_mb"]
+            )
+            growth.append(
+                f"- {contender}: {peak * 1e6 / (small - small // 2) / 1e3:.2f} KB more peak memory per image"
+            )
     if growth:
         lines += ["", f"Largest process's peak memory, {small // 2} to {small} PNGs:", *growth]
     return "\n".join(lines)
