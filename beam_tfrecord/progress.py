@@ -80,6 +80,10 @@ def _flush_loop(folder: str) -> None:
     while _state["folder"] == folder and _state["pid"] == os.getpid():
         time.sleep(_FLUSH_SECONDS)
         with _lock:
+            if _state["folder"] != folder or _state["pid"] != os.getpid():
+                # A newer run's counts (another Progress since): its own flusher writes them,
+                # and taking them here would lose them in this run's folder.
+                return
             if not _state["dirty"]:
                 continue
             text = json.dumps(dict(_state["counts"]))
