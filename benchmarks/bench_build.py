@@ -153,7 +153,7 @@ def _sync_and_drop_writes(out: Path) -> None:
 
 def _set_cache(source: Path, warm: bool) -> None:
     """Puts the collection's pages into the page cache (warm) or takes them out (cold)."""
-    for path in source.rglob("*.jpg"):
+    for path in (p for p in source.rglob("*") if p.suffix in (".jpg", ".png")):
         fd = os.open(path, os.O_RDONLY)
         try:
             if warm:

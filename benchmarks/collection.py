@@ -41,18 +41,24 @@ def _make_range(args: tuple[str, int, int, int]) -> int:
 
 def ensure_collection(root: Path, images: int, seed: int = 0, processes: int = 2) -> dict:
     """Makes (or reuses) `images` JPEGs under `root`; returns {'images': n, 'bytes': total}."""
-    marker = root / "collection.json"
     wanted = {"images": images, "seed": seed, "width": WIDTH, "height": HEIGHT, "quality": QUALITY}
+    return _ensure(root, wanted, _make_range, 500, processes)
+
+
+def _ensure(root: Path, wanted: dict, make_range, step: int, processes: int) -> dict:
+    """The collection `wanted` describes under `root`: reused when its marker says it is that
+    one, else made by `make_range` over ranges of `step` images, on `processes` processes."""
+    marker = root / "collection.json"
     if marker.exists():
         meta = json.loads(marker.read_text())
         if {k: meta.get(k) for k in wanted} == wanted:
             return meta
     for c in range(CLASSES):
         (root / f"class{c:02d}").mkdir(parents=True, exist_ok=True)
-    step = 500
+    images, seed = wanted["images"], wanted["seed"]
     jobs = [(str(root), s, min(s + step, images), seed * 1_000_003 + s) for s in range(0, images, step)]
     with multiprocessing.Pool(processes) as pool:
-        total = sum(pool.imap_unordered(_make_range, jobs))
+        total = sum(pool.imap_unordered(make_range, jobs))
     meta = dict(wanted, bytes=total)
     marker.write_text(json.dumps(meta))
     return meta
@@ -83,18 +89,5 @@ def _make_small_range(args: tuple[str, int, int, int]) -> int:
 
 def ensure_small_pngs(root: Path, images: int, seed: int = 0, processes: int = 2) -> dict:
     """Makes (or reuses) `images` 32x32 PNGs (the CIFAR shape) in 10 class folders under `root`."""
-    marker = root / "collection.json"
     wanted = {"images": images, "seed": seed, "width": SMALL, "height": SMALL, "format": "png"}
-    if marker.exists():
-        meta = json.loads(marker.read_text())
-        if {k: meta.get(k) for k in wanted} == wanted:
-            return meta
-    for c in range(CLASSES):
-        (root / f"class{c:02d}").mkdir(parents=True, exist_ok=True)
-    step = 5000
-    jobs = [(str(root), s, min(s + step, images), seed * 1_000_003 + s) for s in range(0, images, step)]
-    with multiprocessing.Pool(processes) as pool:
-        total = sum(pool.imap_unordered(_make_small_range, jobs))
-    meta = dict(wanted, bytes=total)
-    marker.write_text(json.dumps(meta))
-    return meta
+    return _ensure(root, wanted, _make_small_range, 5000, processes)
