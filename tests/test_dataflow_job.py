@@ -219,7 +219,7 @@ def _run(command: list[str], cwd: Path) -> subprocess.CompletedProcess:
     ],
     ids=["beam-tfrecord-build", "pipelines.images_to_tfrecord"],
 )
-def test_both_entry_points_dry_run_exit_0_without_a_manifest(entry, bucket, tmp_path):
+def test_both_entry_points_dry_run_exit_0_without_a_manifest(entry, bucket, dry_run, tmp_path):
     output = f"{bucket}/out-{entry[-1].replace('.', '-')}"
     done = _run(
         [
@@ -230,12 +230,16 @@ def test_both_entry_points_dry_run_exit_0_without_a_manifest(entry, bucket, tmp_
             output,
             "--labels",
             "dir",
+            "--resize",
+            "64",
             *_dataflow_args(bucket),
         ],
         cwd=_REPO,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Dry run: DataflowRunner built the job" in done.stdout
+    # The job the tests above inspect: each entry point builds one of the same transforms.
+    assert f"({dry_run.transforms} transforms, a " in done.stdout
     assert "did not submit it; nothing was written" in done.stdout
     assert "Traceback" not in done.stderr and "manifest.json" not in done.stderr
     fs, path = fsspec.core.url_to_fs(output)
