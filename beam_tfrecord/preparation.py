@@ -9,6 +9,7 @@ the record is those bytes plus fields of bounded size. An image the build transf
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -187,21 +188,21 @@ class Preparer:
         Reads nothing of the image: an input list that gave no size costs one size look-up.
         """
         split = assign_split(self.split_key(source.relpath), self.splits, self.seed)
+
+        def skipped(reason: str, message: str) -> ReportEntry:
+            return ReportEntry(
+                source.url, source.relpath, reason, message, split=split, label=label
+            )
+
         size = source.size
         if size < 0:
             try:
                 fs, path = fsspec.core.url_to_fs(source.url)
                 size = fs.size(path)
             except FileNotFoundError:
-                return ReportEntry(
-                    source.url, source.relpath, Reason.VANISHED, "the file was listed but is gone",
-                    split=split, label=label,
-                )  # fmt: skip
+                return skipped(Reason.VANISHED, "the file was listed but is gone")
             except OSError as err:
-                return ReportEntry(
-                    source.url, source.relpath, Reason.READ_ERROR, f"cannot read: {err}",
-                    split=split, label=label,
-                )  # fmt: skip
+                return skipped(Reason.READ_ERROR, f"cannot read: {err}")
         record_size = self.record_size(
             estimated_encoded_size(size, source.relpath, self.policy),
             source.relpath,
@@ -209,11 +210,10 @@ class Preparer:
             label,
         )
         if record_size > self.max_record_size:
-            return ReportEntry(
-                source.url, source.relpath, Reason.TOO_LARGE,
+            return skipped(
+                Reason.TOO_LARGE,
                 f"its record is {record_size} bytes, over --max-shard-size {self.max_record_size}",
-                split=split, label=label,
-            )  # fmt: skip
+            )
         return ImageEntry(
             url=source.url,
             relpath=source.relpath,
@@ -249,7 +249,7 @@ def hash_source(entry: ImageEntry, data: bytes | OSError) -> ImageEntry | Report
         return _skipped(entry, Reason.VANISHED, "the file was listed but is gone")
     if isinstance(data, OSError):
         return _skipped(entry, Reason.READ_ERROR, f"cannot read: {data}")
-    return ImageEntry(**{**entry.__dict__, "source_sha256": hashlib.sha256(data).hexdigest()})
+    return dataclasses.replace(entry, source_sha256=hashlib.sha256(data).hexdigest())
 
 
 def _skipped(entry: ImageEntry, reason: str, message: str) -> ReportEntry:
