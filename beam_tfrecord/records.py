@@ -60,6 +60,8 @@ def image_record_parts(
 
     The hot path of every build. The wire format is written directly, and the image bytes are
     not copied into a message and out again, which cost more than the rest of the record.
+    Thread-safe: a shard writer builds records on its read-ahead threads, where the SHA-256 of
+    the image (the costliest step after decoding) runs beside the other images' work.
     """
     sha = hashlib.sha256(encoded).hexdigest().encode()
     name = filename.encode("utf-8", "surrogateescape")

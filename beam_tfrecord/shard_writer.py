@@ -35,6 +35,7 @@ from beam_tfrecord.tfrecord import (
     TFRecordWriter,
     file_crc32c,
     framed_size,
+    parts_crc32c,
     read_records,
 )
 from beam_tfrecord.wording import count
@@ -204,11 +205,11 @@ def write_shard(
         # The writer keeps the file's checksum as it goes, so the shard is never read back.
         with TFRecordWriter(out, checksum=True) as writer:
             for entry, encoded in sources:
-                record = _record_for(entry, encoded.result, report, max_record_size, work)
-                if record is None:
+                ready = _record_for(entry, encoded.result, report, max_record_size, work)
+                if ready is None:
                     continue
                 offset = writer.bytes_written
-                index.append(index_line(offset, writer.write_parts(record)))
+                index.append(index_line(offset, writer.write_parts(ready.record, crc=ready.crc)))
                 progress.add("written", 1, writer.bytes_written - offset)
                 if entry.label is not None:
                     counts[entry.label] += 1
@@ -269,18 +270,34 @@ def _cancel_upload(raw, path: str) -> None:
         raw.closed = True
 
 
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """One image made ready to write: its record in pieces (`image_record_parts`) and their
+    CRC32C, what TensorFlow decodes from the image it holds, and the source bytes read."""
+
+    record: tuple[bytes, bytes, bytes]
+    crc: int
+    info: ImageInfo
+    bytes_read: int
+
+    @property
+    def framed_size(self) -> int:
+        return framed_size(sum(len(part) for part in self.record))
+
+
 def _encoded(
     entry: ImageEntry,
     *,
     policy: ImagePolicy,
     cpu: threading.Semaphore,
     data: bytes | OSError | None = None,
-) -> tuple[bytes, ImageInfo, int]:
-    """The bytes to store for a planned image, what TensorFlow decodes from them, and the
-    bytes read.
+) -> _Prepared:
+    """A planned image's record, ready to frame.
 
     The image's one read and its one check: a header check, or a decode with
     validate="decode", and for an image that must change, its one decode and one encode.
+    The record is built here too, on the read-ahead thread: its SHA-256 and CRC32C over the
+    image bytes then run beside the other images' decodes, not on the one thread that writes.
     `data` is the source's bytes, or the OSError reading them raised, when they were read
     ahead; None to read them now.
 
@@ -296,7 +313,18 @@ def _encoded(
     if len(data) != entry.source_size:
         raise _SourceChanged(entry.source_size, len(data))
     with cpu:
-        return (*encode_for_tensorflow(data, policy), len(data))
+        encoded, info = encode_for_tensorflow(data, policy)
+        record = image_record_parts(
+            encoded,
+            image_format=info.format,
+            height=info.height,
+            width=info.width,
+            channels=info.channels,
+            filename=entry.relpath,
+            label=entry.class_id,
+            label_text=entry.label,
+        )
+        return _Prepared(record, parts_crc32c(record), info, len(data))
 
 
 class _SourceChanged(Exception):
@@ -306,16 +334,15 @@ class _SourceChanged(Exception):
 
 def _record_for(
     entry: ImageEntry,
-    encoded: Callable[[], tuple[bytes, ImageInfo, int]],
+    prepared: Callable[[], _Prepared],
     report: list[ReportEntry],
     max_record_size: int | None,
     work: Counter[str],
-) -> tuple[bytes, bytes, bytes] | None:
-    """The serialized record of one planned image, in pieces (`image_record_parts`), or None
-    (and a report entry) if it cannot be written. An image changed to be written gets a report
-    entry too.
+) -> _Prepared | None:
+    """The record of one planned image, or None (and a report entry) if it cannot be written.
+    An image changed to be written gets a report entry too.
 
-    `encoded` returns what `_encoded` returns for the entry, or raises what it raised.
+    `prepared` returns what `_encoded` returns for the entry, or raises what it raised.
     """
 
     def skip(reason: str, message: str) -> None:
@@ -326,7 +353,7 @@ def _record_for(
         )
 
     try:
-        encoded, info, read = encoded()
+        ready = prepared()
     except FileNotFoundError:
         skip(Reason.VANISHED, "the file was listed but was gone when its shard was written")
         return None
@@ -339,18 +366,11 @@ def _record_for(
     except _SourceChanged as err:
         skip(Reason.SOURCE_CHANGED, str(err))
         return None
-    work.update(reads=1, bytes_read=read, decodes=int(info.decoded), encodes=int(info.reencode))
-    record = image_record_parts(
-        encoded,
-        image_format=info.format,
-        height=info.height,
-        width=info.width,
-        channels=info.channels,
-        filename=entry.relpath,
-        label=entry.class_id,
-        label_text=entry.label,
+    info = ready.info
+    work.update(
+        reads=1, bytes_read=ready.bytes_read, decodes=int(info.decoded), encodes=int(info.reencode)
     )
-    size = framed_size(sum(len(part) for part in record))
+    size = ready.framed_size
     if max_record_size is not None and size > max_record_size:
         skip(
             Reason.TOO_LARGE,
@@ -365,7 +385,7 @@ def _record_for(
                 action="modified", split=entry.split, label=entry.label, notes=info.notes,
             )
         )  # fmt: skip
-    return record
+    return ready
 
 
 def _verify_existing(

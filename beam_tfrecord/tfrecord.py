@@ -28,6 +28,7 @@ __all__ = [
     "framed_size",
     "masked_crc32c",
     "open_writer",
+    "parts_crc32c",
     "read_records",
 ]
 
@@ -75,6 +76,14 @@ def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """
     crc = _crc32c(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def parts_crc32c(parts: Sequence[bytes]) -> int:
+    """The CRC32C (unmasked) of the concatenation of `parts`, without joining them."""
+    crc = 0
+    for part in parts:
+        crc = _crc32c(part, crc)
+    return crc
 
 
 def file_crc32c(stream: BinaryIO) -> str:
@@ -343,7 +352,7 @@ class TFRecordWriter:
         self._bytes += size
         return size
 
-    def write_parts(self, parts: Sequence[bytes]) -> int:
+    def write_parts(self, parts: Sequence[bytes], *, crc: int | None = None) -> int:
         """Frames and writes one record given as pieces, the record being their concatenation.
 
         The pieces are never joined: a large payload (an image) between a small head and tail
@@ -351,6 +360,8 @@ class TFRecordWriter:
 
         Args:
             parts: The record's pieces, each ``bytes``.
+            crc: The record's CRC32C (unmasked, ``parts_crc32c(parts)``), when the caller has
+                it already: worked out on another thread, it leaves this one only the writing.
 
         Returns:
             The number of bytes written.
@@ -360,12 +371,12 @@ class TFRecordWriter:
             ValueError: If the writer is closed.
         """
         length = 0
-        crc = 0
         for part in parts:
             if type(part) is not bytes:
                 raise TypeError(f"record parts must be bytes, got {type(part).__name__}")
             length += len(part)
-            crc = _crc32c(part, crc)
+        if crc is None:
+            crc = parts_crc32c(parts)
         if self._closed:
             raise ValueError("write to a closed TFRecordWriter")
         head_crc = _crc32c(_pack_length(length))

@@ -30,7 +30,7 @@ from beam_tfrecord.listing import (
     read_input_list_chunk,
     split_task,
 )
-from beam_tfrecord.prefetch import ReadAhead, new_executor, usable_cores
+from beam_tfrecord.prefetch import ReadAhead, new_executor, usable_cores, worker_threads
 from beam_tfrecord.preparation import Preparer, hash_source, read_source
 from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
 from beam_tfrecord.shard_writer import ShardSpec, write_shard
@@ -264,16 +264,16 @@ class PlanImages(beam.PTransform):
 
 
 class _ReadAheadFn(beam.DoFn):
-    """A DoFn that reads `read_ahead` images ahead on threads of its own, shared by its bundles,
-    and runs no more CPU-bound image work at once than its worker has cores (`self._cpu`):
-    reads wait on the disk or the network, decodes on the CPU (Pillow lets go of the GIL while
-    it decodes), and each may hold a decoded image."""
+    """A DoFn that keeps `read_ahead` images in flight on threads of its own (`worker_threads`,
+    shared by its bundles), and runs no more CPU-bound image work at once than its worker has
+    cores (`self._cpu`): reads wait on the disk or the network, decodes on the CPU (Pillow lets
+    go of the GIL while it decodes), and each may hold a decoded image."""
 
     def __init__(self, read_ahead: int):
         self._read_ahead = read_ahead
 
     def setup(self):
-        self._executor = new_executor(self._read_ahead) if self._read_ahead else None
+        self._executor = new_executor(worker_threads()) if self._read_ahead else None
         self._cpu = threading.Semaphore(usable_cores())
 
     def teardown(self):
@@ -287,6 +287,14 @@ class _HashFn(_ReadAheadFn):
     def __init__(self, read_ahead: int):
         super().__init__(read_ahead)
         self._skipped = _counter("images_skipped")
+
+    def setup(self):
+        super().setup()
+        if self._read_ahead:
+            # A thread per read in flight: hashing reads objects on threads, each waiting a
+            # round trip, where the shard writer awaits them (remote.fetch_in_order).
+            self._executor.shutdown()
+            self._executor = new_executor(self._read_ahead)
 
     def start_bundle(self):
         # Per bundle: a bundle that failed must not hand its work to the retry.

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_tfrecord.prefetch import ReadAhead, new_executor, read_ahead
+from beam_tfrecord.prefetch import ReadAhead, new_executor, read_ahead, worker_threads
 
 
 def _consume(pairs):
@@ -52,6 +52,31 @@ def test_no_more_than_threads_items_are_in_flight():
 
     assert [i for i, _ in read_ahead(range(50), fetch, threads=4)] == list(range(50))
     assert 2 <= peak <= 4
+
+
+def test_the_window_is_deeper_than_the_threads():
+    # 16 items queued ahead, worked on by no more threads than the machine's cores and one: more
+    # threads than that only queue for the GIL between their decodes.
+    threads, started, lock = set(), [], threading.Lock()
+    gate = threading.Event()
+
+    def fetch(i):
+        with lock:
+            threads.add(threading.get_ident())
+            started.append(i)
+        gate.wait(5)
+        return i
+
+    with ReadAhead(fetch, threads=16) as ahead:
+        ready = [pair for i in range(16) for pair in ahead.add(i)]
+        assert ready == [], "the first 16 items are all in the window, none handed back yet"
+        time.sleep(0.1)
+        assert len(started) == worker_threads(), "every thread busy, the rest of the window queued"
+        gate.set()
+        assert [item for item, future in ahead.drain() if future.result() == item] == list(
+            range(16)
+        )
+    assert len(threads) == worker_threads()
 
 
 def test_the_byte_budget_holds_back_large_items():
