@@ -184,6 +184,35 @@ def test_counters_in_one_namespace(built):
     assert result.counters["bytes_written"] == sum(s["bytes"] for s in result.manifest["shards"])
 
 
+@pytest.mark.parametrize("beam_args", [[], ["--runner=DirectRunner"]])
+def test_a_local_build_runs_on_the_fnapi_runner_and_never_offers_itself_to_prism(
+    collection, tmp_path, monkeypatch, beam_args
+):
+    # Beam's DirectRunner tries Prism first: a runner it downloads from GitHub. Offline that fails
+    # and it falls back; online, a build would run on a runner it is not made or tested for.
+    from apache_beam.runners.portability import prism_runner
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    offered, ran = [], []
+
+    def prism(self, pipeline, options):
+        offered.append(pipeline)
+        raise AssertionError("offered to Prism")
+
+    real = fn_runner.FnApiRunner.run_pipeline
+
+    def fnapi(self, pipeline, options):
+        ran.append(pipeline)
+        return real(self, pipeline, options)
+
+    monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", prism)
+    monkeypatch.setattr(fn_runner.FnApiRunner, "run_pipeline", fnapi)
+    src, _ = collection
+    result = build(_config(src, tmp_path / "pets", labels="regex:^(cat|dog|fox)/"), beam_args)
+    assert offered == [] and len(ran) == 1
+    assert result.manifest["inputs"]["written"] == sum(CLASSES.values())
+
+
 def test_same_inputs_same_bytes_across_worker_counts(built, tmp_path):
     config, out, _, _ = built
     first = _shard_bytes(out)
