@@ -2,8 +2,9 @@
 
     python benchmarks/bench_read_once.py --images 15000 --small 120000 [--before REV] [--markdown F]
 
-Three workloads, each ours (2 workers, the multi-process DirectRunner) against
-benchmarks/baseline_plain.py (2 processes, no Beam) doing the same work per image:
+Three workloads, each ours (2 workers, the multi-process DirectRunner; and a plain build with no
+Beam flags, in one process) against benchmarks/baseline_plain.py (2 processes, no Beam) doing
+the same work per image:
 
 - the 1.5 GB JPEG collection, default build (`--validate decode`): read, reduced-size decode,
   SHA-256, framing, write;
@@ -83,9 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.before:
         trees[f"before ({args.before})"] = _checkout(args.before, args.data)
 
-    def ours(source: Path, *flags: str) -> list[str]:
+    def ours(source: Path, *flags: str, workers: bool = True) -> list[str]:
         return [python, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**", "--output",
-                str(out / "build"), "--name", "bench", "--overwrite", *flags, *TWO_WORKERS]  # fmt: skip
+                str(out / "build"), "--name", "bench", "--overwrite", *flags,
+                *(TWO_WORKERS if workers else ())]  # fmt: skip
 
     workloads = [
         ("JPEGs, default", jpegs, jpeg_meta, [*plain, str(jpegs), str(out / "plain"), "--mode", "decode"], ()),
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         contenders += [
             (f"{tree}, 2 workers", ours(source, *flags), cwd) for tree, cwd in trees.items()
         ]
+        # What a plain `beam-tfrecord build` runs: in this process, its work on threads.
+        contenders.append(("ours, default (in-process)", ours(source, *flags, workers=False), REPO))
         results: dict[str, tuple[Result, dict]] = {}
         for name, command, cwd in contenders:
             _sync_and_drop_writes(out)
