@@ -15,9 +15,9 @@ from typing import Any
 
 import fsspec
 
-from beam_tfrecord.catalog import ReportEntry
+from beam_tfrecord.codec.record_index import INDEX_DIR, INDEX_SUFFIX
+from beam_tfrecord.entries import ReportEntry
 from beam_tfrecord.labels import ClassMap
-from beam_tfrecord.record_index import INDEX_DIR, INDEX_SUFFIX
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.report import ReportTally, tally_counts
 from beam_tfrecord.shard_writer import PARTS_DIR, REPORT_PART_SUFFIX, ShardResult, is_temporary

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import fsspec
 
-from beam_tfrecord.catalog import ReportEntry
+from beam_tfrecord.entries import ReportEntry
 from beam_tfrecord.storage import TEMP_MARKER, is_object_store
 
 __all__ = [

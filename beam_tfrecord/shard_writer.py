@@ -15,22 +15,10 @@ from dataclasses import dataclass
 import fsspec
 
 from beam_tfrecord import progress
-from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
-from beam_tfrecord.example import decode_example
-from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
-from beam_tfrecord.prefetch import read_ahead as ahead_of
-from beam_tfrecord.prefetch import usable_cores
-from beam_tfrecord.preparation import read_source
-from beam_tfrecord.record_index import index_file_name, index_line
-from beam_tfrecord.records import image_record_parts
-from beam_tfrecord.remote import (
-    BackgroundWriter,
-    fetch_in_order,
-    is_remote,
-    upload_block_size,
-)
-from beam_tfrecord.storage import TEMP_MARKER, is_object_store, publish
-from beam_tfrecord.tfrecord import (
+from beam_tfrecord.codec.example import decode_example
+from beam_tfrecord.codec.record_index import index_file_name, index_line
+from beam_tfrecord.codec.records import image_record_parts
+from beam_tfrecord.codec.tfrecord import (
     CorruptRecordError,
     TFRecordWriter,
     file_crc32c,
@@ -38,6 +26,18 @@ from beam_tfrecord.tfrecord import (
     parts_crc32c,
     read_records,
 )
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
+from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
+from beam_tfrecord.planning import read_source
+from beam_tfrecord.readahead import read_ahead as ahead_of
+from beam_tfrecord.readahead import usable_cores
+from beam_tfrecord.remote import (
+    BackgroundWriter,
+    fetch_in_order,
+    is_remote,
+    upload_block_size,
+)
+from beam_tfrecord.storage import TEMP_MARKER, is_object_store, publish
 from beam_tfrecord.wording import count
 
 __all__ = [

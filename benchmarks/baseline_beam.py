@@ -15,7 +15,7 @@ import sys
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.example import encode_example
+from beam_tfrecord.codec.example import encode_example
 
 
 def _example(path: str) -> bytes:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from beam_tfrecord.tfrecord import (
+from beam_tfrecord.codec.tfrecord import (
     _BATCH_BYTES,
     TFRecordWriter,
     _max_iovecs,

@@ -33,8 +33,8 @@ sys.path[:0] = [str(HERE), str(REPO), str(REPO / "tests")]
 from collection import _make_range, _make_small_range  # noqa: E402
 from hostile_images import hostile_corpus  # noqa: E402
 
+from beam_tfrecord.beam.pipeline import build  # noqa: E402
 from beam_tfrecord.config import BuildConfig, parse_size  # noqa: E402
-from beam_tfrecord.pipeline import build  # noqa: E402
 
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 

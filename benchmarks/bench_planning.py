@@ -19,10 +19,10 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics, MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord.catalog import ImageEntry
+from beam_tfrecord.beam.transforms import PlanShards
 from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.splits import assign_split, shuffle_key
-from beam_tfrecord.transforms import PlanShards
 
 __all__ = ["main"]
 

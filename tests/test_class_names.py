@@ -18,12 +18,12 @@ import pytest
 from imagegen import jpeg_bytes
 from test_tfds import _tfds
 
-from beam_tfrecord.catalog import Reason, ReportEntry
+from beam_tfrecord.beam.pipeline import build, preparer
 from beam_tfrecord.cli import main
 from beam_tfrecord.config import BuildConfig, ConfigError, parse_classes
+from beam_tfrecord.entries import Reason, ReportEntry
 from beam_tfrecord.labels import ClassMap, class_name_problem
 from beam_tfrecord.listing import SourceFile
-from beam_tfrecord.pipeline import build, preparer
 
 # The names of the issue, a carriage return, a name of spaces only and one ending in a space.
 BAD = {

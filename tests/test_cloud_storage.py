@@ -26,16 +26,16 @@ from imagegen import make_collection
 from latency_proxy import request_kind
 
 from beam_tfrecord import shard_writer
-from beam_tfrecord.catalog import ImageEntry
+from beam_tfrecord.beam.pipeline import BuildResult, build, image_policy, preparer
 from beam_tfrecord.cli import main
+from beam_tfrecord.codec.example import decode_example
+from beam_tfrecord.codec.tfrecord import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
-from beam_tfrecord.example import decode_example
+from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
-from beam_tfrecord.pipeline import BuildResult, build, image_policy, preparer
 from beam_tfrecord.shard_writer import ShardSpec, report_part_name, write_shard
 from beam_tfrecord.splits import assign_split
-from beam_tfrecord.tfrecord import read_records
 
 pytestmark = pytest.mark.slow
 

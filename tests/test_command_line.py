@@ -390,7 +390,7 @@ def test_9_a_plain_build_runs_in_process_and_balances_its_books(src, tmp_path):
 
 
 def _python_children(pid: int) -> set[int]:
-    from beam_tfrecord.console import _children
+    from beam_tfrecord.commands.console import _children
 
     found = set()
     for child in _children(pid):

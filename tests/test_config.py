@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from beam_tfrecord.build_command import add_arguments, config_from_args
+from beam_tfrecord.commands.build import add_arguments, config_from_args
 from beam_tfrecord.config import BuildConfig, ConfigError, parse_classes, parse_size, parse_splits
 
 

@@ -53,7 +53,7 @@ from typing import Any
 
 import pytest
 
-from beam_tfrecord.example import (
+from beam_tfrecord.codec.example import (
     BytesList,
     Example,
     FloatList,
@@ -63,7 +63,7 @@ from beam_tfrecord.example import (
     encode_example,
     make_example,
 )
-from beam_tfrecord.tfrecord import (
+from beam_tfrecord.codec.tfrecord import (
     CorruptRecordError,
     TFRecordReader,
     TFRecordWriter,

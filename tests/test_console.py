@@ -6,8 +6,8 @@ import argparse
 import sys
 import types
 
-from beam_tfrecord import console
-from beam_tfrecord.beam_flags import local_defaults, runs_here
+from beam_tfrecord.commands import console
+from beam_tfrecord.commands.beam_flags import local_defaults, runs_here
 
 
 def test_resume_command_is_the_same_with_resume(monkeypatch):

@@ -23,8 +23,8 @@ import pytest
 from cloud_servers import ObjectStore, gcs_store, upload  # noqa: F401
 from imagegen import make_collection
 
+from beam_tfrecord.beam.pipeline import SubmittedBuild, build
 from beam_tfrecord.config import BuildConfig, ConfigError
-from beam_tfrecord.pipeline import SubmittedBuild, build
 
 pytest.importorskip("apache_beam.runners.dataflow.internal.apiclient")
 pytest.importorskip("google.cloud.dataflow_v1beta3")

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from imagegen import jpeg_bytes, make_collection
 
+from beam_tfrecord.beam.pipeline import build
+from beam_tfrecord.codec.example import decode_example
+from beam_tfrecord.codec.tfrecord import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
-from beam_tfrecord.example import decode_example
-from beam_tfrecord.pipeline import build
 from beam_tfrecord.splits import assign_split
-from beam_tfrecord.tfrecord import read_records
 
 pytestmark = pytest.mark.slow
 SPLITS = (("train", 0.5), ("test", 0.5))

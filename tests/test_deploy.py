@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_tfrecord import build_command
+from beam_tfrecord.commands import build as build_command
 
 _REPO = Path(__file__).resolve().parents[1]
 _DEPLOY = _REPO / "deploy"

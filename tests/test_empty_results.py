@@ -17,9 +17,9 @@ import pytest
 from imagegen import make_collection
 from test_tfds import _tfds
 
+from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.manifest import BuildFailed
-from beam_tfrecord.pipeline import build
 from beam_tfrecord.tfds_metadata import dataset_info_json
 
 _REPO = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ from apache_beam.runners import pipeline_context
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_tfrecord.catalog import ImageEntry
+from beam_tfrecord.beam.pipeline import ConvertImages
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.pipeline import ConvertImages
+from beam_tfrecord.entries import ImageEntry
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 

@@ -14,8 +14,8 @@ from google.protobuf import descriptor_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_tfrecord import example as example_module
-from beam_tfrecord.example import (
+from beam_tfrecord.codec import example as example_module
+from beam_tfrecord.codec.example import (
     BytesList,
     Example,
     Feature,
@@ -143,7 +143,7 @@ def test_field_numbers_are_tensorflows():
 
 def test_names_never_clash_with_tensorflows():
     assert Example.DESCRIPTOR.full_name == "beam_tfrecord.v1.Example"
-    assert Example.DESCRIPTOR.file.name == "beam_tfrecord/proto/example.proto"
+    assert Example.DESCRIPTOR.file.name == "beam_tfrecord/codec/proto/example.proto"
     assert {
         cls.DESCRIPTOR.name for cls in (BytesList, FloatList, Int64List, Feature, Features)
     } == {

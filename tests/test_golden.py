@@ -14,8 +14,8 @@ import pytest
 from hostile_images import hostile_corpus
 from imagegen import make_collection
 
+from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.pipeline import build
 
 pytestmark = pytest.mark.slow
 

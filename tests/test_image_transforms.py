@@ -12,10 +12,10 @@ import pytest
 from imagegen import make_collection
 from PIL import Image
 
+from beam_tfrecord.codec.example import decode_example
+from beam_tfrecord.codec.tfrecord import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
-from beam_tfrecord.example import decode_example
 from beam_tfrecord.images import ImagePolicy, Resize, check_image, encode_for_tensorflow
-from beam_tfrecord.tfrecord import read_records
 
 
 def _jpeg(width: int, height: int, *, exif_orientation: int | None = None, seed: int = 0) -> bytes:
@@ -152,7 +152,7 @@ def test_policy_and_config_refuse_bad_transforms():
     ],
 )
 def test_build_with_transforms_decodes_in_tensorflow(tmp_path, settings, check, tf):
-    from beam_tfrecord.pipeline import build
+    from beam_tfrecord.beam.pipeline import build
 
     src = tmp_path / "src"
     make_collection(src, {"a": 6, "b": 6}, seed=4, size=(70, 130))

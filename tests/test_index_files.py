@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from imagegen import make_collection
 
+from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.cli import main
+from beam_tfrecord.codec.example import decode_example
+from beam_tfrecord.codec.tfrecord import TFRecordReader, framed_size, read_records
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.example import decode_example
-from beam_tfrecord.pipeline import build
-from beam_tfrecord.tfrecord import TFRecordReader, framed_size, read_records
-from beam_tfrecord.verify_command import verify_file
+from beam_tfrecord.verification import verify_file
 
 pytestmark = pytest.mark.slow
 

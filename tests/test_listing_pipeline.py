@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.pipeline import build
 
 pytestmark = pytest.mark.slow
 SHARD_RE = re.compile(r"^ds-[a-z]+\.tfrecord-\d{5}-of-\d{5}$")

@@ -16,11 +16,11 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from imagegen import make_collection
 
+from beam_tfrecord.beam.pipeline import ConvertImages, build
+from beam_tfrecord.codec.example import decode_example
+from beam_tfrecord.codec.tfrecord import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
-from beam_tfrecord.example import decode_example
-from beam_tfrecord.pipeline import ConvertImages, build
 from beam_tfrecord.splits import assign_split
-from beam_tfrecord.tfrecord import read_records
 
 pytestmark = pytest.mark.slow
 

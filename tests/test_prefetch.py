@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_tfrecord.prefetch import ReadAhead, new_executor, read_ahead, worker_threads
+from beam_tfrecord.readahead import ReadAhead, new_executor, read_ahead, worker_threads
 
 
 def _consume(pairs):

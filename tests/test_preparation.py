@@ -9,13 +9,13 @@ import pytest
 from imagegen import jpeg_bytes, png_bytes
 from PIL import Image
 
-from beam_tfrecord.catalog import ImageEntry, ReportEntry
+from beam_tfrecord.beam.pipeline import preparer
+from beam_tfrecord.codec.records import image_record
 from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.entries import ImageEntry, ReportEntry
 from beam_tfrecord.images import ImagePolicy, Resize, encode_for_tensorflow
 from beam_tfrecord.listing import SourceFile
-from beam_tfrecord.pipeline import preparer
-from beam_tfrecord.preparation import estimated_encoded_size
-from beam_tfrecord.records import image_record
+from beam_tfrecord.planning import estimated_encoded_size
 
 
 def _planner(**settings):

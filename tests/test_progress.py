@@ -71,8 +71,8 @@ def test_an_in_process_build_counts_every_input(tmp_path):
     census total and the ETA can show."""
     from imagegen import make_collection
 
+    from beam_tfrecord.beam.pipeline import build
     from beam_tfrecord.config import BuildConfig
-    from beam_tfrecord.pipeline import build
 
     make_collection(tmp_path / "src", {"cat": 4, "dog": 3}, seed=6)
     config = BuildConfig.from_settings(

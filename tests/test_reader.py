@@ -17,8 +17,8 @@ import pytest
 from imagegen import make_collection
 from PIL import Image
 
+from beam_tfrecord.codec.tfrecord import read_records
 from beam_tfrecord.reader import Dataset, decode_image, list_shards, parse_record
-from beam_tfrecord.tfrecord import read_records
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """40 images in two classes, built by the real pipeline into shards of 20-60 KB."""
+    from beam_tfrecord.beam.pipeline import build
     from beam_tfrecord.config import BuildConfig
-    from beam_tfrecord.pipeline import build
 
     root = tmp_path_factory.mktemp("reader")
     src, out = root / "src", root / "out" / "pets"

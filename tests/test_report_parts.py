@@ -14,11 +14,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_runner_api_pb2
 from imagegen import make_collection
 
-from beam_tfrecord.catalog import ReportEntry
+from beam_tfrecord.beam.pipeline import ConvertImages, build
 from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.entries import ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.manifest import REPORT_FILE, build_manifest, write_build_files
-from beam_tfrecord.pipeline import ConvertImages, build
 from beam_tfrecord.report import (
     PARTS_DIR,
     ReportTally,

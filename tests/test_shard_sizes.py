@@ -13,8 +13,8 @@ from pathlib import Path
 from hostile_images import hostile_corpus
 from imagegen import make_collection
 
+from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.pipeline import build
 
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 SLACK = 6  # bytes a planned record may be over the written one (README: How it works)

@@ -12,13 +12,13 @@ import pytest
 from imagegen import make_collection, png_bytes
 
 from beam_tfrecord import shard_writer
-from beam_tfrecord.catalog import ImageEntry
-from beam_tfrecord.example import decode_example
+from beam_tfrecord.codec.example import decode_example
+from beam_tfrecord.codec.tfrecord import framed_size, read_records
+from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.images import ImageError, ImagePolicy, check_image
-from beam_tfrecord.preparation import Preparer
+from beam_tfrecord.planning import Preparer
 from beam_tfrecord.shard_writer import ShardSpec, write_shard
 from beam_tfrecord.splits import shuffle_key
-from beam_tfrecord.tfrecord import framed_size, read_records
 
 POLICY = ImagePolicy()
 

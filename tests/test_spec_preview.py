@@ -12,9 +12,9 @@ from imagegen import make_collection
 from PIL import Image
 
 from beam_tfrecord.cli import main
-from beam_tfrecord.example import BytesList, Int64List, decode_example, encode_example
+from beam_tfrecord.codec.example import BytesList, Int64List, decode_example, encode_example
+from beam_tfrecord.codec.tfrecord import open_writer, read_records
 from beam_tfrecord.reader import Dataset
-from beam_tfrecord.tfrecord import open_writer, read_records
 
 pytestmark = pytest.mark.slow
 
@@ -31,8 +31,8 @@ def _tensorflow():
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """40 images in two classes, built by the real pipeline into shards of 20-60 KB."""
+    from beam_tfrecord.beam.pipeline import build
     from beam_tfrecord.config import BuildConfig
-    from beam_tfrecord.pipeline import build
 
     root = tmp_path_factory.mktemp("spec")
     src, out = root / "src", root / "out" / "pets"

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_tfrecord.example import (
+from beam_tfrecord.codec.example import (
     BytesList,
     Example,
     FloatList,
@@ -22,7 +22,7 @@ from beam_tfrecord.example import (
     encode_example,
     make_example,
 )
-from beam_tfrecord.tfrecord import open_writer, read_records
+from beam_tfrecord.codec.tfrecord import open_writer, read_records
 
 # TensorFlow's C++ logging would otherwise bury test output in start-up chatter.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -183,9 +183,9 @@ import os, sys
 first = sys.argv[1]
 if first == "tensorflow":
     import tensorflow as tf
-    from beam_tfrecord import example as ours
+    from beam_tfrecord.codec import example as ours
 else:
-    from beam_tfrecord import example as ours
+    from beam_tfrecord.codec import example as ours
     import tensorflow as tf
 assert tf.train.Example.DESCRIPTOR.full_name == "tensorflow.Example"
 assert ours.Example.DESCRIPTOR.full_name == "beam_tfrecord.v1.Example"

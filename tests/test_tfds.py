@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from imagegen import make_collection, png_bytes
 
+from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.manifest import discard_manifest
-from beam_tfrecord.pipeline import build
 from beam_tfrecord.tfds_metadata import features_json, tfds_files
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from beam_tfrecord import tfrecord
-from beam_tfrecord.tfrecord import (
+from beam_tfrecord.codec import tfrecord
+from beam_tfrecord.codec.tfrecord import (
     CorruptRecordError,
     TFRecordReader,
     TFRecordWriter,
@@ -233,7 +233,7 @@ def test_skip_damaged_salvages_and_reports(tmp_path, case, caplog):
     data, offset, _, reason, _, salvaged = DAMAGE[case]
     url = _file(tmp_path, data)
     reader = TFRecordReader(url, skip_damaged=True)
-    with caplog.at_level(logging.WARNING, logger="beam_tfrecord.tfrecord"):
+    with caplog.at_level(logging.WARNING, logger="beam_tfrecord.codec.tfrecord"):
         records = list(reader)
     assert len(records) == reader.records_read == salvaged
     assert [(d.offset, d.reason) for d in reader.damage] == [(offset, reason)]

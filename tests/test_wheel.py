@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from imagegen import make_collection
 
+from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.pipeline import build
 
 pytestmark = pytest.mark.slow
 

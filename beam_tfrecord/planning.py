@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 import fsspec
 
-from beam_tfrecord.catalog import ImageEntry, Reason, ReportEntry
+from beam_tfrecord.codec.records import image_record_size
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule, class_name_problem
 from beam_tfrecord.listing import SourceFile
-from beam_tfrecord.records import image_record_size
 from beam_tfrecord.splits import assign_split, shuffle_key
 
 __all__ = ["Preparer", "estimated_encoded_size", "read_source"]

@@ -1,4 +1,4 @@
-"""The `beam-tfrecord verify` command: check every record's CRCs, and that it is an Example.
+"""Verifying TFRecord files: every record's CRCs, that it is an Example, and what the manifest says.
 
 A shard in a build's output folder is also held to what the build's manifest.json says of it:
 its record count, its size and the CRC32C of the whole file. A shard the manifest lists but the
@@ -7,11 +7,9 @@ folder lacks is reported missing.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import posixpath
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,10 +19,9 @@ from fsspec.core import url_to_fs
 from google.protobuf.message import DecodeError
 
 from beam_tfrecord.build_folder import missing_shards, shard_names
-from beam_tfrecord.example import Example
-from beam_tfrecord.record_index import IndexCheck, index_candidates
-from beam_tfrecord.tfrecord import (
-    COMPRESSION_TYPES,
+from beam_tfrecord.codec.example import Example
+from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
+from beam_tfrecord.codec.tfrecord import (
     CorruptRecordError,
     TFRecordReader,
     file_crc32c,
@@ -33,11 +30,10 @@ from beam_tfrecord.tfrecord import (
 
 __all__ = [
     "FileReport",
-    "add_arguments",
-    "add_compression_argument",
-    "expand_or_complain",
+    "ManifestShards",
+    "check_against_manifest",
     "expand_paths",
-    "run",
+    "incomplete_builds",
     "verify_file",
 ]
 
@@ -186,7 +182,7 @@ def check_against_manifest(
         )
 
 
-class _Manifests:
+class ManifestShards:
     """The shard lists of the build folders files come from, each manifest read once."""
 
     def __init__(self) -> None:
@@ -248,14 +244,6 @@ def _is_sidecar(relative: str) -> bool:
     return posixpath.splitext(parts[-1])[1].lower() in _SIDECAR_SUFFIXES
 
 
-def expand_or_complain(patterns: list[str]) -> tuple[list[str], list[str]]:
-    """`expand_paths`, printing an error for each pattern that names nothing."""
-    files, unmatched = expand_paths(patterns)
-    for pattern in unmatched:
-        print(f"error: {pattern}: no such file or directory", file=sys.stderr)
-    return files, unmatched
-
-
 def expand_paths(patterns: Iterable[str], **storage_options: Any) -> tuple[list[str], list[str]]:
     """Turns command-line paths into the TFRecord files they name.
 
@@ -314,40 +302,7 @@ def expand_paths(patterns: Iterable[str], **storage_options: Any) -> tuple[list[
     return files, unmatched
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declares the command's arguments."""
-    parser.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="TFRecord files, directories (every file below, hidden and .json/.txt/.index "
-        "files excepted), globs; local or any fsspec URL (gs://...)",
-    )
-    add_compression_argument(parser)
-    parser.add_argument(
-        "--loose",
-        action="store_true",
-        help="check the files on their own: a build folder without manifest.json is not an error",
-    )
-    parser.add_argument(
-        "--raw",
-        action="store_true",
-        help="only check framing and CRCs: records need not be tf.train.Examples",
-    )
-
-
-def add_compression_argument(parser: argparse.ArgumentParser) -> None:
-    """`--compression`, as the commands that read TFRecord files (inspect, verify) take it."""
-    parser.add_argument(
-        "--compression",
-        default="auto",
-        type=lambda value: value if value == "auto" else value.upper(),
-        choices=COMPRESSION_TYPES,
-        help="compression of the files (default: auto, from suffix then content)",
-    )
-
-
-def _incomplete_builds(patterns: list[str]) -> list[tuple[str, list[str], list[str]]]:
+def incomplete_builds(patterns: list[str]) -> list[tuple[str, list[str], list[str]]]:
     """The folders named on the command line that hold shards but no manifest.json: each with
     its shards and the shards their names say are missing."""
     found = []
@@ -365,66 +320,3 @@ def _incomplete_builds(patterns: list[str]) -> list[tuple[str, list[str], list[s
         if shards and "manifest.json" not in names:
             found.append((pattern.rstrip("/") or pattern, shards, missing_shards(shards)))
     return found
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
-
-
-def run(args: argparse.Namespace, extra: list[str]) -> int:
-    """Verifies the files; returns 0 when all are sound, 1 otherwise."""
-    del extra  # the dispatcher refuses unknown flags for this command
-    files, unmatched = expand_or_complain(args.paths)
-    status = 1 if unmatched else 0
-    totals = {"records": 0, "bytes": 0, "damaged": 0}
-    not_examples = False
-    manifests = _Manifests()
-    for url in files:
-        try:
-            report = verify_file(url, args.compression, examples=not args.raw)
-            shard = manifests.shard(url)
-            if shard is not None:
-                check_against_manifest(report, shard)
-        except OSError as error:  # unreadable: permissions, a vanished file, the network
-            report = FileReport(path=url, errors=[f"{url}: cannot read: {error}"])
-        state = "OK" if report.ok else "DAMAGED"
-        print(
-            f"{state:8s} {url}: {_count(report.records, 'record')}, {_count(report.bytes, 'byte')}"
-            + (", index checked" if report.index else "")
-            + (", manifest checked" if report.manifest else "")
-        )
-        for message in report.errors:
-            print(f"         {message}")
-            not_examples = not_examples or "tf.train.Example" in message
-        totals["records"] += report.records
-        totals["bytes"] += report.bytes
-        totals["damaged"] += not report.ok
-    missing = manifests.missing()
-    for url in missing:
-        print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
-    incomplete = [] if args.loose else _incomplete_builds(args.paths)
-    for folder, shards, gaps in incomplete:
-        print(
-            f"INCOMPLETE {folder}: a build folder without manifest.json (an interrupted or "
-            f"unfinished build): {_count(len(shards), 'shard')} there"
-            + (f", {_count(len(gaps), 'shard')} missing by their names" if gaps else "")
-            + "; finish it with `beam-tfrecord build ... --resume`, or pass --loose to check "
-            "the files alone"
-        )
-        for name in gaps[:10]:
-            print(f"MISSING  {posixpath.join(folder, name)}")
-        if len(gaps) > 10:
-            print(f"         ... and {_count(len(gaps) - 10, 'more shard')}")
-    if totals["damaged"] or missing or incomplete:
-        status = 1
-    print(
-        f"total: {_count(len(files), 'file')}, {_count(totals['records'], 'record')}, "
-        f"{_count(totals['bytes'], 'byte')}; "
-        f"{len(files) - totals['damaged']} OK, {totals['damaged']} DAMAGED"
-        + (f", {len(missing)} MISSING" if missing else "")
-        + (f", {len(incomplete)} INCOMPLETE" if incomplete else "")
-        + (f"; {len(unmatched)} matched nothing" if unmatched else "")
-    )
-    if not_examples:
-        print("(files of records that are not tf.train.Examples can be checked with --raw)")
-    return status

@@ -17,6 +17,17 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 
+from beam_tfrecord.beam.transforms import (
+    METRICS_NAMESPACE,
+    DropDuplicates,
+    HashImages,
+    ListImages,
+    PlanImages,
+    PlanShards,
+    WriteReport,
+    WriteShards,
+)
+from beam_tfrecord.checks import preflight
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule
@@ -32,22 +43,11 @@ from beam_tfrecord.manifest import (
     withdrawn_reason,
     write_build_files,
 )
-from beam_tfrecord.preflight import preflight
-from beam_tfrecord.preparation import Preparer
+from beam_tfrecord.planning import Preparer
 from beam_tfrecord.remote import default_depth
 from beam_tfrecord.report import compose_report, remove_parts
 from beam_tfrecord.shard_writer import ShardResult, report_part_name
 from beam_tfrecord.tfds_metadata import tfds_files
-from beam_tfrecord.transforms import (
-    METRICS_NAMESPACE,
-    DropDuplicates,
-    HashImages,
-    ListImages,
-    PlanImages,
-    PlanShards,
-    WriteReport,
-    WriteShards,
-)
 from beam_tfrecord.wording import count
 
 __all__ = [

@@ -16,10 +16,13 @@ from typing import Any
 from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError
 
-from beam_tfrecord.cli import non_negative_int
-from beam_tfrecord.example import Example, example_to_dict
-from beam_tfrecord.tfrecord import CorruptRecordError, read_records
-from beam_tfrecord.verify_command import add_compression_argument, expand_or_complain
+from beam_tfrecord.codec.example import Example, example_to_dict
+from beam_tfrecord.codec.tfrecord import CorruptRecordError, read_records
+from beam_tfrecord.commands.arguments import (
+    add_compression_argument,
+    expand_or_complain,
+    non_negative_int,
+)
 
 __all__ = ["add_arguments", "run"]
 

@@ -1,24 +1,21 @@
-"""The `beam-tfrecord spec` command: the tf.io.parse_example feature spec of a built dataset."""
+"""The tf.io.parse_example feature spec of a built dataset, read from its records."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import posixpath
 import re
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from beam_tfrecord.cli import non_negative_int
-from beam_tfrecord.example import decode_example_kinds
+from beam_tfrecord.codec.example import decode_example_kinds
+from beam_tfrecord.codec.records import sample_record
+from beam_tfrecord.codec.tfrecord import read_records
 from beam_tfrecord.manifest import MANIFEST_FILE, read_manifest
 from beam_tfrecord.reader import Shard, list_shards
-from beam_tfrecord.records import sample_record
-from beam_tfrecord.tfrecord import read_records
 
-__all__ = ["add_arguments", "feature_spec", "run", "spec_to_python"]
+__all__ = ["feature_spec", "spec_to_python"]
 
 _DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
 _SHARD_INDEX = re.compile(r"\.tfrecord-(\d+)-of-\d+$")
@@ -190,36 +187,3 @@ def spec_to_python(description: Mapping[str, Any], variable: str = "feature_spec
         lines.append(f"    {json.dumps(name)}: {parser},")
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Declares the command's arguments."""
-    parser.add_argument(
-        "output", metavar="OUTPUT", help="a build's output folder, a path or any fsspec URL"
-    )
-    parser.add_argument(
-        "--scan",
-        type=non_negative_int,
-        default=1000,
-        metavar="N",
-        help="records to read, the first shard of every split first (default 1000; 0 reads all)",
-    )
-    parser.add_argument(
-        "--json", action="store_true", help="print the spec as JSON, for scripts, not as Python"
-    )
-
-
-def run(args: argparse.Namespace, extra: list[str]) -> int:
-    """Prints the feature spec; returns 1 if the dataset cannot be read."""
-    del extra  # the dispatcher refuses unknown flags for this command
-    try:
-        description = feature_spec(args.output, scan=args.scan or None)
-    # CorruptRecordError and FileNotFoundError are OSErrors; their messages name the file.
-    except (OSError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(description, indent=1))
-    else:
-        print(spec_to_python(description), end="")
-    return 0

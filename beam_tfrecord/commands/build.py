@@ -12,16 +12,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_tfrecord.build_folder import shard_names
-from beam_tfrecord.config import BuildConfig, ConfigError, format_size
-from beam_tfrecord.console import (
+from beam_tfrecord.checks import refuse_placeholders
+from beam_tfrecord.commands.console import (
     configure_logging,
     end_child_processes,
     resume_command,
     stop_on_signals,
     terminal_stream,
 )
+from beam_tfrecord.config import BuildConfig, ConfigError, format_size
 from beam_tfrecord.manifest import BuildFailed
-from beam_tfrecord.preflight import refuse_placeholders
 from beam_tfrecord.progress import Progress
 from beam_tfrecord.wording import count
 
@@ -295,7 +295,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         config = config_from_args(args)
         refuse_placeholders(config)  # at once: before Beam is imported
         # Beam is imported only once the config is sound.
-        from beam_tfrecord.beam_flags import check_beam_args, local_defaults, runs_here
+        from beam_tfrecord.commands.beam_flags import check_beam_args, local_defaults, runs_here
 
         options = check_beam_args(extra, _own_flags())
         beam_args = local_defaults(extra, options)
@@ -303,7 +303,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             # Worker processes log at INFO; our per-shard lines are DEBUG.
             beam_args.append('--sdk_harness_log_level_overrides={"beam_tfrecord": "DEBUG"}')
         _LOG.debug("Beam options: %s", " ".join(beam_args) or "(none)")
-        from beam_tfrecord.pipeline import SubmittedBuild, build
+        from beam_tfrecord.beam.pipeline import SubmittedBuild, build
 
         with (
             terminal_stream(not verbose, (ConfigError,)) as terminal,

@@ -1,0 +1,68 @@
+"""The `beam-tfrecord` command: one entry point, one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Subcommand name -> module exposing `add_arguments(parser)` and `run(args, extra) -> int`.
+# Modules are imported only when their command runs, so `inspect` never pays for importing Beam.
+_COMMANDS = {
+    "build": ("beam_tfrecord.commands.build", "convert a folder of images into TFRecord shards"),
+    "inspect": ("beam_tfrecord.commands.inspect", "show the records of TFRecord files"),
+    "verify": ("beam_tfrecord.commands.verify", "check every record of TFRecord files"),
+    "spec": ("beam_tfrecord.commands.spec", "print the feature spec that parses a dataset"),
+    "preview": ("beam_tfrecord.commands.preview", "draw a contact sheet of a dataset's images"),
+}
+
+
+def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    from beam_tfrecord import __version__
+
+    parser = argparse.ArgumentParser(prog="beam-tfrecord", description=__doc__, allow_abbrev=False)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    for name, (module_name, help_text) in _COMMANDS.items():
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if name == chosen:  # only the command that runs is imported
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub_parser)
+            sub_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the process exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser(argv)
+    # Only `build` passes unknown flags on (to Beam's PipelineOptions); the others refuse them.
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command != "build":
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    try:
+        status = int(args._module.run(args, extra) or 0)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): what is left to print has no one to read it.
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe would
+    except KeyboardInterrupt:  # Ctrl-C outside a build's own handling (which says more)
+        print(f"beam-tfrecord {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return status
+
+
+def _silence_stdout() -> None:
+    """Points stdout at /dev/null, so that the interpreter's last flush does not fail again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

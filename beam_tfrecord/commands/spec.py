@@ -1,0 +1,45 @@
+"""The `beam-tfrecord spec` command: the tf.io.parse_example feature spec of a built dataset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from beam_tfrecord.commands.arguments import non_negative_int
+from beam_tfrecord.feature_spec import feature_spec, spec_to_python
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declares the command's arguments."""
+    parser.add_argument(
+        "output", metavar="OUTPUT", help="a build's output folder, a path or any fsspec URL"
+    )
+    parser.add_argument(
+        "--scan",
+        type=non_negative_int,
+        default=1000,
+        metavar="N",
+        help="records to read, the first shard of every split first (default 1000; 0 reads all)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the spec as JSON, for scripts, not as Python"
+    )
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    """Prints the feature spec; returns 1 if the dataset cannot be read."""
+    del extra  # the dispatcher refuses unknown flags for this command
+    try:
+        description = feature_spec(args.output, scan=args.scan or None)
+    # CorruptRecordError and FileNotFoundError are OSErrors; their messages name the file.
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(description, indent=1))
+    else:
+        print(spec_to_python(description), end="")
+    return 0

@@ -1,0 +1,107 @@
+"""The `beam-tfrecord verify` command: check every record's CRCs, and that it is an Example.
+
+A shard in a build's output folder is also held to what the build's manifest.json says of it:
+its record count, its size and the CRC32C of the whole file. A shard the manifest lists but the
+folder lacks is reported missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import posixpath
+
+from beam_tfrecord.commands.arguments import add_compression_argument, expand_or_complain
+from beam_tfrecord.verification import (
+    FileReport,
+    ManifestShards,
+    check_against_manifest,
+    incomplete_builds,
+    verify_file,
+)
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Declares the command's arguments."""
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="TFRecord files, directories (every file below, hidden and .json/.txt/.index "
+        "files excepted), globs; local or any fsspec URL (gs://...)",
+    )
+    add_compression_argument(parser)
+    parser.add_argument(
+        "--loose",
+        action="store_true",
+        help="check the files on their own: a build folder without manifest.json is not an error",
+    )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="only check framing and CRCs: records need not be tf.train.Examples",
+    )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def run(args: argparse.Namespace, extra: list[str]) -> int:
+    """Verifies the files; returns 0 when all are sound, 1 otherwise."""
+    del extra  # the dispatcher refuses unknown flags for this command
+    files, unmatched = expand_or_complain(args.paths)
+    status = 1 if unmatched else 0
+    totals = {"records": 0, "bytes": 0, "damaged": 0}
+    not_examples = False
+    manifests = ManifestShards()
+    for url in files:
+        try:
+            report = verify_file(url, args.compression, examples=not args.raw)
+            shard = manifests.shard(url)
+            if shard is not None:
+                check_against_manifest(report, shard)
+        except OSError as error:  # unreadable: permissions, a vanished file, the network
+            report = FileReport(path=url, errors=[f"{url}: cannot read: {error}"])
+        state = "OK" if report.ok else "DAMAGED"
+        print(
+            f"{state:8s} {url}: {_count(report.records, 'record')}, {_count(report.bytes, 'byte')}"
+            + (", index checked" if report.index else "")
+            + (", manifest checked" if report.manifest else "")
+        )
+        for message in report.errors:
+            print(f"         {message}")
+            not_examples = not_examples or "tf.train.Example" in message
+        totals["records"] += report.records
+        totals["bytes"] += report.bytes
+        totals["damaged"] += not report.ok
+    missing = manifests.missing()
+    for url in missing:
+        print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
+    incomplete = [] if args.loose else incomplete_builds(args.paths)
+    for folder, shards, gaps in incomplete:
+        print(
+            f"INCOMPLETE {folder}: a build folder without manifest.json (an interrupted or "
+            f"unfinished build): {_count(len(shards), 'shard')} there"
+            + (f", {_count(len(gaps), 'shard')} missing by their names" if gaps else "")
+            + "; finish it with `beam-tfrecord build ... --resume`, or pass --loose to check "
+            "the files alone"
+        )
+        for name in gaps[:10]:
+            print(f"MISSING  {posixpath.join(folder, name)}")
+        if len(gaps) > 10:
+            print(f"         ... and {_count(len(gaps) - 10, 'more shard')}")
+    if totals["damaged"] or missing or incomplete:
+        status = 1
+    print(
+        f"total: {_count(len(files), 'file')}, {_count(totals['records'], 'record')}, "
+        f"{_count(totals['bytes'], 'byte')}; "
+        f"{len(files) - totals['damaged']} OK, {totals['damaged']} DAMAGED"
+        + (f", {len(missing)} MISSING" if missing else "")
+        + (f", {len(incomplete)} INCOMPLETE" if incomplete else "")
+        + (f"; {len(unmatched)} matched nothing" if unmatched else "")
+    )
+    if not_examples:
+        print("(files of records that are not tf.train.Examples can be checked with --raw)")
+    return status
