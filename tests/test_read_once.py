@@ -15,9 +15,9 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 from imagegen import make_collection
 
-from beam_tfrecord import images
 from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.images import decode as images
 
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
 

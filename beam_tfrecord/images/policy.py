@@ -1,0 +1,188 @@
+"""How images are checked and normalized: ImagePolicy and Resize, validated when made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ImagePolicy", "Resize"]
+
+_VALIDATE_MODES = ("decode", "header", "none")
+
+_COLORS = ("rgb", "gray", "keep")
+
+_RESIZE_POLICIES = ("crop", "pad", "stretch")
+
+_ENCODINGS = ("jpeg", "png")
+
+_STORES = ("encoded", "raw")
+
+
+@dataclass(frozen=True)
+class Resize:
+    """How images are resized, always keeping the aspect ratio unless told to stretch.
+
+    Attributes:
+        mode: "short" (the shorter side becomes `size`), "fit" (scaled down to fit within
+            width x height; smaller images are left alone) or "exact" (exactly width x height).
+        size: the shorter side, for "short".
+        width: the target width, for "fit" and "exact".
+        height: the target height, for "fit" and "exact".
+        policy: for "exact": "crop" (scale to cover, then cut the centre), "pad" (scale to fit,
+            then centre on the background colour) or "stretch" (ignore the aspect ratio).
+    """
+
+    mode: str
+    size: int = 0
+    width: int = 0
+    height: int = 0
+    policy: str = "crop"
+
+    def __post_init__(self) -> None:
+        if self.mode == "short":
+            if not _is_int(self.size) or self.size < 1:
+                raise ValueError(
+                    f"resize: the shorter side must be a positive integer, got {self.size!r}"
+                )
+        elif self.mode in ("fit", "exact"):
+            if not (
+                _is_int(self.width) and _is_int(self.height) and self.width > 0 and self.height > 0
+            ):
+                raise ValueError(
+                    f"resize: {self.mode} needs a positive WxH, got {self.width}x{self.height}"
+                )
+        else:
+            raise ValueError(f"resize mode must be short, fit or exact, got {self.mode!r}")
+        if self.policy not in _RESIZE_POLICIES:
+            raise ValueError(
+                f"resize policy must be one of {', '.join(_RESIZE_POLICIES)}, got {self.policy!r}"
+            )
+
+    @classmethod
+    def parse(cls, text: str) -> Resize:
+        """Parses `256` or `short:256`, `640x480` or `fit:640x480`, `exact:224x224[:crop|pad|stretch]`.
+
+        Raises:
+            ValueError: the text is none of these, naming it.
+        """
+        parts = str(text).strip().lower().split(":")
+        try:
+            if len(parts) == 1:
+                parts = ["fit" if "x" in parts[0] else "short", parts[0]]
+            mode, dims, *rest = parts
+            if mode == "short" and not rest:
+                return cls("short", size=int(dims))
+            width, height = (int(v) for v in dims.split("x"))
+            if mode == "fit" and not rest:
+                return cls("fit", width=width, height=height)
+            if mode == "exact" and len(rest) <= 1:
+                return cls("exact", width=width, height=height, policy=rest[0] if rest else "crop")
+        except ValueError as err:
+            if "resize" in str(err):
+                raise
+        raise ValueError(
+            f"resize {text!r}: expected N (shorter side), WxH (fit within) or exact:WxH[:crop|pad|stretch]"
+        )
+
+    def scaled_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size an image is scaled to, before any crop or pad."""
+        if self.mode == "short":
+            scale = self.size / min(width, height)
+        elif self.mode == "fit":
+            scale = min(self.width / width, self.height / height, 1.0)
+        elif self.policy == "stretch":
+            return self.width, self.height
+        elif self.policy == "crop":
+            scale = max(self.width / width, self.height / height)
+            return max(self.width, round(width * scale)), max(self.height, round(height * scale))
+        else:
+            scale = min(self.width / width, self.height / height)
+        return max(1, round(width * scale)), max(1, round(height * scale))
+
+    def output_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size an image of width x height has after resizing."""
+        if self.mode == "exact":
+            return self.width, self.height
+        return self.scaled_size(width, height)
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    """How images are checked and normalized.
+
+    Attributes:
+        validate: "decode" decodes every image to find truncated or corrupt data; "header" reads
+            only the headers (the first 16 KiB are normally enough) and checks their structure;
+            "none" trusts the header as Pillow reads it. Images that must be re-encoded are always
+            decoded in full.
+        color: "rgb" for 3 channels, "gray" for 1, "keep" for the channels of the source as
+            TensorFlow decodes them (1, 3 or 4; gray with alpha is stated as 4 because
+            tf.io.decode_image refuses channels=2).
+        max_pixels: Largest width * height accepted, checked before any pixel is decoded.
+        background: RGB colour that alpha is flattened onto for "rgb" and "gray".
+        jpeg_quality: Quality for re-encoding lossy sources as JPEG.
+        apply_exif_orientation: Rotate the pixels as EXIF says; TensorFlow ignores EXIF.
+        resize: How to resize every image, or None to keep sizes.
+        encode: "jpeg" or "png" to write every image in that format (images already in it
+            that need no other change keep their bytes), or None to choose per image.
+        store: "encoded" (image files) or "raw" (decoded uint8 pixels, row-major HxWxC, for
+            small images).
+    """
+
+    validate: str = "decode"
+    color: str = "rgb"
+    max_pixels: int = 89_478_485
+    background: tuple[int, int, int] = (255, 255, 255)
+    jpeg_quality: int = 95
+    apply_exif_orientation: bool = True
+    resize: Resize | None = None
+    encode: str | None = None
+    store: str = "encoded"
+
+    def __post_init__(self) -> None:
+        if self.validate not in _VALIDATE_MODES:
+            raise ValueError(
+                f"ImagePolicy.validate must be one of {_VALIDATE_MODES}, got {self.validate!r}"
+            )
+        if self.color not in _COLORS:
+            raise ValueError(f"ImagePolicy.color must be one of {_COLORS}, got {self.color!r}")
+        if not _is_int(self.max_pixels) or self.max_pixels < 1:
+            raise ValueError(
+                f"ImagePolicy.max_pixels must be a positive integer, got {self.max_pixels!r}"
+            )
+        background = self.background
+        if (
+            isinstance(background, (str, bytes))
+            or not hasattr(background, "__len__")
+            or len(background) != 3
+            or not all(_is_int(v) and 0 <= v <= 255 for v in background)
+        ):
+            raise ValueError(
+                f"ImagePolicy.background must be three integers in 0..255, got {background!r}"
+            )
+        # A list from a YAML config becomes a tuple, so the policy stays hashable.
+        object.__setattr__(self, "background", tuple(int(v) for v in background))
+        if not _is_int(self.jpeg_quality) or not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(
+                f"ImagePolicy.jpeg_quality must be an integer in 1..100, got {self.jpeg_quality!r}"
+            )
+        if not isinstance(self.apply_exif_orientation, bool):
+            raise ValueError(
+                "ImagePolicy.apply_exif_orientation must be a bool, "
+                f"got {self.apply_exif_orientation!r}"
+            )
+        if isinstance(self.resize, str):
+            object.__setattr__(self, "resize", Resize.parse(self.resize))
+        if self.resize is not None and not isinstance(self.resize, Resize):
+            raise ValueError(f"ImagePolicy.resize must be a Resize or None, got {self.resize!r}")
+        if self.encode is not None and self.encode not in _ENCODINGS:
+            raise ValueError(
+                f"ImagePolicy.encode must be one of {_ENCODINGS} or None, got {self.encode!r}"
+            )
+        if self.store not in _STORES:
+            raise ValueError(f"ImagePolicy.store must be one of {_STORES}, got {self.store!r}")
+        if self.store == "raw" and self.encode is not None:
+            raise ValueError("ImagePolicy.encode has no meaning with store='raw'")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
