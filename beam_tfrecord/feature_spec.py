@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from beam_tfrecord.codec.example import decode_example_kinds
+from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.records import sample_record
-from beam_tfrecord.codec.tfrecord import read_records
 from beam_tfrecord.manifest import MANIFEST_FILE, read_manifest
 from beam_tfrecord.reader import Shard, list_shards
 

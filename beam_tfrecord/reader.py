@@ -19,8 +19,8 @@ from fsspec.core import url_to_fs
 from PIL import Image
 
 from beam_tfrecord.codec.example import decode_example
+from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.records import sample_record
-from beam_tfrecord.codec.tfrecord import read_records
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE
 from beam_tfrecord.storage import to_url
 from beam_tfrecord.wording import count as plural

@@ -16,16 +16,11 @@ import fsspec
 
 from beam_tfrecord import progress
 from beam_tfrecord.codec.example import decode_example
+from beam_tfrecord.codec.framing import CorruptRecordError, file_crc32c, framed_size, parts_crc32c
+from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.record_index import index_file_name, index_line
 from beam_tfrecord.codec.records import image_record_parts
-from beam_tfrecord.codec.tfrecord import (
-    CorruptRecordError,
-    TFRecordWriter,
-    file_crc32c,
-    framed_size,
-    parts_crc32c,
-    read_records,
-)
+from beam_tfrecord.codec.writer import TFRecordWriter
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
 from beam_tfrecord.planning import read_source

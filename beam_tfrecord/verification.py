@@ -20,13 +20,9 @@ from google.protobuf.message import DecodeError
 
 from beam_tfrecord.build_folder import missing_shards, shard_names
 from beam_tfrecord.codec.example import Example
+from beam_tfrecord.codec.framing import CorruptRecordError, file_crc32c, framed_size
+from beam_tfrecord.codec.reader import TFRecordReader
 from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
-from beam_tfrecord.codec.tfrecord import (
-    CorruptRecordError,
-    TFRecordReader,
-    file_crc32c,
-    framed_size,
-)
 
 __all__ = [
     "FileReport",

@@ -11,13 +11,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from beam_tfrecord.codec.tfrecord import (
-    _BATCH_BYTES,
-    TFRecordWriter,
-    _max_iovecs,
-    masked_crc32c,
-    read_records,
-)
+from beam_tfrecord.codec.framing import masked_crc32c
+from beam_tfrecord.codec.reader import read_records
+from beam_tfrecord.codec.writer import _BATCH_BYTES, TFRecordWriter, _max_iovecs
 
 __all__ = ["main"]
 

@@ -29,7 +29,7 @@ from beam_tfrecord import shard_writer
 from beam_tfrecord.beam.pipeline import BuildResult, build, image_policy, preparer
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
-from beam_tfrecord.codec.tfrecord import read_records
+from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.listing import SourceFile

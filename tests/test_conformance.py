@@ -63,13 +63,9 @@ from beam_tfrecord.codec.example import (
     encode_example,
     make_example,
 )
-from beam_tfrecord.codec.tfrecord import (
-    CorruptRecordError,
-    TFRecordReader,
-    TFRecordWriter,
-    open_writer,
-    read_records,
-)
+from beam_tfrecord.codec.framing import CorruptRecordError
+from beam_tfrecord.codec.reader import TFRecordReader, read_records
+from beam_tfrecord.codec.writer import TFRecordWriter, open_writer
 
 RAW_FILES = ["raw_records.tfrecord", "raw_records.gzip.tfrecord", "raw_records.zlib.tfrecord"]
 EXAMPLE_FILES = ["examples.tfrecord", "image_example.tfrecord"]

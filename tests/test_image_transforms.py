@@ -13,7 +13,7 @@ from imagegen import make_collection
 from PIL import Image
 
 from beam_tfrecord.codec.example import decode_example
-from beam_tfrecord.codec.tfrecord import read_records
+from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.images import ImagePolicy, Resize, check_image, encode_for_tensorflow
 

@@ -16,7 +16,8 @@ from imagegen import make_collection
 from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
-from beam_tfrecord.codec.tfrecord import TFRecordReader, framed_size, read_records
+from beam_tfrecord.codec.framing import framed_size
+from beam_tfrecord.codec.reader import TFRecordReader, read_records
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.verification import verify_file
 

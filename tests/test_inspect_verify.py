@@ -15,7 +15,7 @@ from PIL import Image
 
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import BytesList, encode_example
-from beam_tfrecord.codec.tfrecord import open_writer
+from beam_tfrecord.codec.writer import open_writer
 from beam_tfrecord.verification import FileReport, expand_paths, verify_file
 
 _REPO = Path(__file__).resolve().parents[1]

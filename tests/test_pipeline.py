@@ -18,7 +18,7 @@ from imagegen import make_collection
 
 from beam_tfrecord.beam.pipeline import ConvertImages, build
 from beam_tfrecord.codec.example import decode_example
-from beam_tfrecord.codec.tfrecord import read_records
+from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.splits import assign_split
 

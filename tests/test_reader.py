@@ -17,7 +17,7 @@ import pytest
 from imagegen import make_collection
 from PIL import Image
 
-from beam_tfrecord.codec.tfrecord import read_records
+from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.reader import Dataset, decode_image, list_shards, parse_record
 
 pytestmark = pytest.mark.slow

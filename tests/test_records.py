@@ -6,13 +6,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_tfrecord.codec.example import Example, decode_example, encode_example
+from beam_tfrecord.codec.framing import framed_size
 from beam_tfrecord.codec.records import (
     image_record,
     image_record_parts,
     image_record_size,
     serialized_size,
 )
-from beam_tfrecord.codec.tfrecord import framed_size
 
 int64s = st.integers(-(2**63), 2**63 - 1)
 floats = st.floats(width=32, allow_nan=False)

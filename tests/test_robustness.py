@@ -16,7 +16,7 @@ from imagegen import make_collection
 
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
-from beam_tfrecord.codec.tfrecord import read_records
+from beam_tfrecord.codec.reader import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 SHARD_RE = re.compile(r"^ds-[a-z]+\.tfrecord-\d{5}-of-\d{5}$")

@@ -13,7 +13,8 @@ from imagegen import make_collection, png_bytes
 
 from beam_tfrecord import shard_writer
 from beam_tfrecord.codec.example import decode_example
-from beam_tfrecord.codec.tfrecord import framed_size, read_records
+from beam_tfrecord.codec.framing import framed_size
+from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.images import ImageError, ImagePolicy, check_image
 from beam_tfrecord.planning import Preparer

@@ -13,7 +13,8 @@ from PIL import Image
 
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import BytesList, Int64List, decode_example, encode_example
-from beam_tfrecord.codec.tfrecord import open_writer, read_records
+from beam_tfrecord.codec.reader import read_records
+from beam_tfrecord.codec.writer import open_writer
 from beam_tfrecord.reader import Dataset
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,8 @@ from beam_tfrecord.codec.example import (
     encode_example,
     make_example,
 )
-from beam_tfrecord.codec.tfrecord import open_writer, read_records
+from beam_tfrecord.codec.reader import read_records
+from beam_tfrecord.codec.writer import open_writer
 
 # TensorFlow's C++ logging would otherwise bury test output in start-up chatter.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

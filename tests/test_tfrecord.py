@@ -19,17 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from beam_tfrecord.codec import tfrecord
-from beam_tfrecord.codec.tfrecord import (
-    CorruptRecordError,
-    TFRecordReader,
-    TFRecordWriter,
-    file_crc32c,
-    framed_size,
-    masked_crc32c,
-    open_writer,
-    read_records,
-)
+from beam_tfrecord.codec import writer as tfrecord_writer
+from beam_tfrecord.codec.framing import CorruptRecordError, file_crc32c, framed_size, masked_crc32c
+from beam_tfrecord.codec.reader import TFRecordReader, read_records
+from beam_tfrecord.codec.writer import TFRecordWriter, open_writer
 
 # Three records whose frames start at 0, 26 and 62; the file is 108 bytes.
 RECORDS = [b"a" * 10, b"b" * 20, b"c" * 30]
@@ -233,7 +226,7 @@ def test_skip_damaged_salvages_and_reports(tmp_path, case, caplog):
     data, offset, _, reason, _, salvaged = DAMAGE[case]
     url = _file(tmp_path, data)
     reader = TFRecordReader(url, skip_damaged=True)
-    with caplog.at_level(logging.WARNING, logger="beam_tfrecord.codec.tfrecord"):
+    with caplog.at_level(logging.WARNING, logger="beam_tfrecord.codec.reader"):
         records = list(reader)
     assert len(records) == reader.records_read == salvaged
     assert [(d.offset, d.reason) for d in reader.damage] == [(offset, reason)]
@@ -380,7 +373,7 @@ def test_short_writes_are_resumed(tmp_path, monkeypatch):
     def stingy_writev(fd, parts):  # a kernel that takes at most 1000 bytes per call
         return os.write(fd, b"".join(parts)[:1000])
 
-    monkeypatch.setattr(tfrecord.os, "writev", stingy_writev)
+    monkeypatch.setattr(tfrecord_writer.os, "writev", stingy_writev)
     records = [b"a" * 2500, b"b" * 10, memoryview(b"cdef").cast("H"), b"g" * 999]
     path = tmp_path / "short.tfrecord"
     with open(path, "wb") as f, TFRecordWriter(f) as writer:

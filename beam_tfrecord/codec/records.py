@@ -6,7 +6,7 @@ import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 
-from beam_tfrecord.codec.tfrecord import framed_size
+from beam_tfrecord.codec.framing import framed_size
 
 __all__ = [
     "image_record",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from beam_tfrecord.codec.tfrecord import COMPRESSION_TYPES
+from beam_tfrecord.codec.compression import COMPRESSION_TYPES
 from beam_tfrecord.verification import expand_paths
 
 __all__ = ["add_compression_argument", "expand_or_complain", "non_negative_int"]

@@ -17,7 +17,8 @@ from google.protobuf import unknown_fields
 from google.protobuf.message import DecodeError
 
 from beam_tfrecord.codec.example import Example, example_to_dict
-from beam_tfrecord.codec.tfrecord import CorruptRecordError, read_records
+from beam_tfrecord.codec.framing import CorruptRecordError
+from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.commands.arguments import (
     add_compression_argument,
     expand_or_complain,

@@ -16,7 +16,7 @@ import fsspec
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from beam_tfrecord.codec.tfrecord import TFRecordReader, read_records
+from beam_tfrecord.codec.reader import TFRecordReader, read_records
 from beam_tfrecord.manifest import read_manifest
 from beam_tfrecord.reader import Dataset, Shard, decode_image, parse_record
 from beam_tfrecord.wording import count
