@@ -1,13 +1,15 @@
-"""The metadata that flows through a build: one entry per image, one report line per input not written."""
+"""The metadata that flows through a build: one entry per image, one report line per input not
+written, and per shard where it goes (ShardSpec) and what it holds (ShardResult)."""
 
 from __future__ import annotations
 
 import json
+import posixpath
 import re
 import struct
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["ImageEntry", "Reason", "ReportEntry"]
+__all__ = ["ImageEntry", "Reason", "ReportEntry", "ShardResult", "ShardSpec"]
 
 
 class Reason:
@@ -147,3 +149,39 @@ class ReportEntry:
     @property
     def sort_key(self) -> tuple[str, str, str]:
         return (self.relpath, self.url, self.reason)
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """Where one shard goes and what it holds."""
+
+    output_dir: str
+    file_name: str
+    split: str
+    index: int
+    num_shards: int
+
+    @property
+    def url(self) -> str:
+        return posixpath.join(self.output_dir, self.file_name)
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """What a written shard holds, for the manifest."""
+
+    split: str
+    index: int
+    file_name: str
+    examples: int
+    bytes: int
+    crc32c: str  # of the whole file, 8 hex digits, as `gcloud storage hash --hex` prints it
+    class_counts: tuple[tuple[str, int], ...] = ()
+    resumed: bool = False
+    index_file: str | None = None  # its record index, relative to the output folder
+    planned_bytes: int = 0  # what the plan cut it at: its records' planned sizes, summed
+    # What writing it cost, counted: sources read and their bytes, images decoded and encoded.
+    reads: int = 0
+    bytes_read: int = 0
+    decodes: int = 0
+    encodes: int = 0

@@ -16,12 +16,11 @@ from typing import Any
 import fsspec
 
 from beam_tfrecord.codec.record_index import INDEX_DIR, INDEX_SUFFIX
-from beam_tfrecord.entries import ReportEntry
+from beam_tfrecord.entries import ReportEntry, ShardResult
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.remote import run_concurrently
-from beam_tfrecord.report import ReportTally, tally_counts
-from beam_tfrecord.shard_writer import PARTS_DIR, REPORT_PART_SUFFIX, ShardResult, is_temporary
-from beam_tfrecord.storage import publish
+from beam_tfrecord.report import SHARD_REPORT_SUFFIX, SHARD_REPORTS_DIR, ReportTally, tally_counts
+from beam_tfrecord.storage import is_temporary, publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 
 __all__ = [
@@ -247,9 +246,9 @@ def is_build_file(file_name: str) -> bool:
         return is_temporary(name) or (
             name.endswith(INDEX_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
         )
-    if folder == PARTS_DIR:
+    if folder == SHARD_REPORTS_DIR:
         return is_temporary(name) or (
-            name.endswith(REPORT_PART_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
+            name.endswith(SHARD_REPORT_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
         )
     return not folder and (
         name in _METADATA_FILES
@@ -265,7 +264,7 @@ def remove_temporaries(output_dir: str) -> list[str]:
     fs, path = fsspec.core.url_to_fs(output_dir)
     fs.invalidate_cache(path)
     removed = []
-    for folder in ("", INDEX_DIR, PARTS_DIR):
+    for folder in ("", INDEX_DIR, SHARD_REPORTS_DIR):
         try:
             listed = fs.ls(posixpath.join(path, folder) if folder else path, detail=False)
         except FileNotFoundError:
@@ -295,7 +294,7 @@ def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
         except FileNotFoundError:
             return []
 
-    folders = ("", INDEX_DIR, PARTS_DIR)
+    folders = ("", INDEX_DIR, SHARD_REPORTS_DIR)
     removed = []
     # Listed at once and removed at once: on an object store each call is a round trip.
     for folder, listed in zip(

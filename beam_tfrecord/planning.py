@@ -27,7 +27,7 @@ from beam_tfrecord.labels import LabelRule, class_name_problem
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.splits import assign_split, shuffle_key
 
-__all__ = ["Preparer", "estimated_encoded_size", "read_source"]
+__all__ = ["Preparer", "estimated_encoded_size"]
 
 # The header fields of a record whose values are only known once the image is read, at their
 # largest: a planned record is never smaller than the one written for an image that keeps its
@@ -49,22 +49,6 @@ _SOURCE_BYTES_PER_PIXEL = {
     "gif": 0.5, "bmp": 3.0, "tif": 2.0, "tiff": 2.0, "ppm": 3.0, "pgm": 1.0, "pnm": 3.0,
 }  # fmt: skip
 _LOSSY_SUFFIXES = frozenset({"jpg", "jpeg", "jpe", "jfif", "webp", "jp2", "j2k", "avif"})
-
-
-def read_source(url: str) -> bytes:
-    """Reads a whole source file.
-
-    Raises:
-        FileNotFoundError: the file is gone.
-        OSError: it cannot be read.
-    """
-    if "://" not in url:
-        # A local path (listing gives local files as plain paths): a plain open is several
-        # times cheaper than fsspec's layers, and this runs for every image of a build.
-        with open(url, "rb") as f:
-            return f.read()
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.cat_file(path)
 
 
 def estimated_encoded_size(source_size: int, relpath: str, policy: ImagePolicy) -> int:

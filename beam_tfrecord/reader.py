@@ -11,12 +11,10 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
-import numpy as np
 from fsspec.core import url_to_fs
-from PIL import Image
 
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
@@ -24,6 +22,9 @@ from beam_tfrecord.codec.records import sample_record
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE
 from beam_tfrecord.storage import to_url
 from beam_tfrecord.wording import count as plural
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Dataset", "Shard", "decode_image", "list_shards", "parse_record"]
 
@@ -104,6 +105,10 @@ def decode_image(encoded: bytes, channels: int = 3, image_format: str | None = N
     """
     if channels not in _MODES:
         raise ValueError(f"channels must be 1, 3 or 4, got {channels!r}")
+    # Imported here: reading records and labels needs neither, only decoding pixels does.
+    import numpy as np
+    from PIL import Image
+
     formats = [_PILLOW_FORMATS[image_format]] if image_format in _PILLOW_FORMATS else None
     try:
         with warnings.catch_warnings():

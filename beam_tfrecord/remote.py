@@ -28,9 +28,8 @@ from typing import TypeVar
 
 import fsspec
 
-from beam_tfrecord.planning import read_source
 from beam_tfrecord.readahead import DEFAULT_BUDGET
-from beam_tfrecord.storage import is_object_store
+from beam_tfrecord.storage import is_object_store, read_source
 
 __all__ = [
     "ATTEMPTS",

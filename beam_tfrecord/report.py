@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import posixpath
 import shutil
-import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,10 +18,12 @@ from dataclasses import dataclass, field
 import fsspec
 
 from beam_tfrecord.entries import ReportEntry
-from beam_tfrecord.storage import TEMP_MARKER, is_object_store
+from beam_tfrecord.storage import TEMP_MARKER, is_object_store, temporary_name
 
 __all__ = [
     "PARTS_DIR",
+    "SHARD_REPORTS_DIR",
+    "SHARD_REPORT_SUFFIX",
     "ReportTally",
     "compose_report",
     "part_bounds",
@@ -30,10 +31,16 @@ __all__ = [
     "part_url",
     "remove_parts",
     "report_key",
+    "shard_report_name",
     "tally_counts",
     "write_part",
 ]
 
+# Each shard's report lines (images left out, images changed), published before the shard: a
+# shard under its final name always has them, so `--resume` can keep the shard and still report
+# what it holds; report.jsonl is all of them, sorted.
+SHARD_REPORTS_DIR = "reports"
+SHARD_REPORT_SUFFIX = ".jsonl"
 # Parts live in a hidden folder of the output, marked temporary: no glob over shard names sees
 # them, and a build that fails before composing them leaves nothing that passes for a report.
 PARTS_DIR = f".report{TEMP_MARKER}parts"
@@ -106,6 +113,11 @@ def part_of(key: bytes, bounds: Sequence[bytes]) -> int:
     return bisect.bisect_right(bounds, key)
 
 
+def shard_report_name(shard_file_name: str) -> str:
+    """A shard's report lines, relative to the shard's folder: `reports/{shard}.jsonl`."""
+    return f"{SHARD_REPORTS_DIR}/{shard_file_name}{SHARD_REPORT_SUFFIX}"
+
+
 def part_url(output_dir: str, part: int) -> str:
     return posixpath.join(output_dir, PARTS_DIR, f"part-{part:05d}.jsonl")
 
@@ -116,9 +128,7 @@ def _open_for_publish(fs: fsspec.AbstractFileSystem, path: str):
     if is_object_store(fs):
         return path
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    return posixpath.join(
-        posixpath.dirname(path), f".{posixpath.basename(path)}{TEMP_MARKER}{uuid.uuid4().hex}"
-    )
+    return temporary_name(path)
 
 
 def _publish(fs: fsspec.AbstractFileSystem, written: str, path: str) -> None:

@@ -6,7 +6,6 @@ import functools
 import logging
 import posixpath
 import threading
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,9 +20,8 @@ from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.record_index import index_file_name, index_line
 from beam_tfrecord.codec.records import image_record_parts
 from beam_tfrecord.codec.writer import TFRecordWriter
-from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
-from beam_tfrecord.planning import read_source
 from beam_tfrecord.readahead import read_ahead as ahead_of
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import (
@@ -32,72 +30,14 @@ from beam_tfrecord.remote import (
     is_remote,
     upload_block_size,
 )
-from beam_tfrecord.storage import TEMP_MARKER, is_object_store, publish
+from beam_tfrecord.report import shard_report_name
+from beam_tfrecord.storage import is_object_store, publish, read_source, temporary_name
 from beam_tfrecord.wording import count
 
-__all__ = [
-    "PARTS_DIR",
-    "REPORT_PART_SUFFIX",
-    "TEMP_MARKER",
-    "ShardResult",
-    "ShardSpec",
-    "is_temporary",
-    "report_part_name",
-    "write_shard",
-]
+__all__ = ["write_shard"]
 
-# Each shard's report lines (images left out, images changed), published before the shard: a
-# shard under its final name always has them, so `--resume` can keep the shard and still report
-# what it holds; report.jsonl is all of them, sorted.
-PARTS_DIR = "reports"
-REPORT_PART_SUFFIX = ".jsonl"
 
 _LOG = logging.getLogger(__name__)
-
-
-def is_temporary(file_name: str) -> bool:
-    return file_name.startswith(".") and TEMP_MARKER in file_name
-
-
-def report_part_name(shard_file_name: str) -> str:
-    """A shard's report lines, relative to the shard's folder: `reports/{shard}.jsonl`."""
-    return f"{PARTS_DIR}/{shard_file_name}{REPORT_PART_SUFFIX}"
-
-
-@dataclass(frozen=True)
-class ShardSpec:
-    """Where one shard goes and what it holds."""
-
-    output_dir: str
-    file_name: str
-    split: str
-    index: int
-    num_shards: int
-
-    @property
-    def url(self) -> str:
-        return posixpath.join(self.output_dir, self.file_name)
-
-
-@dataclass(frozen=True)
-class ShardResult:
-    """What a written shard holds, for the manifest."""
-
-    split: str
-    index: int
-    file_name: str
-    examples: int
-    bytes: int
-    crc32c: str  # of the whole file, 8 hex digits, as `gcloud storage hash --hex` prints it
-    class_counts: tuple[tuple[str, int], ...] = ()
-    resumed: bool = False
-    index_file: str | None = None  # its record index, relative to the output folder
-    planned_bytes: int = 0  # what the plan cut it at: its records' planned sizes, summed
-    # What writing it cost, counted: sources read and their bytes, images decoded and encoded.
-    reads: int = 0
-    bytes_read: int = 0
-    decodes: int = 0
-    encodes: int = 0
 
 
 def write_shard(
@@ -137,7 +77,7 @@ def write_shard(
     fs, final_path = fsspec.core.url_to_fs(spec.url)
     folder = posixpath.dirname(final_path)
     index_path = posixpath.join(folder, index_file_name(spec.file_name))
-    report_path = posixpath.join(folder, report_part_name(spec.file_name))
+    report_path = posixpath.join(folder, shard_report_name(spec.file_name))
     if resume:
         kept = _verify_existing(fs, final_path, report_path, spec, ordered)
         if kept is not None:
@@ -149,10 +89,7 @@ def write_shard(
                 "kept finished shard %s (%s)", spec.file_name, count(result.examples, "example")
             )
             return result, report
-    if not is_object_store(fs):
-        temp_path = posixpath.join(folder, f".{spec.file_name}{TEMP_MARKER}{uuid.uuid4().hex}")
-    else:
-        temp_path = final_path
+    temp_path = final_path if is_object_store(fs) else temporary_name(final_path)
     report: list[ReportEntry] = []
     counts: Counter[str] = Counter()
     work: Counter[str] = Counter()

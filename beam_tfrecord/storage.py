@@ -7,11 +7,32 @@ import uuid
 
 import fsspec
 
-__all__ = ["TEMP_MARKER", "is_local", "is_object_store", "protocol_of", "publish", "to_url"]
+__all__ = [
+    "TEMP_MARKER",
+    "is_local",
+    "is_object_store",
+    "is_temporary",
+    "protocol_of",
+    "publish",
+    "read_source",
+    "temporary_name",
+    "to_url",
+]
 
 # Temporary files are hidden (leading dot) and carry this marker, so that no reader's glob over
 # shard names sees them and cleanup recognises them.
 TEMP_MARKER = ".tmp-"
+
+
+def temporary_name(path: str) -> str:
+    """A hidden, unique name beside `path` to write it under before it is published."""
+    folder, name = posixpath.split(path)
+    return posixpath.join(folder, f".{name}{TEMP_MARKER}{uuid.uuid4().hex}")
+
+
+def is_temporary(file_name: str) -> bool:
+    """Whether a file name is one `temporary_name` gives: a file not (yet) published."""
+    return file_name.startswith(".") and TEMP_MARKER in file_name
 
 
 def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
@@ -46,9 +67,7 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         fs.pipe_file(path, data)
         return
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    temp = posixpath.join(
-        posixpath.dirname(path), f".{posixpath.basename(path)}{TEMP_MARKER}{uuid.uuid4().hex}"
-    )
+    temp = temporary_name(path)
     try:
         fs.pipe_file(temp, data)
         fs.mv(temp, path)
@@ -56,3 +75,19 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         if fs.exists(temp):
             fs.rm(temp)
         raise
+
+
+def read_source(url: str) -> bytes:
+    """Reads a whole source file.
+
+    Raises:
+        FileNotFoundError: the file is gone.
+        OSError: it cannot be read.
+    """
+    if "://" not in url:
+        # A local path (listing gives local files as plain paths): a plain open is several
+        # times cheaper than fsspec's layers, and this runs for every image of a build.
+        with open(url, "rb") as f:
+            return f.read()
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs.cat_file(path)

@@ -20,11 +20,10 @@ import tracemalloc
 from apache_beam.transforms.stats import ApproximateQuantilesCombineFn
 
 from beam_tfrecord.beam.transforms import WriteReport
-from beam_tfrecord.entries import ReportEntry
+from beam_tfrecord.entries import ReportEntry, ShardResult
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.manifest import REPORT_FILE, build_manifest
 from beam_tfrecord.report import ReportTally, compose_report, report_key, write_part
-from beam_tfrecord.shard_writer import ShardResult
 
 BILLION = 10**9
 SHARDS_AT_A_BILLION = 1_100_000  # 110 TB in shards of 100 MB, the smallest allowed

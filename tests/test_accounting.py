@@ -6,10 +6,9 @@ from imagegen import make_collection
 
 from beam_tfrecord.beam import pipeline
 from beam_tfrecord.cli import main
-from beam_tfrecord.entries import ReportEntry
+from beam_tfrecord.entries import ReportEntry, ShardResult
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.manifest import build_manifest
-from beam_tfrecord.shard_writer import ShardResult
 
 
 def _manifest(listed: int) -> dict:

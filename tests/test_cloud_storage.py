@@ -31,10 +31,11 @@ from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
-from beam_tfrecord.entries import ImageEntry
+from beam_tfrecord.entries import ImageEntry, ShardSpec
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
-from beam_tfrecord.shard_writer import ShardSpec, report_part_name, write_shard
+from beam_tfrecord.report import shard_report_name
+from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.splits import assign_split
 
 pytestmark = pytest.mark.slow
@@ -76,7 +77,7 @@ def _strays(files: dict[str, bytes], manifest: dict) -> set[str]:
     and shards (or files named for shards) that the manifest does not list."""
     listed = {s["file"] for s in manifest["shards"]}
     listed |= {s["index_file"] for s in manifest["shards"] if s.get("index_file")}
-    listed |= {report_part_name(s["file"]) for s in manifest["shards"]}
+    listed |= {shard_report_name(s["file"]) for s in manifest["shards"]}
     return {
         name
         for name in files

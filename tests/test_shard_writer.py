@@ -15,10 +15,11 @@ from beam_tfrecord import shard_writer
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.framing import framed_size
 from beam_tfrecord.codec.reader import read_records
-from beam_tfrecord.entries import ImageEntry
+from beam_tfrecord.entries import ImageEntry, ShardSpec
 from beam_tfrecord.images import ImageError, ImagePolicy, check_image
 from beam_tfrecord.planning import Preparer
-from beam_tfrecord.shard_writer import ShardSpec, write_shard
+from beam_tfrecord.report import shard_report_name
+from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.splits import shuffle_key
 
 POLICY = ImagePolicy()
@@ -231,7 +232,7 @@ def test_resume_keeps_a_shard_with_left_out_images_and_its_report(planned):
     kept, kept_report = write_shard(spec, plan, POLICY, resume=True)
     assert kept.resumed and kept.crc32c == first.crc32c and kept.examples == first.examples
     assert kept_report == report
-    part = Path(spec.output_dir) / shard_writer.report_part_name(spec.file_name)
+    part = Path(spec.output_dir) / shard_report_name(spec.file_name)
     part.unlink()  # without its report lines a shard cannot be kept: what it left out is unknown
     redone, redone_report = write_shard(spec, plan, POLICY, resume=True)
     assert not redone.resumed and redone.crc32c == first.crc32c and redone_report == report

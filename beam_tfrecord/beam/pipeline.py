@@ -29,6 +29,7 @@ from beam_tfrecord.beam.transforms import (
 )
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.config import BuildConfig, ConfigError
+from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.manifest import (
@@ -45,8 +46,7 @@ from beam_tfrecord.manifest import (
 )
 from beam_tfrecord.planning import Preparer
 from beam_tfrecord.remote import default_depth
-from beam_tfrecord.report import compose_report, remove_parts
-from beam_tfrecord.shard_writer import ShardResult, report_part_name
+from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.wording import count
 
@@ -150,7 +150,7 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
     write_build_files(output_dir, manifest, census.classes, extra=tfds)
     keep = [*tfds, *(s["file"] for s in manifest["shards"])]
     keep += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
-    keep += [report_part_name(s["file"]) for s in manifest["shards"]]
+    keep += [shard_report_name(s["file"]) for s in manifest["shards"]]
     removed = remove_stale_files(output_dir, keep=keep)
     if removed:
         _LOG.info(

@@ -18,7 +18,7 @@ from apache_beam.transforms.stats import ApproximateQuantiles
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_tfrecord import progress
-from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, ShardSpec
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.listing import (
@@ -30,10 +30,10 @@ from beam_tfrecord.listing import (
     read_input_list_chunk,
     split_task,
 )
-from beam_tfrecord.planning import Preparer, hash_source, read_source
+from beam_tfrecord.planning import Preparer, hash_source
 from beam_tfrecord.readahead import ReadAhead, new_executor, usable_cores, worker_threads
 from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
-from beam_tfrecord.shard_writer import ShardSpec, write_shard
+from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.sharding import (
     SplitStats,
     bucket_of,
@@ -43,6 +43,7 @@ from beam_tfrecord.sharding import (
     place_records,
     shard_file_name,
 )
+from beam_tfrecord.storage import read_source
 
 __all__ = [
     "METRICS_NAMESPACE",

@@ -1,0 +1,18 @@
+"""Reading a dataset pulls in neither Beam, Pillow nor numpy: they are the build's, not a reader's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_importing_the_reader_loads_no_beam_pillow_or_numpy():
+    code = (
+        "import beam_tfrecord.reader, json, sys; "
+        "print(json.dumps([m for m in ('apache_beam', 'PIL', 'numpy') if m in sys.modules]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(done.stdout) == []
