@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 __all__ = [
+    "SplitPlan",
     "SplitStats",
     "bucket_of",
     "bucket_offsets",
     "num_buckets",
     "num_shards",
     "place_records",
+    "plan_splits",
     "shard_file_name",
     "shard_index",
 ]
@@ -130,3 +132,72 @@ def place_records(
 def shard_file_name(name: str, split: str, index: int, shards: int) -> str:
     """TensorFlow Datasets' naming: `{name}-{split}.tfrecord-00003-of-00010`."""
     return f"{name}-{split}.tfrecord-{index:05d}-of-{shards:05d}"
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """How one split is cut into shards: its totals, its shard count, and where each bucket starts.
+
+    Attributes:
+        records: the split's records.
+        bytes: their planned bytes, summed.
+        max_record: the largest record's planned bytes.
+        shards: how many shards the split is cut into (num_shards).
+        bucket_offsets: per key-range bucket, the bytes of the split's records in the buckets
+            before it; a bucket places its records from there on its own.
+    """
+
+    records: int
+    bytes: int
+    max_record: int
+    shards: int
+    bucket_offsets: tuple[int, ...]
+
+    @property
+    def buckets(self) -> int:
+        return len(self.bucket_offsets)
+
+    def place(
+        self, bucket: int, records: Iterable[tuple[tuple[int, str], int, T]]
+    ) -> Iterator[tuple[int, T]]:
+        """Assigns one bucket's records to shards of this split (see place_records)."""
+        return place_records(records, self.bucket_offsets[bucket], self.bytes, self.shards)
+
+
+def plan_splits(
+    bucket_stats: Mapping[tuple[str, int], SplitStats],
+    buckets: int,
+    min_size: int,
+    max_size: int,
+) -> dict[str, SplitPlan]:
+    """The plan of every split, from the records, bytes and largest record of each (split, bucket).
+
+    The one function the pipeline (PlanShards) and the tests plan with.
+
+    Args:
+        bucket_stats: SplitStats per (split name, bucket); buckets holding nothing may be left out.
+        buckets: how many key-range buckets each split was cut into (num_buckets).
+        min_size: the smallest shard wanted, in bytes.
+        max_size: the largest shard wanted, in bytes.
+
+    Returns:
+        A SplitPlan per split name, in name order.
+    """
+    per_split: dict[str, dict[int, SplitStats]] = {}
+    for (split, bucket), stats in bucket_stats.items():
+        per_split.setdefault(split, {})[bucket] = stats
+    plans = {}
+    for split, by_bucket in sorted(per_split.items()):
+        total = SplitStats()
+        for stats in by_bucket.values():
+            total = total.merge(stats)
+        plans[split] = SplitPlan(
+            records=total.records,
+            bytes=total.bytes,
+            max_record=total.max_record,
+            shards=num_shards(total.bytes, total.max_record, min_size, max_size),
+            bucket_offsets=tuple(
+                bucket_offsets({b: stats.bytes for b, stats in by_bucket.items()}, buckets)
+            ),
+        )
+    return plans

@@ -100,9 +100,9 @@ class _CheckShardFn(beam.DoFn):
         self._shards.inc()
         self._shard_bytes.update(total)
         split_plan = plan[split]
-        whole_split_small = split_plan["shards"] == 1 and split_plan["bytes"] < self._min
+        whole_split_small = split_plan.shards == 1 and split_plan.bytes < self._min
         in_bounds = total <= self._max and (total >= self._min or whole_split_small)
-        if not in_bounds or not 0 <= index < split_plan["shards"]:
+        if not in_bounds or not 0 <= index < split_plan.shards:
             self._bad.inc()
 
     def finish_bundle(self):
@@ -113,9 +113,9 @@ class _CheckShardFn(beam.DoFn):
 
 def _count_plan(plan):
     for split in plan.values():
-        Metrics.counter(NAMESPACE, "plan_records").inc(split["records"])
-        Metrics.counter(NAMESPACE, "plan_shards").inc(split["shards"])
-        Metrics.counter(NAMESPACE, "plan_buckets").inc(split["buckets"])
+        Metrics.counter(NAMESPACE, "plan_records").inc(split.records)
+        Metrics.counter(NAMESPACE, "plan_shards").inc(split.shards)
+        Metrics.counter(NAMESPACE, "plan_buckets").inc(split.buckets)
     return plan
 
 

@@ -7,11 +7,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from beam_tfrecord.sharding import (
+    SplitPlan,
+    SplitStats,
     bucket_of,
-    bucket_offsets,
     num_buckets,
     num_shards,
-    place_records,
+    plan_splits,
     shard_file_name,
 )
 
@@ -48,21 +49,22 @@ def test_num_shards_keeps_average_inside_bounds_for_every_total():
 
 
 def _plan(sizes, min_size, max_size, buckets=1, seed=0):
-    """Plans records the way the pipeline does: bucketed by key range, each bucket placed alone."""
+    """Plans records as PlanShards does: per-bucket stats, plan_splits, each bucket placed alone."""
     rng = random.Random(seed)
     records = [((rng.getrandbits(64), f"img{i:06d}.jpg"), size) for i, size in enumerate(sizes)]
-    total = sum(sizes)
-    n = num_shards(total, max(sizes), min_size, max_size)
     per_bucket: dict[int, list] = {}
     for key, size in records:
         per_bucket.setdefault(bucket_of(key[0], buckets), []).append((key, size, (key, size)))
-    bytes_per_bucket = {b: sum(r[1] for r in rs) for b, rs in per_bucket.items()}
-    offsets = bucket_offsets(bytes_per_bucket, buckets)
+    stats = {
+        ("train", b): SplitStats(len(rs), sum(r[1] for r in rs), max(r[1] for r in rs))
+        for b, rs in per_bucket.items()
+    }
+    plan = plan_splits(stats, buckets, min_size, max_size)["train"]
     shards: dict[int, list] = {}
     for b, rs in per_bucket.items():
-        for shard, payload in place_records(rs, offsets[b], total, n):
+        for shard, payload in plan.place(b, rs):
             shards.setdefault(shard, []).append(payload)
-    return n, shards
+    return plan.shards, shards
 
 
 @settings(max_examples=300, deadline=None)
@@ -121,3 +123,27 @@ def test_num_buckets():
 
 def test_shard_file_name_is_tfds_style():
     assert shard_file_name("flowers", "train", 3, 12) == "flowers-train.tfrecord-00003-of-00012"
+
+
+def test_plan_splits_is_data_per_split_from_bucket_stats():
+    # ImageNet-like: 1.28M records of ~110 KB in train over 3 buckets, 50k in validation over 1.
+    stats = {
+        ("train", 0): SplitStats(400_000, 44 * GiB, 900_000),
+        ("train", 2): SplitStats(480_000, 52 * GiB, 1_200_000),
+        ("train", 1): SplitStats(400_000, 41 * GiB, 800_000),
+        ("validation", 1): SplitStats(50_000, 6 * GiB, 700_000),
+    }
+    plans = plan_splits(stats, 3, 100 * MB, 200 * MB)
+    assert list(plans) == ["train", "validation"]
+    train = plans["train"]
+    assert train == SplitPlan(
+        records=1_280_000,
+        bytes=137 * GiB,
+        max_record=1_200_000,
+        shards=num_shards(137 * GiB, 1_200_000, 100 * MB, 200 * MB),
+        bucket_offsets=(0, 44 * GiB, 85 * GiB),
+    )
+    assert 100 * MB <= train.bytes / train.shards <= 200 * MB and train.buckets == 3
+    assert plans["validation"].bucket_offsets == (0, 0, 6 * GiB)
+    with pytest.raises(AttributeError):
+        train.shards = 1  # frozen: the plan is a side input every worker shares

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -35,12 +35,11 @@ from beam_tfrecord.readahead import ReadAhead, new_executor, usable_cores, worke
 from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.sharding import (
+    SplitPlan,
     SplitStats,
     bucket_of,
-    bucket_offsets,
     num_buckets,
-    num_shards,
-    place_records,
+    plan_splits,
     shard_file_name,
 )
 from beam_tfrecord.storage import read_source
@@ -445,40 +444,11 @@ class _BucketStatsFn(beam.CombineFn):
 
 
 class _PlanBucketFn(beam.DoFn):
-    def process(self, element, plan):
+    def process(self, element, plan: Mapping[str, SplitPlan]):
         (split, bucket), entries = element
-        split_plan = plan[split]
-        start = split_plan["bucket_offsets"][bucket]
-        for shard, entry in place_records(
-            ((e.sort_key, e.record_size, e) for e in entries),
-            start,
-            split_plan["bytes"],
-            split_plan["shards"],
-        ):
+        records = ((e.sort_key, e.record_size, e) for e in entries)
+        for shard, entry in plan[split].place(bucket, records):
             yield (split, shard), entry
-
-
-def _split_plans(bucket_stats: dict, buckets: int, bounds: tuple[int, int]) -> dict:
-    """Per split: records, bytes, shard count, bucket count and each bucket's start offset."""
-    per_split: dict[str, dict[int, SplitStats]] = {}
-    for (split, bucket), stats in bucket_stats.items():
-        per_split.setdefault(split, {})[bucket] = stats
-    plans = {}
-    for split, by_bucket in sorted(per_split.items()):
-        total = SplitStats()
-        for stats in by_bucket.values():
-            total = total.merge(stats)
-        plans[split] = {
-            "records": total.records,
-            "bytes": total.bytes,
-            "max_record": total.max_record,
-            "shards": num_shards(total.bytes, total.max_record, *bounds),
-            "buckets": buckets,
-            "bucket_offsets": bucket_offsets(
-                {b: stats.bytes for b, stats in by_bucket.items()}, buckets
-            ),
-        }
-    return plans
 
 
 class PlanShards(beam.PTransform):
@@ -491,7 +461,7 @@ class PlanShards(beam.PTransform):
     one combine give each bucket's bytes and each split's totals.
 
     Returns a dict: `shards`, ((split, shard index), [ImageEntry]) pairs, and `plan`, a one-element
-    PCollection with each split's plan (records, bytes, shard count).
+    PCollection with each split's SplitPlan (sharding.plan_splits).
     """
 
     def __init__(self, min_shard_size: int, max_shard_size: int, bucket_records: int, most):
@@ -516,7 +486,7 @@ class PlanShards(beam.PTransform):
             | "SizeOfBuckets" >> beam.CombineGlobally(_BucketStatsFn())
             | "SplitPlans"
             >> beam.Map(
-                lambda stats, most: _split_plans(stats, num_buckets(most, bucket_records), bounds),
+                lambda stats, most: plan_splits(stats, num_buckets(most, bucket_records), *bounds),
                 most=pvalue.AsSingleton(self._most),
             )
         )
@@ -553,7 +523,7 @@ class _WriteShardFn(_ReadAheadFn):
 
     def process(self, element, plan):
         (split, index), entries = element
-        shards = plan[split]["shards"]
+        shards = plan[split].shards
         spec = ShardSpec(
             self._output_dir,
             shard_file_name(self._name, split, index, shards),
