@@ -8,23 +8,42 @@ import posixpath
 import re
 import struct
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 
 __all__ = ["ImageEntry", "Reason", "ReportEntry", "ShardResult", "ShardSpec"]
 
 
-class Reason:
-    """Stable reason codes of the report, one per way an input can fail to be written."""
+class Reason(str, Enum):
+    """Every reason code of the report: why an input was not written, or that it was changed.
 
+    Codes are stable and never change meaning. A str enum: a reason is its code wherever a
+    string is expected (report.jsonl, the manifest's counts, comparisons with a code read back).
+    """
+
+    # Labelling and planning.
     NO_LABEL = "no_label"
     UNKNOWN_CLASS = "unknown_class"
     BAD_CLASS_NAME = "bad_class_name"  # a name no labels file can hold (labels.class_name_problem)
+    # Reading the source.
     READ_ERROR = "read_error"
     VANISHED = "vanished"
     SOURCE_CHANGED = "source_changed"
     TOO_LARGE = "larger_than_max_shard_size"
     DUPLICATE = "duplicate"  # byte-identical to another input, which was written instead
-    NORMALIZED = "normalized"  # written, re-encoded or transformed (action "modified")
-    # Image checks add their own codes (empty_file, truncated, corrupt, too_many_pixels, ...).
+    # The image checks (ImageError.code, beam_tfrecord.images).
+    EMPTY_FILE = "empty_file"  # zero bytes
+    UNKNOWN_FORMAT = "unknown_format"  # the content is not an image format we recognise
+    UNSUPPORTED = "unsupported"  # a recognised image, but a format or feature not decoded
+    TRUNCATED = "truncated"  # the data ends before the image does
+    CORRUPT = "corrupt"  # the data is damaged or inconsistent
+    TOO_MANY_PIXELS = "too_many_pixels"  # width * height is above ImagePolicy.max_pixels
+    NEED_FULL_DATA = "need_full_data"  # a prefix was checked, and the answer needs the whole file
+    # Written, but re-encoded or transformed (action "modified").
+    NORMALIZED = "normalized"
+
+    # The code itself, not "Reason.TRUNCATED", in str() and f-strings, on every Python version.
+    __str__ = str.__str__
+    __format__ = str.__format__
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from beam_tfrecord.entries import Reason
+
 __all__ = ["ERROR_CODES", "NOTE_CODES", "ImageError", "ImageInfo", "NeedFullData"]
 
+# The reasons an ImageError gives (entries.Reason holds every code of the report).
 ERROR_CODES = (
-    "empty_file",  # zero bytes
-    "unknown_format",  # the content is not an image format we recognise
-    "unsupported",  # a recognised image, but a format or feature this module will not decode
-    "truncated",  # the data ends before the image does
-    "corrupt",  # the data is damaged or inconsistent
-    "too_many_pixels",  # width * height is above ImagePolicy.max_pixels
-    "need_full_data",  # a prefix was given, and the answer needs the whole file (NeedFullData)
+    Reason.EMPTY_FILE,
+    Reason.UNKNOWN_FORMAT,
+    Reason.UNSUPPORTED,
+    Reason.TRUNCATED,
+    Reason.CORRUPT,
+    Reason.TOO_MANY_PIXELS,
+    Reason.NEED_FULL_DATA,
 )
 
 NOTE_CODES = (
@@ -76,9 +79,10 @@ class ImageError(ValueError):
 
     def __init__(self, code: str, message: str) -> None:
         if code not in ERROR_CODES:
-            raise ValueError(f"unknown ImageError code {code!r}; expected one of {ERROR_CODES}")
-        super().__init__(code, message)
-        self.code = code
+            expected = tuple(c.value for c in ERROR_CODES)
+            raise ValueError(f"unknown ImageError code {code!r}; expected one of {expected}")
+        super().__init__(Reason(code).value, message)
+        self.code = Reason(code)
         self.message = message
 
     def __str__(self) -> str:
