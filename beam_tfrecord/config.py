@@ -6,9 +6,10 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from beam_tfrecord.images.policy import ImagePolicy, PolicyError
 from beam_tfrecord.labels import class_name_problem
 
 __all__ = [
@@ -192,6 +193,8 @@ class BuildConfig:
         read_ahead: images each worker reads concurrently, ahead of the one it checks or writes;
             None to choose by the inputs' store (deep for object stores, where every read waits
             a round trip, shallow for local disk).
+        image: the ImagePolicy the image settings (validate ... store) make; not a setting of
+            its own. The policy checks them, and a bad one is a ConfigError naming the setting.
     """
 
     inputs: tuple[str, ...] = ()
@@ -222,6 +225,8 @@ class BuildConfig:
     max_skipped_fraction: float | None = None
     planning_bucket_records: int = 200_000
     read_ahead: int | None = None
+    # The image settings above as the ImagePolicy they make, checked by the policy alone.
+    image: ImagePolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.inputs, str):
@@ -274,46 +279,23 @@ class BuildConfig:
                 f"{format_size(self.min_shard_size)} is above --max-shard-size "
                 f"{format_size(self.max_shard_size)}",
             )
-        _check_choice("validate", self.validate, ("decode", "header", "none"))
-        _check_choice("color", self.color, ("rgb", "gray", "keep"))
-        if (
-            isinstance(self.max_pixels, bool)
-            or not isinstance(self.max_pixels, int)
-            or self.max_pixels <= 0
-        ):
-            raise ConfigError("max_pixels", f"must be a positive integer, got {self.max_pixels!r}")
-        if (
-            isinstance(self.jpeg_quality, bool)
-            or not isinstance(self.jpeg_quality, int)
-            or not 1 <= self.jpeg_quality <= 100
-        ):
-            raise ConfigError(
-                "jpeg_quality", f"must be an integer from 1 to 100, got {self.jpeg_quality!r}"
+        try:
+            image = ImagePolicy(
+                validate=self.validate,
+                color=self.color,
+                max_pixels=self.max_pixels,
+                background=self.background,
+                jpeg_quality=self.jpeg_quality,
+                apply_exif_orientation=self.exif_orientation,
+                resize=self.resize,
+                encode=self.encode,
+                store=self.store,
             )
-        background = self.background
-        if isinstance(background, str):
-            background = _parse_color(background)
-        background = tuple(background)
-        if len(background) != 3 or any(
-            isinstance(c, bool) or not isinstance(c, int) or not 0 <= c <= 255 for c in background
-        ):
-            raise ConfigError(
-                "background",
-                f"expected #RRGGBB or R,G,B with values 0-255, got {self.background!r}",
-            )
-        object.__setattr__(self, "background", background)
-        if self.resize is not None:
-            from beam_tfrecord.images import Resize
-
-            try:
-                Resize.parse(self.resize)
-            except ValueError as err:
-                raise ConfigError("resize", str(err)) from None
-        if self.encode is not None:
-            _check_choice("encode", self.encode, ("jpeg", "png"))
-        _check_choice("store", self.store, ("encoded", "raw"))
-        if self.store == "raw" and self.encode is not None:
-            raise ConfigError("encode", "--store raw writes pixels, not image files; drop --encode")
+        except PolicyError as err:  # named as the setting the user gave
+            setting = "exif_orientation" if err.field == "apply_exif_orientation" else err.field
+            raise ConfigError(setting, err.problem) from None
+        object.__setattr__(self, "image", image)
+        object.__setattr__(self, "background", image.background)
         if self.split_by is not None:
             try:
                 compiled = re.compile(self.split_by)
@@ -369,7 +351,7 @@ class BuildConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved settings as plain JSON-able data (for the manifest)."""
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data = {name: getattr(self, name) for name in self.setting_names()}
         data["splits"] = dict(self.splits)
         data["inputs"] = list(self.inputs)
         data["extensions"] = list(self.extensions)
@@ -379,7 +361,7 @@ class BuildConfig:
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> BuildConfig:
@@ -448,13 +430,3 @@ def _default_name(output: str) -> str:
 def _check_choice(setting: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(setting, f"expected one of {', '.join(choices)}, got {value!r}")
-
-
-def _parse_color(value: str) -> tuple[int, ...]:
-    text = value.strip().lstrip("#")
-    if re.fullmatch(r"[0-9A-Fa-f]{6}", text):
-        return tuple(int(text[i : i + 2], 16) for i in (0, 2, 4))
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise ConfigError("background", f"expected #RRGGBB or R,G,B, got {value!r}") from None

@@ -26,7 +26,7 @@ from imagegen import make_collection
 from latency_proxy import request_kind
 
 from beam_tfrecord import shard_writer
-from beam_tfrecord.beam.pipeline import BuildResult, build, image_policy, preparer
+from beam_tfrecord.beam.pipeline import BuildResult, build, preparer
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
@@ -295,7 +295,7 @@ def test_a_failed_shard_leaves_no_object(request, protocol, collection, monkeypa
     monkeypatch.setattr(shard_writer, "read_source", failing_read)
     spec = ShardSpec(config.output, "pets-train.tfrecord-00000-of-00001", "train", 0, 1)
     with pytest.raises(RuntimeError, match="five records"):
-        write_shard(spec, entries, image_policy(config))
+        write_shard(spec, entries, config.image)
     assert _objects(bucket) == {}
 
 

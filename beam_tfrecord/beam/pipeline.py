@@ -30,7 +30,6 @@ from beam_tfrecord.beam.transforms import (
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.entries import ShardResult
-from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.manifest import (
     MANIFEST_FILE,
@@ -56,26 +55,11 @@ __all__ = [
     "LocalRunner",
     "SubmittedBuild",
     "build",
-    "image_policy",
     "preparer",
     "read_depth",
 ]
 
 _LOG = logging.getLogger(__name__)
-
-
-def image_policy(config: BuildConfig) -> ImagePolicy:
-    return ImagePolicy(
-        validate=config.validate,
-        color=config.color,
-        max_pixels=config.max_pixels,
-        background=config.background,
-        jpeg_quality=config.jpeg_quality,
-        apply_exif_orientation=config.exif_orientation,
-        resize=Resize.parse(config.resize) if config.resize else None,
-        encode=config.encode,
-        store=config.store,
-    )
 
 
 def preparer(config: BuildConfig) -> Preparer:
@@ -84,7 +68,7 @@ def preparer(config: BuildConfig) -> Preparer:
         fixed_classes=config.classes,
         splits=config.splits,
         seed=config.seed,
-        policy=image_policy(config),
+        policy=config.image,
         max_record_size=config.max_shard_size,
         split_by=config.split_by,
     )
@@ -196,7 +180,7 @@ class ConvertImages(beam.PTransform):
         written = planned["shards"] | "WriteShards" >> WriteShards(
             config.output,
             config.name,
-            image_policy(config),
+            config.image,
             planned["plan"],
             max_record_size=config.max_shard_size,
             resume=config.resume,

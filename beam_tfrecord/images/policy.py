@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-__all__ = ["ImagePolicy", "Resize"]
+__all__ = ["ImagePolicy", "PolicyError", "Resize"]
 
 _VALIDATE_MODES = ("decode", "header", "none")
 
@@ -118,7 +119,8 @@ class ImagePolicy:
             TensorFlow decodes them (1, 3 or 4; gray with alpha is stated as 4 because
             tf.io.decode_image refuses channels=2).
         max_pixels: Largest width * height accepted, checked before any pixel is decoded.
-        background: RGB colour that alpha is flattened onto for "rgb" and "gray".
+        background: RGB colour that alpha is flattened onto for "rgb" and "gray"; three
+            integers, or the text `#RRGGBB` or `R,G,B`.
         jpeg_quality: Quality for re-encoding lossy sources as JPEG.
         apply_exif_orientation: Rotate the pixels as EXIF says; TensorFlow ignores EXIF.
         resize: How to resize every image, or None to keep sizes.
@@ -139,49 +141,77 @@ class ImagePolicy:
     store: str = "encoded"
 
     def __post_init__(self) -> None:
-        if self.validate not in _VALIDATE_MODES:
-            raise ValueError(
-                f"ImagePolicy.validate must be one of {_VALIDATE_MODES}, got {self.validate!r}"
-            )
-        if self.color not in _COLORS:
-            raise ValueError(f"ImagePolicy.color must be one of {_COLORS}, got {self.color!r}")
+        _check_choice("validate", self.validate, _VALIDATE_MODES)
+        _check_choice("color", self.color, _COLORS)
         if not _is_int(self.max_pixels) or self.max_pixels < 1:
-            raise ValueError(
-                f"ImagePolicy.max_pixels must be a positive integer, got {self.max_pixels!r}"
-            )
+            raise PolicyError("max_pixels", f"must be a positive integer, got {self.max_pixels!r}")
         background = self.background
+        if isinstance(background, str):
+            background = _parse_color(background)
         if (
-            isinstance(background, (str, bytes))
+            isinstance(background, bytes)
             or not hasattr(background, "__len__")
             or len(background) != 3
             or not all(_is_int(v) and 0 <= v <= 255 for v in background)
         ):
-            raise ValueError(
-                f"ImagePolicy.background must be three integers in 0..255, got {background!r}"
+            raise PolicyError(
+                "background",
+                f"expected #RRGGBB or R,G,B with values 0-255, got {self.background!r}",
             )
         # A list from a YAML config becomes a tuple, so the policy stays hashable.
         object.__setattr__(self, "background", tuple(int(v) for v in background))
         if not _is_int(self.jpeg_quality) or not 1 <= self.jpeg_quality <= 100:
-            raise ValueError(
-                f"ImagePolicy.jpeg_quality must be an integer in 1..100, got {self.jpeg_quality!r}"
+            raise PolicyError(
+                "jpeg_quality", f"must be an integer from 1 to 100, got {self.jpeg_quality!r}"
             )
         if not isinstance(self.apply_exif_orientation, bool):
-            raise ValueError(
-                "ImagePolicy.apply_exif_orientation must be a bool, "
-                f"got {self.apply_exif_orientation!r}"
+            raise PolicyError(
+                "apply_exif_orientation", f"must be a bool, got {self.apply_exif_orientation!r}"
             )
         if isinstance(self.resize, str):
-            object.__setattr__(self, "resize", Resize.parse(self.resize))
+            try:
+                object.__setattr__(self, "resize", Resize.parse(self.resize))
+            except ValueError as err:
+                raise PolicyError("resize", str(err)) from None
         if self.resize is not None and not isinstance(self.resize, Resize):
-            raise ValueError(f"ImagePolicy.resize must be a Resize or None, got {self.resize!r}")
-        if self.encode is not None and self.encode not in _ENCODINGS:
-            raise ValueError(
-                f"ImagePolicy.encode must be one of {_ENCODINGS} or None, got {self.encode!r}"
-            )
-        if self.store not in _STORES:
-            raise ValueError(f"ImagePolicy.store must be one of {_STORES}, got {self.store!r}")
+            raise PolicyError("resize", f"must be a Resize or None, got {self.resize!r}")
+        if self.encode is not None:
+            _check_choice("encode", self.encode, _ENCODINGS)
+        _check_choice("store", self.store, _STORES)
         if self.store == "raw" and self.encode is not None:
-            raise ValueError("ImagePolicy.encode has no meaning with store='raw'")
+            raise PolicyError("encode", "--store raw writes pixels, not image files; drop --encode")
+
+
+class PolicyError(ValueError):
+    """A bad ImagePolicy value: `field` names it, `problem` says what is wrong with it.
+
+    A build's config reports it under the setting's own name (BuildConfig), so the check and its
+    words live here only.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"ImagePolicy.{field} {problem}")
+        self.field = field
+        self.problem = problem
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return (type(self), (self.field, self.problem))
+
+
+def _check_choice(field: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise PolicyError(field, f"expected one of {', '.join(choices)}, got {value!r}")
+
+
+def _parse_color(value: str) -> tuple[int, ...]:
+    """`#RRGGBB` or `R,G,B` as three integers (checked by the caller)."""
+    text = value.strip().lstrip("#")
+    if re.fullmatch(r"[0-9A-Fa-f]{6}", text):
+        return tuple(int(text[i : i + 2], 16) for i in (0, 2, 4))
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise PolicyError("background", f"expected #RRGGBB or R,G,B, got {value!r}") from None
 
 
 def _is_int(value: object) -> bool:
