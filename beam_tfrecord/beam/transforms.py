@@ -176,6 +176,8 @@ class _ImageEntryCoder(beam.coders.Coder):
 
 beam.coders.registry.register_coder(ImageEntry, _ImageEntryCoder)
 _Keyed = tuple[tuple[str, int], ImageEntry]  # ((split, bucket or shard), entry)
+# A listed file and its label: a class name, None (unlabelled builds), or why it has none.
+_Labelled = tuple[SourceFile, "str | ReportEntry | None"]
 
 
 @dataclass(frozen=True)
@@ -200,9 +202,9 @@ class _CensusFn(beam.CombineFn):
     def create_accumulator(self) -> tuple[int, set[str]]:
         return 0, set()
 
-    def add_input(self, accumulator, source: SourceFile):
+    def add_input(self, accumulator, labelled: _Labelled):
         listed, labels = accumulator
-        label = self._preparer.label(source)
+        label = labelled[1]
         if isinstance(label, str):
             labels.add(label)
         return listed + 1, labels
@@ -228,8 +230,8 @@ class _PlanFn(beam.DoFn):
         self._preparer = preparer
         self._skipped = _counter("images_skipped")
 
-    def process(self, source: SourceFile, census: Census):
-        label = self._preparer.label(source)
+    def process(self, labelled: _Labelled, census: Census):
+        source, label = labelled
         if isinstance(label, ReportEntry):
             planned: ImageEntry | ReportEntry = label
         else:
@@ -256,8 +258,11 @@ class PlanImages(beam.PTransform):
         self._preparer = preparer
 
     def expand(self, sources):
-        census = sources | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
-        results = sources | "Plan" >> beam.ParDo(
+        # Each file is labelled once: the census counts the labels, and the plan uses them.
+        preparer = self._preparer
+        labelled = sources | "Label" >> beam.Map(lambda source: (source, preparer.label(source)))
+        census = labelled | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
+        results = labelled | "Plan" >> beam.ParDo(
             _PlanFn(self._preparer), census=pvalue.AsSingleton(census)
         ).with_outputs(REPORT, main="entries")
         return {"entries": results.entries, "census": census, "report": results[REPORT]}
