@@ -42,6 +42,18 @@ def tf():
     return pytest.importorskip("tensorflow")
 
 
+@pytest.fixture(scope="session")
+def tfds():
+    """TensorFlow Datasets, imported once: under CI a missing TFDS fails the run, elsewhere it
+    skips."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if os.environ.get("CI"):
+        import tensorflow_datasets
+
+        return tensorflow_datasets
+    return pytest.importorskip("tensorflow_datasets")
+
+
 @pytest.fixture
 def link():
     """Gives the latency proxy in front of a store (cloud_servers.py) with its counts reset, and

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from imagegen import jpeg_bytes
-from test_tfds import _tfds
 
 from beam_tfrecord.beam.pipeline import build, preparer
 from beam_tfrecord.cli import main
@@ -139,11 +138,6 @@ def test_a_bad_label_from_an_input_list_is_reported():
     entry = _label(config, source)
     assert entry.reason == Reason.BAD_CLASS_NAME
     assert entry.message == "class name 'tab\\tclass' holds a control character (U+0009)"
-
-
-@pytest.fixture(scope="module")
-def tfds():
-    return _tfds()
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ __all__ = [
     "make_example",
 ]
 
-# Kept in step with proto/example.proto (tests/test_example.py compares the two). Our own
+# Kept in step with proto/example.proto (tests/codec/test_example.py compares the two). Our own
 # package and file name, so TensorFlow's "tensorflow.Example" can live in the same process.
 _PROTO_FILE = "beam_tfrecord/codec/proto/example.proto"
 _PROTO_PACKAGE = "beam_tfrecord.v1"

@@ -22,7 +22,7 @@ from imagegen import make_collection
 
 pytestmark = pytest.mark.slow
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 _SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
 

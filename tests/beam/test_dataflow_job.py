@@ -31,7 +31,7 @@ pytest.importorskip("google.cloud.dataflow_v1beta3")
 
 pytestmark = pytest.mark.slow
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 # Dataflow's documented limits: a job's graph may be at most 10 MB, its JSON request 20 MB.
 GRAPH_LIMIT = 10 * 1000 * 1000
 REQUEST_LIMIT = 20 * 1000 * 1000

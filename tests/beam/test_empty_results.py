@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 from imagegen import make_collection
-from test_tfds import _tfds
 
 from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.manifest import BuildFailed
 from beam_tfrecord.tfds_metadata import dataset_info_json
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 # What a build writes that claims a dataset.
 _CLAIMS = (
     "manifest.json",
@@ -88,11 +87,6 @@ def test_an_empty_rebuild_leaves_no_earlier_build_claiming_success(src, tmp_path
         build(BuildConfig(**settings, labels="regex:^(x*)", **{again: True}), [])
     # The earlier build's shards, indexes and metadata went with it: only the report is left.
     assert _files(out) == ["report.jsonl"]
-
-
-@pytest.fixture(scope="module")
-def tfds():
-    return _tfds()
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_tfrecord.commands import build as build_command
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 _DEPLOY = _REPO / "deploy"
 _DRIVER = "pipelines/images_to_tfrecord.py"
 

@@ -29,7 +29,7 @@ from beam_tfrecord.report import (
     write_part,
 )
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def _entries(count: int, seed: int) -> list[ReportEntry]:

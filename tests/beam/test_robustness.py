@@ -18,7 +18,7 @@ from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARD_RE = re.compile(r"^ds-[a-z]+\.tfrecord-\d{5}-of-\d{5}$")
 pytestmark = pytest.mark.slow
 

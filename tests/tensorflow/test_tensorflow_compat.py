@@ -208,7 +208,7 @@ def test_both_protos_load_in_one_process_in_either_order(tf, first):
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -17,20 +16,6 @@ from beam_tfrecord.manifest import discard_manifest
 from beam_tfrecord.tfds_metadata import features_json, tfds_files
 
 pytestmark = pytest.mark.slow
-
-
-def _tfds():
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    if os.environ.get("CI"):
-        import tensorflow_datasets as tfds  # in CI the test must run, never skip
-
-        return tfds
-    return pytest.importorskip("tensorflow_datasets")
-
-
-@pytest.fixture(scope="module")
-def tfds():
-    return _tfds()
 
 
 @pytest.fixture(scope="module")

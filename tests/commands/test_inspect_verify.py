@@ -18,7 +18,7 @@ from beam_tfrecord.codec.example import BytesList, encode_example
 from beam_tfrecord.codec.writer import open_writer
 from beam_tfrecord.verification import FileReport, expand_paths, verify_file
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def _jpeg(width: int = 32, height: int = 24) -> bytes:

@@ -21,7 +21,7 @@ from imagegen import make_collection
 
 pytestmark = pytest.mark.slow
 
-_REPO = Path(__file__).resolve().parents[1]
+_REPO = Path(__file__).resolve().parents[2]
 _HOST = "127.0.0.1"
 _START_SECONDS = 60
 _BUILD_SECONDS = 240  # a bound on a stuck job, not a speed goal
