@@ -1,9 +1,13 @@
 """Converts a folder of images into sharded TFRecord files: the same job as `beam-tfrecord build`.
 
     python -m pipelines.images_to_tfrecord --config configs/sample.yaml --overwrite
+    pip wheel --no-deps -w dist .
     python -m pipelines.images_to_tfrecord --input 'gs://bucket/images/**' --output gs://bucket/ds \
         --runner DataflowRunner --project P --region R --temp_location gs://bucket/tmp \
-        --setup_file ./setup.py
+        --extra_package dist/beam_tfrecord-0.1.0-py3-none-any.whl
+
+The workers get this package as the wheel given with --extra_package (README, "Dataflow, Flink
+and Spark"); the project has no setup.py.
 
 Other flags must be Beam's pipeline options; anything else is refused (exit status 2), as
 `beam-tfrecord build` refuses it: this is the same command.
@@ -14,7 +18,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from beam_tfrecord.cli import main
+from beam_tfrecord.commands.cli import main
 
 
 def run(argv: Sequence[str] | None = None) -> int:

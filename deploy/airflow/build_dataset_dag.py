@@ -44,7 +44,7 @@ REQUIREMENTS = [f"beam-tfrecord[gcp] @ file://{WHEEL}"]
 
 def verify_build(output: str) -> None:
     """Runs `beam-tfrecord verify` on a finished build; fails the task on any damage."""
-    from beam_tfrecord.cli import main
+    from beam_tfrecord.commands.cli import main
 
     status = main(["verify", output])
     if status:
