@@ -38,6 +38,7 @@ __all__ = [
     "OBJECT_STORE_DEPTH",
     "UPLOAD_BLOCK_SIZE",
     "BackgroundWriter",
+    "Fetches",
     "default_depth",
     "fetch_in_order",
     "is_remote",
@@ -186,10 +187,14 @@ async def _read_object(fs, path: str, attempts: int) -> bytes:
     raise AssertionError("unreachable")
 
 
-class _Fetches:
-    """Reads started and not yet handed back, oldest first, with the bytes they will hold."""
+class Fetches:
+    """Reads started and not yet handed back, oldest first, with the bytes they will hold.
 
-    def __init__(self, depth: int, budget: int, attempts: int):
+    The push side of `fetch_in_order`, for a caller fed one item at a time (a DoFn): `start`
+    each item, then hand back with `pop` while `ready()`; at the end `pop` the rest and `close`.
+    """
+
+    def __init__(self, depth: int, budget: int = DEFAULT_BUDGET, attempts: int = ATTEMPTS):
         self.depth = max(1, depth)
         self.budget = budget
         self.attempts = attempts
@@ -219,6 +224,10 @@ class _Fetches:
         return len(self.pending) > self.depth or (
             self.bytes > self.budget and len(self.pending) > 1
         )
+
+    def ready(self) -> bool:
+        """Whether the oldest read must be handed back now: it is done, or the window is full."""
+        return bool(self.pending) and (self.must_wait() or self.pending[0][1].done())
 
     def pop(self):
         item, future, size = self.pending.popleft()
@@ -260,11 +269,11 @@ def fetch_in_order(
         budget: bytes in flight at most.
         attempts: tries per object before it is given up as unreadable.
     """
-    fetches = _Fetches(depth, budget, attempts)
+    fetches = Fetches(depth, budget, attempts)
     try:
         for item, url, size in items:
             fetches.start(item, url, size)
-            while fetches.pending and (fetches.must_wait() or fetches.pending[0][1].done()):
+            while fetches.ready():
                 yield fetches.pop()
         while fetches.pending:
             yield fetches.pop()
