@@ -8,7 +8,11 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from imagegen import jpeg_bytes
 
-from beam_tfrecord.pipeline import LocalRunner
+from beam_tfrecord.catalog import ImageEntry
+from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.labels import ClassMap
+from beam_tfrecord.listing import SourceFile
+from beam_tfrecord.pipeline import LocalRunner, preparer
 
 
 def _clear(fs: fsspec.AbstractFileSystem) -> None:
@@ -47,6 +51,34 @@ def put_images(memfs):
         return written
 
     return put
+
+
+def plan_entries(root: str, images: dict[str, bytes], **settings) -> list[ImageEntry]:
+    """The entries a build plans for images at `memory://{root}/{relpath}`: labels by their
+    folder, class ids from all their labels (the census), split and size from the listing.
+
+    Settings are BuildConfig's (`splits`, `seed`, `max_shard_size`...).
+    """
+    config = BuildConfig(inputs=(f"memory://{root}/**",), output="memory://out", **settings)
+    prep = preparer(config)
+    sources = [
+        SourceFile(f"memory://{root}/{relpath}", relpath, len(data))
+        for relpath, data in sorted(images.items())
+    ]
+    labels = [prep.label(source) for source in sources]
+    classes = ClassMap.from_labels(label for label in labels if isinstance(label, str))
+    entries = []
+    for source, label in zip(sources, labels, strict=True):
+        entry = prep.plan(source, label, None if label is None else classes.id_of(label))
+        assert isinstance(entry, ImageEntry), entry
+        entries.append(entry)
+    return entries
+
+
+@pytest.fixture
+def planned():
+    """`plan_entries`, for test modules (a conftest is not imported by name)."""
+    return plan_entries
 
 
 @pytest.fixture
