@@ -86,3 +86,9 @@ def pipeline():
     """A TestPipeline on the engine a local build runs on (LocalRunner: the FnApiRunner, in
     this process), so the memory filesystem is the workers' too. Runs when its `with` ends."""
     return TestPipeline(runner=LocalRunner())
+
+
+@pytest.fixture
+def new_pipeline():
+    """Makes more pipelines like `pipeline`, for a test that runs several in turn."""
+    return lambda: TestPipeline(runner=LocalRunner())
