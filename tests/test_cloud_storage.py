@@ -11,6 +11,7 @@ import io
 import json
 import re
 import threading
+import time
 import urllib.parse
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.entries import ImageEntry, ShardSpec
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
+from beam_tfrecord.readahead import worker_threads
 from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.splits import assign_split
@@ -362,6 +364,71 @@ def test_transient_failures_are_retried_in_a_build(
     assert all(seen[relpath] == 2 for relpath in actions), seen  # failed, then retried
     assert result.manifest["inputs"]["written"] == len(images)
     assert _shards(_objects(output)) == local_build[1]
+
+
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_dedup_hashes_through_the_async_reader_with_retries(
+    request, protocol, collection, local_build, link
+):
+    store = _store(request, protocol)
+    src, images = collection
+    source = f"{store.new_bucket('photos')}/hashed/pets"
+    upload(src, source)
+    output = f"{store.new_bucket('datasets')}/hashed/pets"
+    actions = {"dog/dog_0003.jpg": 503, "cat/cat_0004.jpg": "reset", "fox/fox_0001.jpg": 429}
+    # --dedup reads each image twice: for its hash, then for its shard. The hash's first try
+    # fails; its retry and the shard's read succeed.
+    fault, seen = _reads_of(actions, lambda relpath, n: actions[relpath] if n == 1 else None)
+    proxy = link(store)
+    proxy.fault = fault
+    proxy.delay = 0.02
+    # Reads in flight wait on the event loop, not on a thread each: only the shard writers'
+    # few checking threads exist (64 reads in flight used to hold 64 threads).
+    most_threads, done = [0], threading.Event()
+
+    def count_threads():
+        while not done.wait(0.01):
+            named = [t for t in threading.enumerate() if t.name.startswith("read-ahead")]
+            most_threads[0] = max(most_threads[0], len(named))
+
+    sampler = threading.Thread(target=count_threads, daemon=True)
+    sampler.start()
+    try:
+        result = build(_config(f"{source}/**", output, dedup=True), [])
+    finally:
+        done.set()
+        sampler.join()
+        proxy.delay = 0
+        store.proxy.fault = None
+    assert all(seen[relpath] == 3 for relpath in actions), seen
+    assert result.manifest["inputs"]["written"] == len(images)
+    assert result.manifest["work"]["reads"] == len(images)  # the shard writers' reads
+    assert proxy.max_in_flight > 4, "reads overlap"
+    assert 0 < most_threads[0] <= worker_threads()
+
+
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_an_object_failing_for_good_with_a_5xx_is_reported_in_seconds(
+    request, protocol, collection, link
+):
+    store = _store(request, protocol)
+    src, images = collection
+    source = f"{store.new_bucket('photos')}/down/pets"
+    upload(src, source)
+    output = f"{store.new_bucket('datasets')}/down/pets"
+    lost = "fox/fox_0002.jpg"
+    fault, seen = _reads_of([lost], lambda relpath, n: 503)
+    link(store).fault = fault
+    started = time.monotonic()
+    result = build(_config(f"{source}/**", output), [])
+    took = time.monotonic() - started
+    store.proxy.fault = None
+    files = _objects(output)
+    report = {r["relpath"]: r for r in map(json.loads, files[REPORT_FILE].decode().splitlines())}
+    assert report[lost]["reason"] == "read_error"
+    assert result.manifest["inputs"]["written"] == len(images) - 1
+    # The store client's own retries, once: not multiplied by ours (138 s and 170 s when they were).
+    assert took < 60, f"{seen[lost]} tries in {took:.0f} s"
 
 
 def test_an_object_unreadable_when_its_shard_is_written_is_reported(request, collection, link):

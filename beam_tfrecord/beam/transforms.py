@@ -31,7 +31,8 @@ from beam_tfrecord.listing import (
     split_task,
 )
 from beam_tfrecord.planning import Preparer, hash_source
-from beam_tfrecord.readahead import ReadAhead, new_executor, usable_cores, worker_threads
+from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
+from beam_tfrecord.remote import Fetches
 from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.sharding import (
@@ -42,7 +43,6 @@ from beam_tfrecord.sharding import (
     plan_splits,
     shard_file_name,
 )
-from beam_tfrecord.storage import read_source
 
 __all__ = [
     "METRICS_NAMESPACE",
@@ -286,56 +286,47 @@ class _ReadAheadFn(beam.DoFn):
             self._executor.shutdown(wait=True, cancel_futures=True)
 
 
-class _HashFn(_ReadAheadFn):
-    """Reads each source whole, ahead on threads, for its content hash; outputs in input order."""
+class _HashFn(beam.DoFn):
+    """Reads each source whole for its content hash, `read_ahead` reads in flight (objects
+    through the store's async interface, retried while the store's error is transient);
+    outputs in input order."""
 
     def __init__(self, read_ahead: int):
-        super().__init__(read_ahead)
+        self._read_ahead = read_ahead
         self._skipped = _counter("images_skipped")
-
-    def setup(self):
-        super().setup()
-        if self._read_ahead:
-            # A thread per read in flight: hashing reads objects on threads, each waiting a
-            # round trip, where the shard writer awaits them (remote.fetch_in_order).
-            self._executor.shutdown()
-            self._executor = new_executor(self._read_ahead)
 
     def start_bundle(self):
         # Per bundle: a bundle that failed must not hand its work to the retry.
-        self._ahead = ReadAhead(
-            _read_or_error, threads=self._read_ahead, size_of=_size_of, executor=self._executor
-        )
+        self._fetches = Fetches(self._read_ahead)
 
     def process(self, entry: ImageEntry):
-        for ready, data in self._ahead.add(entry):
-            yield self._output(hash_source(ready, data.result()))
+        fetches = self._fetches
+        fetches.start(entry, entry.url, entry.source_size)
+        while fetches.ready() or not self._read_ahead:
+            ready, data = fetches.pop()
+            yield self._output(hash_source(ready, data))
+            if not fetches.pending:
+                break
 
     def finish_bundle(self):
-        for entry, data in self._ahead.drain():
-            output = self._output(hash_source(entry, data.result()))
+        fetches = self._fetches
+        while fetches.pending:
+            output = self._output(hash_source(*fetches.pop()))
             if isinstance(output, pvalue.TaggedOutput):
                 yield pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
             else:
                 yield GlobalWindows.windowed_value(output)
-        self._ahead.close()
+        fetches.close()
+
+    def teardown(self):
+        if getattr(self, "_fetches", None) is not None:
+            self._fetches.close()
 
     def _output(self, result: ImageEntry | ReportEntry):
         if isinstance(result, ReportEntry):
             self._skipped.inc()
             return pvalue.TaggedOutput(REPORT, result)
         return result
-
-
-def _read_or_error(entry: ImageEntry) -> bytes | OSError:
-    try:
-        return read_source(entry.url)
-    except OSError as err:
-        return err
-
-
-def _size_of(entry: ImageEntry) -> int:
-    return max(entry.source_size, 0)
 
 
 class HashImages(beam.PTransform):
