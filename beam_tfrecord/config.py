@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,7 @@ __all__ = [
     "parse_classes",
     "parse_size",
     "parse_splits",
+    "unknown_setting",
 ]
 
 # Every suffix the image checker reads, plus those it only recognises (HEIC, JPEG XL): such a
@@ -229,6 +231,12 @@ class BuildConfig:
     image: ImagePolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        for setting in ("overwrite", "resume", "dedup", "exif_orientation"):
+            value = getattr(self, setting)
+            if not isinstance(value, bool):
+                # A YAML `overwrite: "no"` is a non-empty string, true to Python: it must not
+                # replace a build (nor deduplicate, nor resume) that nobody asked to.
+                raise ConfigError(setting, f"expected true or false, got {value!r}")
         if isinstance(self.inputs, str):
             object.__setattr__(self, "inputs", (self.inputs,))
         object.__setattr__(self, "inputs", tuple(str(p) for p in self.inputs))
@@ -372,9 +380,7 @@ class BuildConfig:
         for key, value in settings.items():
             norm = aliases.get(key.replace("-", "_"), key.replace("-", "_"))
             if norm not in known:
-                raise ConfigError(
-                    key, f"unknown setting {key!r}; known: {', '.join(sorted(known))}"
-                )
+                raise ConfigError(key, unknown_setting(key))
             values[norm] = value
         for required in ("inputs", "output"):
             if required == "inputs" and values.get("input_list"):
@@ -425,6 +431,15 @@ def _default_name(output: str) -> str:
     tail = output.rstrip("/").rsplit("/", 1)[-1]
     tail = tail.split("://", 1)[-1] or "dataset"
     return re.sub(r"[^A-Za-z0-9_.-]", "_", tail) or "dataset"
+
+
+def unknown_setting(key: str) -> str:
+    """Why `key` is refused as a setting: the nearest known one, else the list of them all."""
+    names = sorted("input" if name == "inputs" else name for name in BuildConfig.setting_names())
+    close = difflib.get_close_matches(key.replace("-", "_"), names, n=1, cutoff=0.6)
+    if close:
+        return f"unknown setting {key!r}; did you mean {close[0]!r}?"
+    return f"unknown setting {key!r}; known: {', '.join(names)}"
 
 
 def _check_choice(setting: str, value: str, choices: tuple[str, ...]) -> None:

@@ -119,7 +119,61 @@ def test_unknown_yaml_setting_and_missing_config(src, tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text(f"input: ['{src}/**']\noutput: {tmp_path / 'out'}\nshard_size: 10MB\n")
     assert main(["build", "--config", str(config)]) == 2
-    assert "--shard-size: unknown setting 'shard_size'" in capsys.readouterr().err
+    assert "unknown setting 'shard_size'; did you mean 'min_shard_size'?" in (
+        capsys.readouterr().err
+    )
+    config.write_text(f"input: ['{src}/**']\noutput: {tmp_path / 'out'}\nfrobnicate: 1\n")
+    assert main(["build", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"--config: '{config}': unknown setting 'frobnicate'; known: background, " in err
+    assert " input, " in err and "inputs" not in err, "settings as a config file names them"
+    config.write_text(f"input: ['{src}/**']\noutput: {tmp_path / 'out'}\nsed: 3\n")
+    assert main(["build", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"beam-tfrecord build: error: --config: '{config}': unknown setting 'sed'; did you mean 'seed'?\n"
+    )
     assert main(["build", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "--config:" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("overwrite", '"no"'), ("overwrite", "maybe"), ("dedup", '"false"'), ("resume", "1")],
+)
+def test_an_on_off_setting_must_be_true_or_false(src, tmp_path, capsys, setting, value):
+    # YAML reads `"no"` as a string, true to Python: it must not overwrite (or dedup) unasked.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("an earlier build")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"input: ['{src}/**']\noutput: {out}\n{setting}: {value}\n")
+    assert main(["build", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert f"--{setting}: expected true or false, got " in err
+    assert _snapshot(out) == {"keep.txt": b"an earlier build"}
+
+
+def test_a_mistyped_flag_is_named_even_when_it_leaves_a_required_setting_unset(
+    src, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    assert main(["build", "--inptu", str(src), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "beam-tfrecord build: error: --inptu: no such flag, of this tool or of Beam; "
+        "did you mean --input?\n"
+    )
+    assert not out.exists()
+
+
+def test_a_value_argparse_refuses_is_one_line(src, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit:
+        main(["build", "--input", str(src), "--output", str(tmp_path / "out"), "--seed", "abc"])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err == (
+        "beam-tfrecord build: error: argument --seed: invalid int value: 'abc' "
+        "(see beam-tfrecord build --help)\n"
+    )
