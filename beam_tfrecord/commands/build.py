@@ -20,7 +20,7 @@ from beam_tfrecord.commands.console import (
     stop_on_signals,
     terminal_stream,
 )
-from beam_tfrecord.config import BuildConfig, ConfigError, format_size
+from beam_tfrecord.config import BuildConfig, ConfigError, format_size, unknown_setting
 from beam_tfrecord.manifest import BuildFailed
 from beam_tfrecord.progress import Progress
 from beam_tfrecord.wording import count
@@ -196,6 +196,10 @@ def _load_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(
             "config", f"{path!r} must hold a mapping of settings, not {type(data).__name__}"
         )
+    known = {*BuildConfig.setting_names(), "input"}
+    for key in data:
+        if str(key).replace("-", "_") not in known:
+            raise ConfigError("config", f"{path!r}: {unknown_setting(str(key))}")
     return data
 
 
@@ -292,7 +296,16 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     configure_logging(sys.stderr, verbose)
     extra = [*extra, *(f"--labels={label}" for label in split_labels(args.labels)[1])]
     try:
-        config = config_from_args(args)
+        try:
+            config = config_from_args(args)
+        except ConfigError:
+            if any(arg.startswith("-") for arg in extra):
+                # A mistyped flag (`--inptu`) often leaves a required setting unset: the typo,
+                # named with the flag meant, says more than "--input is required".
+                from beam_tfrecord.commands.beam_flags import check_beam_args
+
+                check_beam_args(extra, _own_flags())
+            raise
         refuse_placeholders(config)  # at once: before Beam is imported
         # Beam is imported only once the config is sound.
         from beam_tfrecord.commands.beam_flags import check_beam_args, local_defaults, runs_here
@@ -306,7 +319,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         from beam_tfrecord.beam.pipeline import SubmittedBuild, build
 
         with (
-            terminal_stream(not verbose, (ConfigError,)) as terminal,
+            terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
             stop_on_signals() as interruption,
         ):
             configure_logging(terminal, verbose)

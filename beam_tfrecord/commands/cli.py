@@ -18,10 +18,23 @@ _COMMANDS = {
 }
 
 
+_DESCRIPTION = (
+    "Turn folders of JPEG/PNG images (local, gs://, s3://) into sharded TFRecord files of "
+    "tf.train.Example records, with Apache Beam; check, inspect and preview the result."
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Refuses bad arguments in one line, as every other error of the tool is given."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     from beam_tfrecord import __version__
 
-    parser = argparse.ArgumentParser(prog="beam-tfrecord", description=__doc__, allow_abbrev=False)
+    parser = _Parser(prog="beam-tfrecord", description=_DESCRIPTION, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)

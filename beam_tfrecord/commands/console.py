@@ -66,7 +66,8 @@ def terminal_stream(quiet: bool, expected: tuple[type, ...] = ()) -> Iterator[Te
 
     Beam's worker processes inherit descriptor 2, and gRPC and Beam print to it directly, so
     only redirecting the descriptor keeps them quiet. The log file is kept (and named) when
-    the block raises anything but an interruption or an `expected` error, and removed otherwise.
+    the block raises anything but an interruption or an `expected` error and something was
+    written to it; it is removed otherwise.
     """
     if not quiet:
         yield sys.stderr
@@ -93,9 +94,9 @@ def terminal_stream(quiet: bool, expected: tuple[type, ...] = ()) -> Iterator[Te
         log.close()
         with contextlib.suppress(OSError):
             stream.flush()
-        if keep:
+        if keep and os.path.getsize(log.name) > 0:
             print(f"(Beam's own output is in {log.name})", file=sys.stderr)
-        else:
+        else:  # nothing worth pointing to: an empty log is no lead
             with contextlib.suppress(OSError):
                 os.unlink(log.name)
 
