@@ -114,6 +114,9 @@ def _preflight(config: BuildConfig) -> None:
 
 def _check_input(pattern: str, config: BuildConfig) -> None:
     try:
+        fs, path = fsspec.core.url_to_fs(pattern)
+        if not has_magic(path) and not fs.exists(path):
+            raise ConfigError("input", f"{pattern!r} does not exist")
         first = first_match(pattern, config.extensions)
     except OSError as err:
         raise ConfigError("input", f"{pattern!r} cannot be listed: {err}") from None

@@ -241,9 +241,24 @@ def _print_summary(result, config: BuildConfig, out=None, seconds: float | None 
     print(f"  classes: {len(manifest['classes'])} (labels.txt)", file=out)
     if inputs["modified"]:
         modified = inputs["modified"]
+        asked = [
+            flag
+            for flag, given in (
+                ("--resize", config.resize),
+                ("--encode", config.encode),
+                ("--store raw", config.store != "encoded"),
+            )
+            if given
+        ]
+        why = (
+            f"as {'/'.join(asked)} asked, or so that TensorFlow decodes "
+            f"{'it' if modified == 1 else 'them'}"
+            if asked
+            else f"so TensorFlow decodes {'it' if modified == 1 else 'them'}"
+        )
         print(
-            f"  {count(modified, 'image')} {'was' if modified == 1 else 'were'} re-encoded so "
-            f"TensorFlow decodes {'it' if modified == 1 else 'them'} (report.jsonl)",
+            f"  {count(modified, 'image')} {'was' if modified == 1 else 'were'} re-encoded "
+            f"{why} (report.jsonl)",
             file=out,
         )
     for name, split in manifest["splits"].items():

@@ -85,7 +85,7 @@ def test_input_that_matches_nothing(src, tmp_path, capsys):
 def test_input_folder_that_does_not_exist(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["build", "--input", str(tmp_path / "nope"), "--output", str(out)]) == 2
-    assert "--input:" in capsys.readouterr().err
+    assert f"--input: '{tmp_path / 'nope'}' does not exist" in capsys.readouterr().err
     assert not out.exists()
 
 
