@@ -305,6 +305,7 @@ def test_7_a_multi_process_build_prints_only_its_summary(src, tmp_path):
     assert verbose.returncode == 0
     assert "apache_beam" in verbose.stderr  # Beam's own log lines
     assert "wrote shard" in verbose.stderr  # and ours, one per shard
+    assert "type hint" not in verbose.stderr  # but not Beam's note on each string annotation
 
 
 # 8. Live progress on a terminal, and every 10-30 s elsewhere.
