@@ -313,6 +313,17 @@ def test_missing_output_bucket_is_refused_not_created(s3_store, tmp_path, capsys
     assert not fs.exists("no-such-bucket-typo")
 
 
+# A first read of each of these fails as a flaky store's might; the next succeeds.
+TRANSIENT = {"dog/dog_0003.jpg": 503, "cat/cat_0004.jpg": "reset", "fox/fox_0001.jpg": 429}
+
+
+def _buckets(store, src, folder: str) -> tuple[str, str]:
+    """The collection uploaded under `folder` of a new bucket, and where to build it."""
+    source = f"{store.new_bucket('photos')}/{folder}/pets"
+    upload(src, source)
+    return source, f"{store.new_bucket('datasets')}/{folder}/pets"
+
+
 def _reads_of(relpaths, fail):
     """A proxy fault hook: `fail(relpath, n)` decides the n-th read (1, 2, ...) of each image."""
     seen: Counter[str] = Counter()
@@ -334,9 +345,7 @@ def _reads_of(relpaths, fail):
 def test_a_50ms_link_builds_the_same_shards(request, collection, local_build, link):
     store = _store(request, "gs")
     src, images = collection
-    source = f"{store.new_bucket('photos')}/far/pets"
-    upload(src, source)
-    output = f"{store.new_bucket('datasets')}/far/pets"
+    source, output = _buckets(store, src, "far")
     proxy = link(store)
     proxy.delay = 0.05
     result = build(_config(f"{source}/**", output), [])
@@ -352,10 +361,8 @@ def test_transient_failures_are_retried_in_a_build(
 ):
     store = _store(request, protocol)
     src, images = collection
-    source = f"{store.new_bucket('photos')}/flaky/pets"
-    upload(src, source)
-    output = f"{store.new_bucket('datasets')}/flaky/pets"
-    actions = {"dog/dog_0003.jpg": 503, "cat/cat_0004.jpg": "reset", "fox/fox_0001.jpg": 429}
+    source, output = _buckets(store, src, "flaky")
+    actions = TRANSIENT
     # Each image is read once, by its shard's writer: the first try fails, the retry succeeds.
     fault, seen = _reads_of(actions, lambda relpath, n: actions[relpath] if n == 1 else None)
     link(store).fault = fault
@@ -372,10 +379,8 @@ def test_dedup_hashes_through_the_async_reader_with_retries(
 ):
     store = _store(request, protocol)
     src, images = collection
-    source = f"{store.new_bucket('photos')}/hashed/pets"
-    upload(src, source)
-    output = f"{store.new_bucket('datasets')}/hashed/pets"
-    actions = {"dog/dog_0003.jpg": 503, "cat/cat_0004.jpg": "reset", "fox/fox_0001.jpg": 429}
+    source, output = _buckets(store, src, "hashed")
+    actions = TRANSIENT
     # --dedup reads each image twice: for its hash, then for its shard. The hash's first try
     # fails; its retry and the shard's read succeed.
     fault, seen = _reads_of(actions, lambda relpath, n: actions[relpath] if n == 1 else None)
@@ -413,9 +418,7 @@ def test_an_object_failing_for_good_with_a_5xx_is_reported_in_seconds(
 ):
     store = _store(request, protocol)
     src, images = collection
-    source = f"{store.new_bucket('photos')}/down/pets"
-    upload(src, source)
-    output = f"{store.new_bucket('datasets')}/down/pets"
+    source, output = _buckets(store, src, "down")
     lost = "fox/fox_0002.jpg"
     fault, seen = _reads_of([lost], lambda relpath, n: 503)
     link(store).fault = fault
@@ -434,9 +437,7 @@ def test_an_object_failing_for_good_with_a_5xx_is_reported_in_seconds(
 def test_an_object_unreadable_when_its_shard_is_written_is_reported(request, collection, link):
     store = _store(request, "gs")
     src, images = collection
-    source = f"{store.new_bucket('photos')}/lost/pets"
-    upload(src, source)
-    output = f"{store.new_bucket('datasets')}/lost/pets"
+    source, output = _buckets(store, src, "lost")
     lost = "fox/fox_0002.jpg"
     # Listed, then refused for good when its shard's writer reads it.
     fault, seen = _reads_of([lost], lambda relpath, n: 403)
