@@ -76,25 +76,33 @@ def set_total(number: int) -> None:
 
 
 def _flush_loop(folder: str) -> None:
-    path = os.path.join(folder, f"{os.getpid()}.json")
     while _state["folder"] == folder and _state["pid"] == os.getpid():
         time.sleep(_FLUSH_SECONDS)
-        with _lock:
-            if _state["folder"] != folder or _state["pid"] != os.getpid():
-                # A newer run's counts (another Progress since): its own flusher writes them,
-                # and taking them here would lose them in this run's folder.
-                return
-            if not _state["dirty"]:
-                continue
-            text = json.dumps(dict(_state["counts"]))
-            _state["dirty"] = False
-        try:
-            temp = f"{path}.{threading.get_ident()}.tmp"
-            with open(temp, "w") as f:
-                f.write(text)
-            os.replace(temp, path)  # the launcher never reads half a file
-        except OSError:
-            return  # the launcher is gone, and its folder with it
+        if not flush(folder):
+            return
+
+
+def flush(folder: str) -> bool:
+    """Writes this process's counts for `folder` now, if they changed; False once they are no
+    longer this run's (another Progress since) or the folder is gone."""
+    path = os.path.join(folder, f"{os.getpid()}.json")
+    with _lock:
+        if _state["folder"] != folder or _state["pid"] != os.getpid():
+            # A newer run's counts (another Progress since): its own flusher writes them,
+            # and taking them here would lose them in this run's folder.
+            return False
+        if not _state["dirty"]:
+            return True
+        text = json.dumps(dict(_state["counts"]))
+        _state["dirty"] = False
+    try:
+        temp = f"{path}.{threading.get_ident()}.tmp"
+        with open(temp, "w") as f:
+            f.write(text)
+        os.replace(temp, path)  # the launcher never reads half a file
+    except OSError:
+        return False  # the launcher is gone, and its folder with it
+    return True
 
 
 def read_counts(folder: str) -> collections.Counter:
@@ -166,6 +174,11 @@ class Progress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._tty and self._folder:
+            # The last frame has the final counts, however quick the build was between redraws
+            # (this process's own, from an in-process build, are written out first).
+            flush(self._folder)
+            self.show()
         if self._tty and self._width:
             self._write("\r" + " " * self._width + "\r")
         if os.environ.get(ENV) == self._folder:

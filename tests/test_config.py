@@ -125,7 +125,12 @@ def test_yaml_then_flags_flags_win(tmp_path):
             "between 0 and 1",
         ),
         ("input: [a]\noutput: o\n", ["--min-shard-size", "300MB"], "--min-shard-size", "is above"),
-        ("input: [a]\noutput: o\ncolour: rgb\n", [], "--colour", "unknown setting"),
+        (
+            "input: [a]\noutput: o\ncolour: rgb\n",
+            [],
+            "--config",
+            "unknown setting 'colour'; did you mean 'color'?",
+        ),
         ("input: [a]\noutput: o\nvalidate: full\n", [], "--validate", "expected one of"),
         ("input: [a]\noutput: o\njpeg_quality: 0\n", [], "--jpeg-quality", "1 to 100"),
         ("input: [a]\noutput: o\nbackground: '#12'\n", [], "--background", "R,G,B"),
