@@ -140,6 +140,8 @@ def parse_classes(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
                 raise ConfigError("classes", f"cannot read class list {path!r}: {err}") from None
         else:
             names = [name.strip() for name in value.split(",")]
+            if len(names) > 1 and "" in names:  # `a,,b`: a name left out, not a name
+                raise ConfigError("classes", f"{value!r} has an empty class name between commas")
     else:
         names = [str(name) for name in value]
     names = [name for name in names if name]

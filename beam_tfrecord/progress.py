@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import shutil
 import sys
@@ -230,7 +231,8 @@ class Progress:
         timing = f"{_clock(elapsed)} elapsed"
         left = counts["to_write_bytes"] - written_bytes
         if planning_done and written_bytes and left > 0 and rate > 0:
-            timing += f", ETA {_clock(left / rate)}"
+            # Rounded up: 'ETA 0:00' with images still to write reads as a stall.
+            timing += f", ETA {_clock(math.ceil(left / rate))}"
         elif planning_done and to_write and written >= to_write:
             timing += ", finishing"
         return " | ".join([*parts, timing])

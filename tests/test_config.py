@@ -75,6 +75,8 @@ def test_parse_classes(tmp_path):
     assert parse_classes(f"@{listing}") == ("zebra", "ant")
     with pytest.raises(ConfigError, match="listed twice"):
         parse_classes("a,b,a")
+    with pytest.raises(ConfigError, match="'apple,,banana' has an empty class name"):
+        parse_classes("apple,,banana")
     with pytest.raises(ConfigError, match="cannot read class list"):
         parse_classes(f"@{tmp_path / 'missing.txt'}")
 

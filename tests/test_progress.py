@@ -66,6 +66,18 @@ def test_the_line_gives_rate_and_eta():
     )
 
 
+def test_an_eta_under_a_second_is_not_shown_as_zero():
+    now = [100.0]
+    shown = Progress(io.StringIO(), tty=True, clock=lambda: now[0])
+    counts = collections.Counter(
+        listed=10, total=10, planned=10, to_write=10, to_write_bytes=10_000_000
+    )
+    shown.line(counts)
+    now[0] += 1
+    line = shown.line(collections.Counter(counts, written=9, written_bytes=9_500_000))
+    assert line.endswith("| 0:01 elapsed, ETA 0:01"), line
+
+
 def test_an_in_process_build_counts_every_input(tmp_path):
     """Inputs reported at planning (no such class) count as planned too, so `planned` reaches the
     census total and the ETA can show."""
