@@ -197,7 +197,7 @@ class Fetches:
     """
 
     def __init__(self, depth: int, budget: int = DEFAULT_BUDGET, attempts: int = ATTEMPTS):
-        self.depth = max(1, depth)
+        self.depth = max(0, depth)  # 0: each read handed back before the next starts
         self.budget = budget
         self.attempts = attempts
         self.pending: deque[tuple[object, Future, int]] = deque()
@@ -215,7 +215,7 @@ class Fetches:
             if self._pool is None:
                 # Local files: plain reads on a few threads; a disk wants no deeper queue.
                 self._pool = ThreadPoolExecutor(
-                    min(self.depth, LOCAL_DEPTH), thread_name_prefix="fetch"
+                    max(1, min(self.depth, LOCAL_DEPTH)), thread_name_prefix="fetch"
                 )
             future = self._pool.submit(read_source, url)
         size = max(size, 0)

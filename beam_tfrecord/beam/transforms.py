@@ -302,11 +302,8 @@ class _HashFn(beam.DoFn):
     def process(self, entry: ImageEntry):
         fetches = self._fetches
         fetches.start(entry, entry.url, entry.source_size)
-        while fetches.ready() or not self._read_ahead:
-            ready, data = fetches.pop()
-            yield self._output(hash_source(ready, data))
-            if not fetches.pending:
-                break
+        while fetches.ready():
+            yield self._output(hash_source(*fetches.pop()))
 
     def finish_bundle(self):
         fetches = self._fetches
