@@ -114,10 +114,13 @@ def _preflight(config: BuildConfig) -> None:
 
 def _check_input(pattern: str, config: BuildConfig) -> None:
     try:
-        fs, path = fsspec.core.url_to_fs(pattern)
-        if not has_magic(path) and not fs.exists(path):
-            raise ConfigError("input", f"{pattern!r} does not exist")
         first = first_match(pattern, config.extensions)
+        if first is None:
+            # Only to word the refusal (no round trip when the input is fine): a path named
+            # outright, without a wildcard, may simply not exist.
+            fs, path = fsspec.core.url_to_fs(pattern)
+            if not has_magic(path) and not fs.exists(path):
+                raise ConfigError("input", f"{pattern!r} does not exist")
     except OSError as err:
         raise ConfigError("input", f"{pattern!r} cannot be listed: {err}") from None
     if first is None:
