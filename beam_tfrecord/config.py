@@ -374,14 +374,20 @@ class BuildConfig:
         return tuple(f.name for f in dataclasses.fields(cls) if f.init)
 
     @classmethod
+    def setting_of(cls, key: str) -> str | None:
+        """The setting a key of a config file or a flag names (`-` or `_`, `input` for
+        `inputs`), or None for none."""
+        norm = str(key).replace("-", "_")
+        norm = "inputs" if norm == "input" else norm
+        return norm if norm in cls.setting_names() else None
+
+    @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> BuildConfig:
         """Builds a config from a mapping whose keys may use `-` or `_` (YAML files, merged flags)."""
-        known = set(cls.setting_names())
-        aliases = {"input": "inputs"}
         values: dict[str, Any] = {}
         for key, value in settings.items():
-            norm = aliases.get(key.replace("-", "_"), key.replace("-", "_"))
-            if norm not in known:
+            norm = cls.setting_of(key)
+            if norm is None:
                 raise ConfigError(key, unknown_setting(key))
             values[norm] = value
         for required in ("inputs", "output"):

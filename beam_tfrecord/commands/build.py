@@ -196,9 +196,8 @@ def _load_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(
             "config", f"{path!r} must hold a mapping of settings, not {type(data).__name__}"
         )
-    known = {*BuildConfig.setting_names(), "input"}
-    for key in data:
-        if str(key).replace("-", "_") not in known:
+    for key in data:  # refused here, where the file can be named
+        if BuildConfig.setting_of(key) is None:
             raise ConfigError("config", f"{path!r}: {unknown_setting(str(key))}")
     return data
 
