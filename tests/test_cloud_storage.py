@@ -324,6 +324,11 @@ def _buckets(store, src, folder: str) -> tuple[str, str]:
     return source, f"{store.new_bucket('datasets')}/{folder}/pets"
 
 
+def _first_reads_fail():
+    """A fault hook failing the first read of each TRANSIENT image as the table says."""
+    return _reads_of(TRANSIENT, lambda relpath, n: TRANSIENT[relpath] if n == 1 else None)
+
+
 def _reads_of(relpaths, fail):
     """A proxy fault hook: `fail(relpath, n)` decides the n-th read (1, 2, ...) of each image."""
     seen: Counter[str] = Counter()
@@ -362,13 +367,12 @@ def test_transient_failures_are_retried_in_a_build(
     store = _store(request, protocol)
     src, images = collection
     source, output = _buckets(store, src, "flaky")
-    actions = TRANSIENT
     # Each image is read once, by its shard's writer: the first try fails, the retry succeeds.
-    fault, seen = _reads_of(actions, lambda relpath, n: actions[relpath] if n == 1 else None)
+    fault, seen = _first_reads_fail()
     link(store).fault = fault
     result = build(_config(f"{source}/**", output), [])
     store.proxy.fault = None
-    assert all(seen[relpath] == 2 for relpath in actions), seen  # failed, then retried
+    assert all(seen[relpath] == 2 for relpath in TRANSIENT), seen  # failed, then retried
     assert result.manifest["inputs"]["written"] == len(images)
     assert _shards(_objects(output)) == local_build[1]
 
@@ -380,10 +384,9 @@ def test_dedup_hashes_through_the_async_reader_with_retries(
     store = _store(request, protocol)
     src, images = collection
     source, output = _buckets(store, src, "hashed")
-    actions = TRANSIENT
     # --dedup reads each image twice: for its hash, then for its shard. The hash's first try
     # fails; its retry and the shard's read succeed.
-    fault, seen = _reads_of(actions, lambda relpath, n: actions[relpath] if n == 1 else None)
+    fault, seen = _first_reads_fail()
     proxy = link(store)
     proxy.fault = fault
     proxy.delay = 0.02
@@ -405,7 +408,7 @@ def test_dedup_hashes_through_the_async_reader_with_retries(
         sampler.join()
         proxy.delay = 0
         store.proxy.fault = None
-    assert all(seen[relpath] == 3 for relpath in actions), seen
+    assert all(seen[relpath] == 3 for relpath in TRANSIENT), seen
     assert result.manifest["inputs"]["written"] == len(images)
     assert result.manifest["work"]["reads"] == len(images)  # the shard writers' reads
     assert proxy.max_in_flight > 4, "reads overlap"

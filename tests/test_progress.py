@@ -51,15 +51,20 @@ def test_not_on_a_terminal_a_line_every_interval(monkeypatch):
     assert lines[-1].startswith("listed 4 | planned 4 of 4 | written 2 of 4 images, 2.0 KB")
 
 
-def test_the_line_gives_rate_and_eta():
+def _line_after(seconds: float, written: int, written_bytes: int) -> str:
+    """The line of 10 planned images (10 MB), `seconds` after a first line with none written."""
     now = [100.0]
     shown = Progress(io.StringIO(), tty=True, clock=lambda: now[0])
     counts = collections.Counter(
         listed=10, total=10, planned=10, to_write=10, to_write_bytes=10_000_000
     )
     shown.line(counts)
-    now[0] += 2
-    line = shown.line(collections.Counter(counts, written=4, written_bytes=4_000_000))
+    now[0] += seconds
+    return shown.line(collections.Counter(counts, written=written, written_bytes=written_bytes))
+
+
+def test_the_line_gives_rate_and_eta():
+    line = _line_after(2, 4, 4_000_000)
     assert line == (
         "listed 10 | planned 10 of 10 | written 4 of 10 images, 4.0 MB, 2.0 MB/s "
         "| 0:02 elapsed, ETA 0:03"
@@ -67,14 +72,7 @@ def test_the_line_gives_rate_and_eta():
 
 
 def test_an_eta_under_a_second_is_not_shown_as_zero():
-    now = [100.0]
-    shown = Progress(io.StringIO(), tty=True, clock=lambda: now[0])
-    counts = collections.Counter(
-        listed=10, total=10, planned=10, to_write=10, to_write_bytes=10_000_000
-    )
-    shown.line(counts)
-    now[0] += 1
-    line = shown.line(collections.Counter(counts, written=9, written_bytes=9_500_000))
+    line = _line_after(1, 9, 9_500_000)
     assert line.endswith("| 0:01 elapsed, ETA 0:01"), line
 
 
