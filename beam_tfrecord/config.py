@@ -15,6 +15,7 @@ from beam_tfrecord.labels import class_name_problem
 
 __all__ = [
     "DEFAULT_EXTENSIONS",
+    "IMAGE_SETTINGS",
     "BuildConfig",
     "ConfigError",
     "format_size",
@@ -41,6 +42,20 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 # Split names end up in file names, so keep them to characters that are safe on every filesystem.
 _SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
 _RATIO_TOLERANCE = 1e-6
+
+# The settings (flags, config keys, the manifest's `config`) that make a build's ImagePolicy, in
+# the manifest's order, with the policy field each one sets.
+IMAGE_SETTINGS: dict[str, str] = {
+    "validate": "validate",
+    "color": "color",
+    "max_pixels": "max_pixels",
+    "jpeg_quality": "jpeg_quality",
+    "background": "background",
+    "exif_orientation": "apply_exif_orientation",
+    "resize": "resize",
+    "encode": "encode",
+    "store": "store",
+}
 
 
 class ConfigError(ValueError):
@@ -180,15 +195,13 @@ class BuildConfig:
         min_shard_size / max_shard_size: shard size bounds in bytes.
         overwrite: replace an earlier build in `output`.
         resume: keep shards an interrupted run of the same build already finished.
-        validate: `decode`, `header` or `none` (how hard each image is checked).
-        color: `rgb`, `gray` or `keep` (the channels every written image decodes to).
-        max_pixels: images with more pixels are refused (decompression bombs).
-        jpeg_quality: quality for images that must be re-encoded and were lossy.
-        background: RGB colour that transparent pixels are flattened onto.
-        exif_orientation: apply EXIF orientation (TensorFlow ignores it).
-        resize: `N` (shorter side), `WxH` (fit within) or `exact:WxH[:crop|pad|stretch]`, or None.
-        encode: `jpeg` or `png` to write every image in that format, or None to choose per image.
-        store: `encoded` (image files) or `raw` (decoded uint8 pixels, for small images).
+        image: how each image is checked, normalized and transformed. As settings (flags, config
+            files, the manifest) it is nine (IMAGE_SETTINGS), named as users write them:
+            `validate` (`decode`, `header` or `none`), `color` (`rgb`, `gray` or `keep`),
+            `max_pixels`, `jpeg_quality`, `background`, `exif_orientation` (apply EXIF
+            orientation, which TensorFlow ignores), `resize` (`N` for the shorter side, `WxH` to
+            fit within, `exact:WxH[:crop|pad|stretch]`), `encode` (`jpeg` or `png`) and `store`
+            (`encoded` or `raw`); `from_settings` makes the policy from them.
         dedup: write one of each set of byte-identical images and report the other copies.
         split_by: a regex over the relative path; images whose capture (first group, or the
             group named `group`) is equal share a split (one subject, patient or scene).
@@ -197,8 +210,6 @@ class BuildConfig:
         read_ahead: images each worker reads concurrently, ahead of the one it checks or writes;
             None to choose by the inputs' store (deep for object stores, where every read waits
             a round trip, shallow for local disk).
-        image: the ImagePolicy the image settings (validate ... store) make; not a setting of
-            its own. The policy checks them, and a bad one is a ConfigError naming the setting.
     """
 
     inputs: tuple[str, ...] = ()
@@ -215,30 +226,18 @@ class BuildConfig:
     max_shard_size: int = 200 * 10**6
     overwrite: bool = False
     resume: bool = False
-    validate: str = "decode"
-    color: str = "rgb"
-    max_pixels: int = 89_478_485
-    jpeg_quality: int = 95
-    background: tuple[int, int, int] = (255, 255, 255)
-    exif_orientation: bool = True
-    resize: str | None = None
-    encode: str | None = None
-    store: str = "encoded"
+    image: ImagePolicy = field(default_factory=ImagePolicy)
     dedup: bool = False
     split_by: str | None = None
     max_skipped_fraction: float | None = None
     planning_bucket_records: int = 200_000
     read_ahead: int | None = None
-    # The image settings above as the ImagePolicy they make, checked by the policy alone.
-    image: ImagePolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for setting in ("overwrite", "resume", "dedup", "exif_orientation"):
-            value = getattr(self, setting)
-            if not isinstance(value, bool):
-                # A YAML `overwrite: "no"` is a non-empty string, true to Python: it must not
-                # replace a build (nor deduplicate, nor resume) that nobody asked to.
-                raise ConfigError(setting, f"expected true or false, got {value!r}")
+        for setting in ("overwrite", "resume", "dedup"):
+            _check_switch(setting, getattr(self, setting))
+        if not isinstance(self.image, ImagePolicy):
+            raise ConfigError("image", f"expected an ImagePolicy, got {self.image!r}")
         if isinstance(self.inputs, str):
             object.__setattr__(self, "inputs", (self.inputs,))
         object.__setattr__(self, "inputs", tuple(str(p) for p in self.inputs))
@@ -289,23 +288,6 @@ class BuildConfig:
                 f"{format_size(self.min_shard_size)} is above --max-shard-size "
                 f"{format_size(self.max_shard_size)}",
             )
-        try:
-            image = ImagePolicy(
-                validate=self.validate,
-                color=self.color,
-                max_pixels=self.max_pixels,
-                background=self.background,
-                jpeg_quality=self.jpeg_quality,
-                apply_exif_orientation=self.exif_orientation,
-                resize=self.resize,
-                encode=self.encode,
-                store=self.store,
-            )
-        except PolicyError as err:  # named as the setting the user gave
-            setting = "exif_orientation" if err.field == "apply_exif_orientation" else err.field
-            raise ConfigError(setting, err.problem) from None
-        object.__setattr__(self, "image", image)
-        object.__setattr__(self, "background", image.background)
         if self.split_by is not None:
             try:
                 compiled = re.compile(self.split_by)
@@ -360,18 +342,44 @@ class BuildConfig:
         return tuple(name for name, _ in self.splits)
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved settings as plain JSON-able data (for the manifest)."""
-        data = {name: getattr(self, name) for name in self.setting_names()}
+        """The resolved settings as plain JSON-able data (for the manifest): flat, named as
+        users write them, so `from_settings` reads them back to an equal config."""
+        data = {
+            name: getattr(self.image, IMAGE_SETTINGS[name])
+            if name in IMAGE_SETTINGS
+            else getattr(self, name)
+            for name in self.setting_names()
+        }
         data["splits"] = dict(self.splits)
         data["inputs"] = list(self.inputs)
         data["extensions"] = list(self.extensions)
         data["classes"] = list(self.classes) if self.classes is not None else None
-        data["background"] = list(self.background)
+        data["background"] = list(self.image.background)
+        data["resize"] = str(self.image.resize) if self.image.resize is not None else None
         return data
 
     @classmethod
     def setting_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+        """Every setting, in the manifest's order: the fields, with `image` as its nine."""
+        names: list[str] = []
+        for f in dataclasses.fields(cls):
+            names.extend(IMAGE_SETTINGS if f.name == "image" else (f.name,))
+        return tuple(names)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each setting's default, as `to_dict` writes it (`inputs` and `output` have none)."""
+        policy = ImagePolicy()
+        data: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name == "image":
+                data.update((name, getattr(policy, f)) for name, f in IMAGE_SETTINGS.items())
+            elif f.name not in ("inputs", "output"):
+                data[f.name] = f.default
+        data["background"] = list(policy.background)
+        data["splits"] = dict(data["splits"])
+        data["extensions"] = list(data["extensions"])
+        return data
 
     @classmethod
     def setting_of(cls, key: str) -> str | None:
@@ -403,8 +411,6 @@ class BuildConfig:
             values["inputs"] = tuple(values["inputs"])
         if isinstance(values.get("extensions"), list):
             values["extensions"] = tuple(values["extensions"])
-        if isinstance(values.get("background"), list):
-            values["background"] = tuple(values["background"])
         if isinstance(values.get("splits"), (str, Mapping)):
             values["splits"] = parse_splits(values["splits"])
         if "classes" in values:
@@ -427,6 +433,15 @@ class BuildConfig:
                     "max_skipped_fraction",
                     f"must be a number, got {values['max_skipped_fraction']!r}",
                 ) from None
+        policy = {
+            IMAGE_SETTINGS[name]: values.pop(name) for name in IMAGE_SETTINGS if name in values
+        }
+        _check_switch("exif_orientation", policy.get("apply_exif_orientation", True))
+        try:
+            values["image"] = ImagePolicy(**policy)
+        except PolicyError as err:  # named as the setting the user gave
+            setting = next(name for name, f in IMAGE_SETTINGS.items() if f == err.field)
+            raise ConfigError(setting, err.problem) from None
         try:
             return cls(**values)
         except (
@@ -448,6 +463,13 @@ def unknown_setting(key: str) -> str:
     if close:
         return f"unknown setting {key!r}; did you mean {close[0]!r}?"
     return f"unknown setting {key!r}; known: {', '.join(names)}"
+
+
+def _check_switch(setting: str, value: Any) -> None:
+    # A YAML `overwrite: "no"` is a non-empty string, true to Python: it must not replace a build
+    # (nor deduplicate, nor resume, nor keep EXIF rotation) that nobody asked to.
+    if not isinstance(value, bool):
+        raise ConfigError(setting, f"expected true or false, got {value!r}")
 
 
 def _check_choice(setting: str, value: str, choices: tuple[str, ...]) -> None:

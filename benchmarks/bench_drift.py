@@ -51,10 +51,10 @@ def _hostile(root: Path, copies: int) -> None:
 
 def _drift(work: Path, name: str, source: Path, bounds: tuple[str, str], **settings) -> dict:
     out = work / "out" / name
-    config = BuildConfig(
+    config = BuildConfig.from_settings(dict(
         inputs=(f"{source}/**",), output=str(out), min_shard_size=bounds[0],
         max_shard_size=bounds[1], overwrite=True, **settings,
-    )  # fmt: skip
+    ))  # fmt: skip
     manifest = build(config, IN_PROCESS).manifest
     low, high = parse_size(bounds[0]), parse_size(bounds[1])
     shards = manifest["shards"]

@@ -59,7 +59,7 @@ def _config(inputs: str, output: str, **overrides) -> BuildConfig:
         "seed": 7,
     }
     settings.update(overrides)
-    return BuildConfig(**settings)
+    return BuildConfig.from_settings(dict(**settings))
 
 
 def _objects(url: str) -> dict[str, bytes]:

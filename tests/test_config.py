@@ -1,11 +1,20 @@
 """Config: sizes, splits, classes, YAML plus flags, and a clear error naming every bad setting."""
 
 import argparse
+import json
 
 import pytest
 
 from beam_tfrecord.commands.build import add_arguments, config_from_args
-from beam_tfrecord.config import BuildConfig, ConfigError, parse_classes, parse_size, parse_splits
+from beam_tfrecord.config import (
+    IMAGE_SETTINGS,
+    BuildConfig,
+    ConfigError,
+    parse_classes,
+    parse_size,
+    parse_splits,
+)
+from beam_tfrecord.images.policy import ImagePolicy, Resize
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -87,7 +96,7 @@ def test_defaults_and_name_from_output():
     assert config.output == "gs://bucket/datasets/flowers-v2"
     assert config.min_shard_size == 100 * 10**6 and config.max_shard_size == 200 * 10**6
     assert config.split_names == ("train", "validation", "test")
-    assert config.validate == "decode" and config.color == "rgb"
+    assert config.image == ImagePolicy() and config.image.validate == "decode"
     assert ".jpg" in config.extensions and ".png" in config.extensions
 
 
@@ -164,8 +173,6 @@ def test_missing_config_file(tmp_path):
 
 
 def test_to_dict_is_json_ready():
-    import json
-
     config = BuildConfig(inputs=("a/**",), output="o", classes=("x", "y"))
     data = json.loads(json.dumps(config.to_dict()))
     assert data["splits"] == {"train": 0.8, "validation": 0.1, "test": 0.1}
@@ -177,8 +184,54 @@ def test_transform_flags_reach_the_config():
         _args("--input", "a/**", "--output", "o", "--resize", "exact:64x64:pad", "--encode", "png",
               "--quality", "80")
     )  # fmt: skip
-    assert (config.resize, config.encode, config.jpeg_quality) == ("exact:64x64:pad", "png", 80)
+    image = config.image
+    assert image.resize == Resize("exact", width=64, height=64, policy="pad")
+    assert (image.encode, image.jpeg_quality) == ("png", 80)
+    assert config.to_dict()["resize"] == "exact:64x64:pad"
     raw = config_from_args(
         _args("--input", "a/**", "--output", "o", "--store", "raw", "--resize", "32")
     )
-    assert (raw.store, raw.resize) == ("raw", "32")
+    assert (raw.image.store, raw.image.resize) == ("raw", Resize("short", size=32))
+    assert raw.to_dict()["resize"] == "32"
+
+
+def test_the_image_settings_are_the_policy_and_read_back_from_the_manifest():
+    settings = {
+        "input": ["a/**"], "output": "o", "validate": "header", "color": "keep",
+        "max_pixels": "1000000", "jpeg_quality": 70, "background": "#102030",
+        "exif_orientation": False, "resize": "fit:640x480", "encode": "png", "store": "encoded",
+    }  # fmt: skip
+    config = BuildConfig.from_settings(settings)
+    assert config.image == ImagePolicy(
+        validate="header", color="keep", max_pixels=1_000_000, jpeg_quality=70,
+        background=(16, 32, 48), apply_exif_orientation=False,
+        resize=Resize("fit", width=640, height=480), encode="png",
+    )  # fmt: skip
+    data = config.to_dict()
+    # The manifest keeps the nine flat, named as users write them, in the settings' order.
+    names = list(data)
+    assert names[names.index("resume") + 1 : names.index("dedup")] == list(IMAGE_SETTINGS)
+    assert "image" not in data and "image" not in BuildConfig.setting_names()
+    assert data["resize"] == "640x480" and data["background"] == [16, 32, 48]
+    assert data["exif_orientation"] is False
+    assert BuildConfig.from_settings(json.loads(json.dumps(data))) == config
+
+
+def test_image_is_not_a_setting_and_its_nine_are_named_in_errors():
+    with pytest.raises(ConfigError, match=r"unknown setting 'image'"):
+        BuildConfig.from_settings({"input": "a", "output": "o", "image": {"color": "rgb"}})
+    with pytest.raises(ConfigError, match=r"^--exif-orientation: expected true or false, got 'no'"):
+        BuildConfig.from_settings({"input": "a", "output": "o", "exif_orientation": "no"})
+    with pytest.raises(ConfigError, match=r"^--jpeg-quality: must be an integer from 1 to 100"):
+        BuildConfig.from_settings({"input": "a", "output": "o", "jpeg_quality": 101})
+    with pytest.raises(ConfigError, match=r"^--image: expected an ImagePolicy"):
+        BuildConfig(inputs=("a",), output="o", image="rgb")
+
+
+def test_defaults_name_each_setting_as_the_manifest_writes_it():
+    defaults = BuildConfig.defaults()
+    assert set(defaults) == set(BuildConfig.setting_names()) - {"inputs", "output"}
+    written = BuildConfig(inputs=("a",), output="o").to_dict()
+    # Every default but the name (taken from the output folder) is what the manifest writes.
+    assert defaults.pop("name") is None and written.pop("name") == "o"
+    assert {name: written[name] for name in defaults} == defaults

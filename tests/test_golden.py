@@ -197,13 +197,15 @@ def test_build_output_is_byte_identical_to_the_golden_digests(variant, tmp_path)
     src = _collection(tmp_path)
     out = tmp_path / "out" / "golden"
     overrides = VARIANTS[variant]
-    config = BuildConfig(
-        inputs=(f"{src}/**",),
-        output=str(out),
-        min_shard_size=20_000,
-        max_shard_size=60_000,
-        seed=5,
-        **overrides,
+    config = BuildConfig.from_settings(
+        dict(
+            inputs=(f"{src}/**",),
+            output=str(out),
+            min_shard_size=20_000,
+            max_shard_size=60_000,
+            seed=5,
+            **overrides,
+        )
     )
     build(config)
     digests = _digests(out, tmp_path)

@@ -20,7 +20,9 @@ from beam_tfrecord.planning import estimated_encoded_size
 
 def _planner(**settings):
     settings.setdefault("labels", "none")
-    return preparer(BuildConfig(inputs=("unused/**",), output="unused", **settings))
+    return preparer(
+        BuildConfig.from_settings(dict(inputs=("unused/**",), output="unused", **settings))
+    )
 
 
 def test_planning_reads_nothing_of_the_image(tmp_path):

@@ -243,9 +243,9 @@ def _print_summary(result, config: BuildConfig, out=None, seconds: float | None 
         asked = [
             flag
             for flag, given in (
-                ("--resize", config.resize),
-                ("--encode", config.encode),
-                ("--store raw", config.store != "encoded"),
+                ("--resize", config.image.resize),
+                ("--encode", config.image.encode),
+                ("--store raw", config.image.store != "encoded"),
             )
             if given
         ]

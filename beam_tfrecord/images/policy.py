@@ -84,6 +84,16 @@ class Resize:
             f"resize {text!r}: expected N (shorter side), WxH (fit within) or exact:WxH[:crop|pad|stretch]"
         )
 
+    def __str__(self) -> str:
+        """The shortest text `Resize.parse` reads back as this resize: `256`, `640x480`,
+        `exact:224x224` (crop, the default) or `exact:224x224:pad`."""
+        if self.mode == "short":
+            return str(self.size)
+        dims = f"{self.width}x{self.height}"
+        if self.mode == "fit":
+            return dims
+        return f"exact:{dims}" if self.policy == "crop" else f"exact:{dims}:{self.policy}"
+
     def scaled_size(self, width: int, height: int) -> tuple[int, int]:
         """The size an image is scaled to, before any crop or pad."""
         if self.mode == "short":

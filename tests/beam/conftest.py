@@ -59,7 +59,9 @@ def plan_entries(root: str, images: dict[str, bytes], **settings) -> list[ImageE
 
     Settings are BuildConfig's (`splits`, `seed`, `max_shard_size`...).
     """
-    config = BuildConfig(inputs=(f"memory://{root}/**",), output="memory://out", **settings)
+    config = BuildConfig.from_settings(
+        dict(inputs=(f"memory://{root}/**",), output="memory://out", **settings)
+    )
     prep = preparer(config)
     sources = [
         SourceFile(f"memory://{root}/{relpath}", relpath, len(data))

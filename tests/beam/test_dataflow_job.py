@@ -85,7 +85,9 @@ def bucket(gcs_store: ObjectStore, tmp_path_factory) -> str:  # noqa: F811
 
 @pytest.fixture(scope="module")
 def dry_run(bucket) -> SubmittedBuild:
-    config = BuildConfig(inputs=(f"{bucket}/pets/**",), output=f"{bucket}/out", resize="64")
+    config = BuildConfig.from_settings(
+        dict(inputs=(f"{bucket}/pets/**",), output=f"{bucket}/out", resize="64")
+    )
     return build(config, _dataflow_args(bucket))
 
 

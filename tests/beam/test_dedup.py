@@ -64,8 +64,10 @@ def collection(tmp_path_factory):
 
 
 def _config(src: Path, out: Path, **settings) -> BuildConfig:
-    return BuildConfig(inputs=(f"{src}/**",), output=str(out), splits=SPLITS, min_shard_size="30KB",
-                       max_shard_size="90KB", labels="regex:^(cat|dog)/", **settings)  # fmt: skip
+    return BuildConfig.from_settings(
+        dict(inputs=(f"{src}/**",), output=str(out), splits=SPLITS, min_shard_size="30KB",
+             max_shard_size="90KB", labels="regex:^(cat|dog)/", **settings)
+    )  # fmt: skip
 
 
 def test_without_dedup_copies_leak_across_splits(collection, tmp_path):

@@ -86,11 +86,13 @@ def test_an_empty_rebuild_leaves_no_earlier_build_claiming_success(src, tmp_path
     settings = dict(
         inputs=(f"{src}/**",), output=str(out), min_shard_size="20KB", max_shard_size="100KB"
     )
-    first = build(BuildConfig(**settings), [])
+    first = build(BuildConfig.from_settings(settings), [])
     assert first.manifest["inputs"]["written"] == 120
     assert all((out / name).exists() for name in _CLAIMS)
     with pytest.raises(BuildFailed, match=r"no image was written: 120 inputs were reported"):
-        build(BuildConfig(**settings, labels="regex:^(x*)", **{again: True}), [])
+        build(
+            BuildConfig.from_settings(dict(**settings, labels="regex:^(x*)", **{again: True})), []
+        )
     # The earlier build's shards, indexes and metadata went with it: only the report is left.
     assert _files(out) == ["report.jsonl"]
 

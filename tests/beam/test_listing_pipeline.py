@@ -49,9 +49,9 @@ def many_files(tmp_path_factory) -> tuple[Path, list[str]]:
 
 
 def _config(out: Path, **settings) -> BuildConfig:
-    return BuildConfig(
-        output=str(out), name="ds", labels="regex:^([a-z]+)/", validate="header",
-        min_shard_size="200KB", max_shard_size="600KB", **settings,
+    return BuildConfig.from_settings(
+        dict(output=str(out), name="ds", labels="regex:^([a-z]+)/", validate="header",
+             min_shard_size="200KB", max_shard_size="600KB", **settings)
     )  # fmt: skip
 
 

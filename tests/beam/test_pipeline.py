@@ -39,7 +39,7 @@ def _config(src: Path, out: Path, **overrides) -> BuildConfig:
         "seed": 7,
     }
     settings.update(overrides)
-    return BuildConfig(**settings)
+    return BuildConfig.from_settings(dict(**settings))
 
 
 def _read_output(out: Path) -> dict[str, list[dict]]:

@@ -78,12 +78,14 @@ def counted(tmp_path, monkeypatch):
 
 
 def _build(tmp_path, **settings):
-    config = BuildConfig(
-        inputs=("counting://src/**",),
-        output=str(tmp_path / "out"),
-        min_shard_size="1KB",
-        max_shard_size="64KB",
-        **settings,
+    config = BuildConfig.from_settings(
+        dict(
+            inputs=("counting://src/**",),
+            output=str(tmp_path / "out"),
+            min_shard_size="1KB",
+            max_shard_size="64KB",
+            **settings,
+        )
     )
     result = build(config, IN_PROCESS)
     return result.manifest

@@ -145,10 +145,10 @@ def test_a_build_reporting_every_image_agrees_with_verify_inspect_and_manifest(t
     out = tmp_path / "out"
     # --resize re-encodes every image, so every written image is a report line ("modified");
     # parts of at most 4 lines make the report out of many parts.
-    config = BuildConfig(
+    config = BuildConfig.from_settings(dict(
         inputs=(str(src),), output=str(out), resize="24", seed=3, planning_bucket_records=4,
         min_shard_size=2_000, max_shard_size=8_000,
-    )  # fmt: skip
+    ))  # fmt: skip
     result = build(config, ["--runner=DirectRunner"])
     lines = (out / REPORT_FILE).read_text().splitlines()
     entries = [json.loads(line) for line in lines]

@@ -21,8 +21,14 @@ SLACK = 6  # bytes a planned record may be over the written one (README: How it 
 
 
 def _build(src: Path, out: Path, low: int, high: int, **settings) -> dict:
-    config = BuildConfig(
-        inputs=(f"{src}/**",), output=str(out), min_shard_size=low, max_shard_size=high, **settings
+    config = BuildConfig.from_settings(
+        dict(
+            inputs=(f"{src}/**",),
+            output=str(out),
+            min_shard_size=low,
+            max_shard_size=high,
+            **settings,
+        )
     )
     return build(config, IN_PROCESS).manifest
 

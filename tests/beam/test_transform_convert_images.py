@@ -39,10 +39,10 @@ def collection(memfs, put_images):
 
 
 def _config(**settings) -> BuildConfig:
-    return BuildConfig(
+    return BuildConfig.from_settings(dict(
         inputs=("memory://src/**",), output=OUT, name="pets", seed=7, min_shard_size=MIN,
         max_shard_size=MAX, **settings,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def _counters(result) -> dict[str, int]:

@@ -23,7 +23,11 @@ SEED = 3
 
 def _preparer(**settings) -> Preparer:
     settings = {"splits": SPLITS, "seed": SEED, **settings}
-    return preparer(BuildConfig(inputs=("memory://src/**",), output="memory://out", **settings))
+    return preparer(
+        BuildConfig.from_settings(
+            dict(inputs=("memory://src/**",), output="memory://out", **settings)
+        )
+    )
 
 
 def _source(relpath: str, size: int = 5_000, label: str | None = None) -> SourceFile:

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 def _config(src: Path, out: Path, **overrides) -> BuildConfig:
     settings = {"min_shard_size": "20KB", "max_shard_size": "60KB", **overrides}
-    return BuildConfig(inputs=(f"{src}/**",), output=str(out), **settings)
+    return BuildConfig.from_settings(dict(inputs=(f"{src}/**",), output=str(out), **settings))
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ def _summary(modified: int, **settings) -> str:
         "splits": {"train": {"examples": 45, "shards": 1, "bytes": 10**6}},
         "classes": ["cat", "dog"],
     }
-    config = BuildConfig(inputs=("src/**",), output="out", **settings)
+    config = BuildConfig.from_settings(dict(inputs=("src/**",), output="out", **settings))
     out = io.StringIO()
     _print_summary(SimpleNamespace(manifest=manifest, seconds=1.0), config, out)
     return out.getvalue()

@@ -130,16 +130,31 @@ def test_raw_pixels(color, channels):
     assert "stored_raw" in info.notes
 
 
+@pytest.mark.parametrize(
+    ("text", "written"),
+    [
+        ("256", "256"), ("short:256", "256"), (" 640X480 ", "640x480"), ("fit:640x480", "640x480"),
+        ("exact:224x224", "exact:224x224"), ("exact:224x224:crop", "exact:224x224"),
+        ("exact:224x224:pad", "exact:224x224:pad"), ("EXACT:2x3:stretch", "exact:2x3:stretch"),
+    ],
+)  # fmt: skip
+def test_a_resize_is_written_as_the_shortest_text_that_reads_back_to_it(text, written):
+    # The manifest records a build's resize as this text; a config made from it resizes the same.
+    resize = Resize.parse(text)
+    assert str(resize) == written
+    assert Resize.parse(str(resize)) == resize
+
+
 def test_policy_and_config_refuse_bad_transforms():
     for bad in ("0", "abc", "exact:10x10:squash", "fit:10", "short:10x10", "-5"):
         with pytest.raises(ValueError, match="resize"):
             Resize.parse(bad)
         with pytest.raises(ConfigError, match="--resize:"):
-            BuildConfig(inputs=("a",), output="o", resize=bad)
+            BuildConfig.from_settings(dict(inputs=("a",), output="o", resize=bad))
     with pytest.raises(ConfigError, match="--encode:"):
-        BuildConfig(inputs=("a",), output="o", encode="gif")
+        BuildConfig.from_settings(dict(inputs=("a",), output="o", encode="gif"))
     with pytest.raises(ConfigError, match="--encode: --store raw"):
-        BuildConfig(inputs=("a",), output="o", encode="png", store="raw")
+        BuildConfig.from_settings(dict(inputs=("a",), output="o", encode="png", store="raw"))
 
 
 @pytest.mark.slow
@@ -157,7 +172,7 @@ def test_build_with_transforms_decodes_in_tensorflow(tmp_path, settings, check, 
     src = tmp_path / "src"
     make_collection(src, {"a": 6, "b": 6}, seed=4, size=(70, 130))
     out = tmp_path / "out"
-    build(BuildConfig(inputs=(f"{src}/**",), output=str(out), **settings), [])
+    build(BuildConfig.from_settings(dict(inputs=(f"{src}/**",), output=str(out), **settings)), [])
     records = [
         decode_example(r)
         for p in sorted(out.iterdir())

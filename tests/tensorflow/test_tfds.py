@@ -32,12 +32,14 @@ def source(tmp_path_factory) -> Path:
 
 def _build(src: Path, out: Path, **settings) -> dict:
     result = build(
-        BuildConfig(
-            inputs=(f"{src}/**",),
-            output=str(out),
-            min_shard_size="20KB",
-            max_shard_size="60KB",
-            **settings,
+        BuildConfig.from_settings(
+            dict(
+                inputs=(f"{src}/**",),
+                output=str(out),
+                min_shard_size="20KB",
+                max_shard_size="60KB",
+                **settings,
+            )
         ),
         [],
     )
