@@ -13,9 +13,15 @@ from typing import Any
 import apache_beam as beam
 import fsspec
 from apache_beam import pvalue
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    StandardOptions,
+    TestOptions,
+)
 from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
+from fsspec.utils import get_protocol
 
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
@@ -44,6 +50,7 @@ from beam_tfrecord.manifest import (
     write_build_files,
 )
 from beam_tfrecord.planning import Preparer
+from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import default_depth
 from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
 from beam_tfrecord.tfds_metadata import tfds_files
@@ -152,9 +159,10 @@ class ConvertImages(beam.PTransform):
     `entries`, `shards` (ShardResult), `report` (ReportEntry) and `summary`.
     """
 
-    def __init__(self, config: BuildConfig):
+    def __init__(self, config: BuildConfig, shard_processes: int = 0):
         super().__init__()
         self._config = config
+        self._shard_processes = shard_processes
 
     def expand(self, pbegin):
         config = self._config
@@ -185,6 +193,7 @@ class ConvertImages(beam.PTransform):
             max_record_size=config.max_shard_size,
             resume=config.resume,
             read_ahead=read_ahead,
+            processes=self._shard_processes,
         )
         report = (*reports, written["report"]) | "Report" >> beam.Flatten()
         # The report's lines go to files from the workers; the manifest gets only their counts.
@@ -308,6 +317,28 @@ class LocalRunner(SwitchingDirectRunner):
         return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
 
 
+def shard_processes(config: BuildConfig, options: PipelineOptions) -> int:
+    """Processes to write shards in: the cores, for a build that runs in this one process
+    (LocalRunner in memory) and reads and writes local files only; else 0, each worker writing
+    its own shards.
+
+    Only local files: a `memory://` store, or a filesystem registered by this process alone,
+    is not there for a process of its own.
+    """
+    direct = options.view_as(DirectOptions)
+    if (
+        not isinstance(_runner(options), LocalRunner)
+        or (direct.direct_running_mode or "in_memory") != "in_memory"
+        or (direct.direct_num_workers or 1) != 1
+    ):
+        return 0
+    places = [*config.inputs, *filter(None, [config.input_list]), config.output]
+    if any(get_protocol(place) not in ("file", "local") for place in places):
+        return 0
+    cores = usable_cores()
+    return cores if cores > 1 else 0
+
+
 def _runner(options: PipelineOptions) -> str | PipelineRunner:
     name = _runner_name(options)
     return LocalRunner() if name.lower() in ("directrunner", "direct") else name
@@ -347,7 +378,7 @@ def build(
         discard_manifest(config.output)
     started = time.monotonic()
     pipeline = beam.Pipeline(runner=_runner(options), options=options)
-    _ = pipeline | "ConvertImages" >> ConvertImages(config)
+    _ = pipeline | "ConvertImages" >> ConvertImages(config, shard_processes(config, options))
     result = pipeline.run()
     if dry_run:
         return _submitted(result, pipeline, options, dry_run=True)

@@ -34,6 +34,7 @@ from beam_tfrecord.planning import Preparer, hash_source
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.remote import Fetches
 from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
+from beam_tfrecord.shard_processes import ShardProcesses
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.sharding import (
     SplitPlan,
@@ -493,6 +494,11 @@ class PlanShards(beam.PTransform):
         return {"shards": shards, "plan": plan}
 
 
+# Worker processes start in about half a second (Python, Pillow, fsspec): below this many planned
+# bytes, a build's shards are written sooner by this process alone.
+PROCESSES_MIN_BYTES = 64 * 10**6
+
+
 class _WriteShardFn(_ReadAheadFn):
     def __init__(
         self,
@@ -502,6 +508,8 @@ class _WriteShardFn(_ReadAheadFn):
         max_record_size: int,
         resume: bool,
         read_ahead: int,
+        processes: int = 0,
+        processes_min_bytes: int = PROCESSES_MIN_BYTES,
     ):
         super().__init__(read_ahead)
         self._output_dir = output_dir
@@ -509,10 +517,23 @@ class _WriteShardFn(_ReadAheadFn):
         self._policy = policy
         self._max_record_size = max_record_size
         self._resume = resume
+        self._processes = processes
+        self._processes_min_bytes = processes_min_bytes
         self._written = _counter("images_written")
         self._skipped = _counter("images_skipped")
         self._bytes = _counter("bytes_written")
         self._shards = _counter("shards_written")
+
+    def setup(self):
+        super().setup()
+        self._pool: ShardProcesses | None = None
+        self._pending: list = []
+
+    def start_bundle(self):
+        # A bundle that failed must not hand its shards' results to the retry.
+        for future in self._pending:
+            future.cancel()
+        self._pending = []
 
     def process(self, element, plan):
         (split, index), entries = element
@@ -524,16 +545,64 @@ class _WriteShardFn(_ReadAheadFn):
             index,
             shards,
         )
-        result, report = write_shard(
-            spec,
-            entries,
-            self._policy,
-            max_record_size=self._max_record_size,
-            resume=self._resume,
-            read_ahead=self._read_ahead,
-            executor=self._executor,
-            cpu=self._cpu,
+        pool = self._pool_for(plan)
+        if pool is not None:
+            self._pending.append(
+                pool.submit(
+                    spec,
+                    entries,
+                    self._policy,
+                    max_record_size=self._max_record_size,
+                    resume=self._resume,
+                    read_ahead=self._read_ahead,
+                )
+            )
+            # Two shards a process queued: none waits for work, and few plans wait in memory.
+            while len(self._pending) > 2 * self._processes:
+                yield from self._outputs(*self._pending.pop(0).result())
+            return
+        yield from self._outputs(
+            *write_shard(
+                spec,
+                entries,
+                self._policy,
+                max_record_size=self._max_record_size,
+                resume=self._resume,
+                read_ahead=self._read_ahead,
+                executor=self._executor,
+                cpu=self._cpu,
+            )
         )
+
+    def finish_bundle(self):
+        while self._pending:
+            for output in self._outputs(*self._pending.pop(0).result()):
+                if isinstance(output, pvalue.TaggedOutput):
+                    yield pvalue.TaggedOutput(
+                        output.tag, GlobalWindows.windowed_value(output.value)
+                    )
+                else:
+                    yield GlobalWindows.windowed_value(output)
+
+    def teardown(self):
+        if getattr(self, "_pool", None) is not None:
+            self._pool.close(cancel=True)
+        super().teardown()
+
+    def _pool_for(self, plan) -> ShardProcesses | None:
+        """The worker processes, started for the first shard of a build large enough to pay
+        for them; None to write here."""
+        if self._pool is None and self._processes > 1:
+            splits = plan.values()
+            if (
+                sum(p.shards for p in splits) > 1
+                and sum(p.bytes for p in splits) >= self._processes_min_bytes
+            ):
+                _LOG.debug("writing shards in %d worker processes", self._processes)
+                self._pool = ShardProcesses(self._processes)
+        return self._pool
+
+    def _outputs(self, result, report):
         self._written.inc(result.examples)
         self._bytes.inc(result.bytes)
         self._shards.inc()
@@ -546,6 +615,10 @@ class _WriteShardFn(_ReadAheadFn):
 
 class WriteShards(beam.PTransform):
     """Writes each planned shard by one worker, which reads, checks and frames its images.
+
+    `processes` > 1: a worker that runs the whole build in one process (a local build) writes
+    its shards in that many processes of its own (`shard_processes`), once the plan holds more
+    than one shard and `processes_min_bytes` planned bytes.
 
     Returns a dict: `results` (ShardResult per shard) and `report` (images that could not be
     written, and images written changed).
@@ -560,9 +633,20 @@ class WriteShards(beam.PTransform):
         max_record_size: int,
         resume: bool = False,
         read_ahead: int = 16,
+        processes: int = 0,
+        processes_min_bytes: int = PROCESSES_MIN_BYTES,
     ):
         super().__init__()
-        self._fn = _WriteShardFn(output_dir, name, policy, max_record_size, resume, read_ahead)
+        self._fn = _WriteShardFn(
+            output_dir,
+            name,
+            policy,
+            max_record_size,
+            resume,
+            read_ahead,
+            processes,
+            processes_min_bytes,
+        )
         self._plan = plan
 
     def expand(self, shards):

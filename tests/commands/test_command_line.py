@@ -247,6 +247,112 @@ def test_3_the_command_printed_goes_on_with_the_build(interrupted, big_src):
     assert run("verify", str(out), cwd=cwd).returncode == 0
 
 
+# 9. A large local build writes its shards in worker processes of its own (the cores it has);
+# they write the same bytes, and an interrupt ends them as cleanly as the launcher.
+
+
+@pytest.fixture(scope="module")
+def large_src(tmp_path_factory) -> Path:
+    """About 70 MB of noise JPEGs: more than a build needs to start its shard processes."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("large")
+    rng = np.random.default_rng(9)
+    for i in range(440):
+        pixels = rng.integers(0, 256, (420, 420, 3), dtype=np.uint8)
+        encoded = io.BytesIO()
+        Image.fromarray(pixels).save(encoded, "JPEG", quality=90)
+        path = root / ("ab"[i % 2]) / f"{i:03d}.jpg"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(encoded.getvalue())
+    return root
+
+
+LARGE_FLAGS = ["--min-shard-size", "2MB", "--max-shard-size", "4MB", "--splits", "train=1"]
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+_PROCESSES_LINE = re.compile(r"writing shards in (\d+) worker processes")
+
+
+def _digests(out: Path) -> dict[str, str]:
+    import hashlib
+
+    return {
+        name: hashlib.sha256((out / name).read_bytes()).hexdigest()
+        for name in files_below(out)
+        if name != "manifest.json"
+    }
+
+
+@pytest.mark.skipif((_CORES or 1) < 2, reason="one core: a build writes in-process")
+def test_9_a_large_local_build_writes_in_worker_processes_the_same_bytes(large_src, tmp_path):
+    pooled = run("build", "--input", str(large_src), "--output", str(tmp_path / "pooled"),
+                 *LARGE_FLAGS, "--name", "ds", "-v", cwd=tmp_path)  # fmt: skip
+    assert pooled.returncode == 0, pooled.stderr
+    assert [int(n) for n in _PROCESSES_LINE.findall(pooled.stderr)] == [_CORES]
+    # Beam's multi-threaded mode: every shard written in the launcher, by Beam's own threads.
+    threaded = run("build", "--input", str(large_src), "--output", str(tmp_path / "threaded"),
+                   *LARGE_FLAGS, "--name", "ds", "-v", "--direct_running_mode=multi_threading",
+                   cwd=tmp_path)  # fmt: skip
+    assert threaded.returncode == 0, threaded.stderr
+    assert not _PROCESSES_LINE.search(threaded.stderr)
+    written = _digests(tmp_path / "pooled")
+    assert len(shards_in(tmp_path / "pooled")) >= 16
+    assert written == _digests(tmp_path / "threaded")
+    manifest = json.loads((tmp_path / "pooled" / "manifest.json").read_text())
+    assert manifest["inputs"]["written"] == 440
+    assert manifest["work"]["reads"] == 440, "each image read once, in whichever process"
+
+
+@pytest.mark.skipif((_CORES or 1) < 2, reason="one core: a build writes in-process")
+@pytest.mark.parametrize(
+    ("signum", "whole_group", "status"),
+    [(signal.SIGINT, True, 130), (signal.SIGTERM, False, 143)],
+    ids=["ctrl_c", "sigterm"],
+)
+def test_9_an_interrupt_ends_the_shard_processes_cleanly(
+    large_src, tmp_path, signum, whole_group, status
+):
+    out = tmp_path / "out"
+    code, _stdout, stderr, before, pid = _interrupt(
+        large_src, tmp_path, out, signum, whole_group, *LARGE_FLAGS[:4]
+    )
+    _assert_clean_interruption(code, _stdout, stderr, before, out, status, signum.name)
+    assert _group_is_gone(pid), "a shard process outlived the build"
+    resumed = run("build", "--input", str(large_src), "--output", str(out), *LARGE_FLAGS,
+                  "--resume", cwd=tmp_path)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert run("verify", str(out), cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.skipif((_CORES or 1) < 2, reason="one core: a build writes in-process")
+def test_9_a_script_without_a_main_guard_builds_once(large_src, tmp_path):
+    """The shard processes do not import the launcher's `__main__` again (as `spawn` would):
+    a script that builds at its top level, no `if __name__ == "__main__":`, builds once."""
+    out = tmp_path / "out"
+    script = tmp_path / "make_dataset.py"
+    script.write_text(
+        "import logging, sys\n"
+        "from beam_tfrecord.beam.pipeline import build\n"
+        "from beam_tfrecord.config import BuildConfig\n"
+        "logging.basicConfig(stream=sys.stderr, format='%(message)s')\n"
+        "logging.getLogger('beam_tfrecord').setLevel(logging.DEBUG)\n"
+        "print('building', flush=True)\n"
+        f"config = BuildConfig.from_settings({{'input': {str(large_src)!r}, 'output': {str(out)!r},"
+        " 'min_shard_size': '2MB', 'max_shard_size': '4MB', 'splits': 'train=1'})\n"
+        "print('written', build(config).manifest['inputs']['written'], flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["building", "written 440"]
+    assert _PROCESSES_LINE.search(done.stderr), done.stderr
+    assert "Traceback" not in done.stderr
+
+
 # 6. Writes to a closed pipe end quietly, in every command.
 
 

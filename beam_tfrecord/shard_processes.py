@@ -1,0 +1,152 @@
+"""Shards written by worker processes of this machine: how a one-process build uses its cores.
+
+A build that runs in one process (the DirectRunner in memory, a local build's default) would
+check and frame every image under one GIL; Pillow lets go of it only while it decodes. Its shard
+writer can instead hand each shard's plan (paths, sizes, labels: never image bytes) to one of a
+few processes of its own, which writes the shard with `write_shard`, as any worker would, and
+sends back the shard's result and report lines. A shard is the same bytes whoever writes it.
+
+The processes are started by `spawn` (the launcher runs threads: a forked copy of them could
+hold a lock forever), without the launcher's `__main__`: spawn would import it again in each
+of them, and a script that calls `build` without an `if __name__ == "__main__":` guard would
+run its build again there. They ignore SIGINT, from their first instruction on (they start with it
+blocked): Ctrl-C reaches the whole process group, and what an interrupt stops is the launcher's
+to decide. SIGTERM, which the launcher sends them when it stops, ends a shard being written as
+any error would, its temporary file removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import types
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from beam_tfrecord import progress
+from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
+from beam_tfrecord.images.policy import ImagePolicy
+from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
+from beam_tfrecord.shard_writer import write_shard
+
+__all__ = ["ShardProcesses"]
+
+# A worker process's threads and CPU permits, shared by the shards it writes (set when it starts).
+_worker: dict[str, Any] = {}
+
+
+class ShardProcesses:
+    """Up to `processes` worker processes, each writing one shard at a time."""
+
+    def __init__(self, processes: int):
+        log_level = logging.getLogger("beam_tfrecord").getEffectiveLevel()
+        self._pool = ProcessPoolExecutor(
+            processes,
+            mp_context=_SpawnWithoutMain(),
+            initializer=_start_worker,
+            initargs=(log_level,),
+        )
+
+    def submit(
+        self,
+        spec: ShardSpec,
+        entries: Iterable[ImageEntry],
+        policy: ImagePolicy,
+        *,
+        max_record_size: int | None,
+        resume: bool,
+        read_ahead: int,
+    ) -> Future[tuple[ShardResult, list[ReportEntry]]]:
+        """Writes the shard in a worker process; the future holds what `write_shard` returns."""
+        # Entries in their compact form: a few dozen bytes each, where a pickle takes hundreds.
+        packed = [entry.to_bytes() for entry in entries]
+        with _sigint_blocked():  # a process it starts inherits the mask
+            return self._pool.submit(
+                _write, spec, packed, policy, max_record_size, resume, read_ahead
+            )
+
+    def close(self, *, cancel: bool = False) -> None:
+        """Waits for the processes to end; `cancel` drops the shards not yet started."""
+        self._pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+class _ProcessWithoutMain(multiprocessing.context.SpawnProcess):
+    @staticmethod
+    def _Popen(process_obj):
+        # What a spawned process imports is read from sys.modules["__main__"] as it starts:
+        # a bare module there names nothing to import.
+        main = sys.modules["__main__"]
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            return multiprocessing.context.SpawnProcess._Popen(process_obj)
+        finally:
+            sys.modules["__main__"] = main
+
+
+class _SpawnWithoutMain(multiprocessing.context.SpawnContext):
+    Process = _ProcessWithoutMain
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back from this thread while the block runs, and from the processes it starts
+    (the mask survives exec): a Ctrl-C while one still imports cannot end it with a traceback.
+    A SIGINT sent meanwhile reaches this process when the block ends."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _start_worker(log_level: int) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_term)
+    # The launcher's level for this tool's own lines (-v shows each shard written).
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    own = logging.getLogger("beam_tfrecord")
+    own.addHandler(handler)
+    own.setLevel(log_level)
+    own.propagate = False
+    _worker["executor"] = new_executor(worker_threads())
+    _worker["cpu"] = threading.Semaphore(usable_cores())
+
+
+def _exit_on_term(signum, frame) -> None:
+    # Raised in the main thread, where write_shard runs: its cleanup runs on the way out.
+    raise SystemExit(128 + signum)
+
+
+def _write(
+    spec: ShardSpec,
+    packed: list[bytes],
+    policy: ImagePolicy,
+    max_record_size: int | None,
+    resume: bool,
+    read_ahead: int,
+) -> tuple[ShardResult, list[ReportEntry]]:
+    try:
+        return write_shard(
+            spec,
+            [ImageEntry.from_bytes(data) for data in packed],
+            policy,
+            max_record_size=max_record_size,
+            resume=resume,
+            read_ahead=read_ahead,
+            executor=_worker["executor"] if read_ahead else None,
+            cpu=_worker["cpu"],
+        )
+    finally:
+        folder = os.environ.get(progress.ENV)
+        if folder:  # the launcher's progress line sees this shard's last images at once
+            progress.flush(folder)

@@ -1,0 +1,138 @@
+"""WriteShards with worker processes of its own (a local build's): the same shards, results and
+report lines as when its worker writes every shard itself."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+from test_transform_write_shards import _shards
+
+from beam_tfrecord.beam.pipeline import shard_processes
+from beam_tfrecord.beam.transforms import WriteShards
+from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.entries import ShardSpec
+from beam_tfrecord.readahead import usable_cores
+from beam_tfrecord.shard_writer import write_shard
+from beam_tfrecord.sharding import shard_file_name
+
+pytestmark = pytest.mark.slow
+
+SPLITS = (("train", 0.5), ("test", 0.5))
+
+
+@pytest.fixture
+def shards(tmp_path, put_images, planned, memfs):
+    """Six shards of images on local disk, two of them not images a build can write."""
+    images = put_images("/src", {"cat": 14, "dog": 12})
+    images["cat/truncated.jpg"] = images["cat/cat_0000.jpg"][:-300]
+    images["dog/notes.jpg"] = b"not an image at all"
+    entries = planned("/src", images, splits=SPLITS)
+    src = tmp_path / "src"
+    for relpath, data in images.items():
+        (src / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (src / relpath).write_bytes(data)
+    local = [replace(e, url=str(src / e.relpath)) for e in entries]
+    return _shards(local, per_split=3)
+
+
+POLICY = BuildConfig(inputs=("unused",), output="unused").image
+
+
+def _digests(out: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(out)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(out.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_worker_processes_write_the_same_shards_results_and_report(
+    pipeline, shards, tmp_path, caplog
+):
+    shard_list, plan = shards
+    # Each shard written here, by the library alone: what the processes must match.
+    here = tmp_path / "here"
+    expected_results, expected_report = [], []
+    for (split, index), entries in shard_list:
+        name = shard_file_name("ds", split, index, plan[split].shards)
+        spec = ShardSpec(str(here), name, split, index, plan[split].shards)
+        result, report = write_shard(spec, entries, POLICY, max_record_size=1 << 20)
+        expected_results.append(result)
+        expected_report.extend(report)
+    assert {r.relpath for r in expected_report} == {"cat/truncated.jpg", "dog/notes.jpg"}
+    assert sum(r.examples for r in expected_results) == 26
+
+    caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
+    pooled = tmp_path / "pooled"
+    with pipeline as p:
+        written = (
+            p
+            | "Shards" >> beam.Create(shard_list)
+            | WriteShards(
+                str(pooled),
+                "ds",
+                POLICY,
+                p | "Plan" >> beam.Create([plan]),
+                max_record_size=1 << 20,
+                read_ahead=4,
+                processes=2,
+                processes_min_bytes=0,
+            )
+        )
+        assert_that(written["results"], equal_to(expected_results), label="Results")
+        assert_that(written["report"], equal_to(expected_report), label="Report")
+    assert "writing shards in 2 worker processes" in caplog.text
+    assert _digests(pooled) == _digests(here)
+    assert not [name for name in _digests(pooled) if name.startswith(".") or "/." in name]
+
+
+def test_a_small_plan_is_written_without_worker_processes(pipeline, shards, tmp_path, caplog):
+    caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
+    shard_list, plan = shards
+    with pipeline as p:
+        written = (
+            p
+            | "Shards" >> beam.Create(shard_list)
+            | WriteShards(
+                str(tmp_path / "out"),
+                "ds",
+                POLICY,
+                p | "Plan" >> beam.Create([plan]),
+                max_record_size=1 << 20,
+                processes=2,  # but the default threshold: far more bytes than these images
+            )
+        )
+        counted = written["results"] | beam.combiners.Count.Globally()
+        assert_that(counted, equal_to([6]))
+    assert "worker processes" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("inputs", "output", "flags", "expected"),
+    [
+        (("data/**",), "out", [], "cores"),
+        (("/data/a/**", "file:///data/b"), "/out", ["--runner=DirectRunner"], "cores"),
+        (("data/**",), "out", ["--direct_running_mode=in_memory"], "cores"),
+        (("data/**",), "out", ["--direct_running_mode=multi_processing"], 0),
+        (("data/**",), "out", ["--direct_running_mode=multi_threading"], 0),
+        (("data/**",), "out", ["--direct_num_workers=2"], 0),
+        (("memory://data/**",), "out", [], 0),
+        (("data/**",), "gs://bucket/out", [], 0),
+        (("s3://bucket/data/**",), "out", [], 0),
+        (("data/**",), "out", ["--runner=FlinkRunner"], 0),
+    ],
+)
+def test_only_a_one_process_build_of_local_files_writes_in_processes(
+    inputs, output, flags, expected
+):
+    config = BuildConfig(inputs=inputs, output=output)
+    cores = usable_cores()
+    want = (cores if cores > 1 else 0) if expected == "cores" else expected
+    assert shard_processes(config, PipelineOptions(flags)) == want
