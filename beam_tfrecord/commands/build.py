@@ -20,7 +20,13 @@ from beam_tfrecord.commands.console import (
     stop_on_signals,
     terminal_stream,
 )
-from beam_tfrecord.config import BuildConfig, ConfigError, format_size, unknown_setting
+from beam_tfrecord.config import (
+    DEFAULT_EXTENSIONS,
+    BuildConfig,
+    ConfigError,
+    format_size,
+    unknown_setting,
+)
 from beam_tfrecord.manifest import BuildFailed
 from beam_tfrecord.progress import Progress
 from beam_tfrecord.wording import count
@@ -78,10 +84,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="file of `path` or `path,label` lines (CSV) instead of --input",
     )
-    group.add_argument("--extensions", help="comma-separated suffixes to take (case-insensitive)")
+    group.add_argument(
+        "--extensions",
+        help="comma-separated suffixes to take, case-insensitive (default: "
+        + ", ".join(DEFAULT_EXTENSIONS)
+        + ")",
+    )
     group.add_argument(
         "--listing", choices=["pipeline", "launcher"],
-        help="who expands the patterns: the workers, in parallel by folder (default), or this machine",
+        help="who expands the patterns: the workers, in parallel by folder, or this machine "
+        "(default: pipeline)",
     )  # fmt: skip
     group = parser.add_argument_group("what to write")
     group.add_argument("--output", metavar="DIR", help="output folder, any fsspec URL")
@@ -92,17 +104,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--labels",
         action="append",
         metavar="dir|regex:PATTERN|none",
-        help="where class names come from (default dir); KEY=VALUE is a Dataflow job label",
+        help="where class names come from (default: dir); KEY=VALUE is a Dataflow job label",
     )
-    group.add_argument("--classes", metavar="a,b,c|@FILE", help="fix the class list and its order")
     group.add_argument(
-        "--splits", metavar="NAME=RATIO,...", help="default train=0.8,validation=0.1,test=0.1"
+        "--classes",
+        metavar="a,b,c|@FILE",
+        help="fix the class list and its order (default: the sorted distinct labels)",
     )
-    group.add_argument("--seed", type=int, help="salts split assignment and shuffling (default 0)")
     group.add_argument(
-        "--min-shard-size", help="default 100MB (units B, KB, MB, GB, KiB, MiB, GiB)"
+        "--splits",
+        metavar="NAME=RATIO,...",
+        help="split names and ratios summing to 1 (default: train=0.8,validation=0.1,test=0.1)",
     )
-    group.add_argument("--max-shard-size", help="default 200MB")
+    group.add_argument("--seed", type=int, help="salts split assignment and shuffling (default: 0)")
+    group.add_argument(
+        "--min-shard-size",
+        help="smallest shard, in B, KB, MB, GB, KiB, MiB or GiB (default: 100MB)",
+    )
+    group.add_argument("--max-shard-size", help="largest shard (default: 200MB)")
     group.add_argument(
         "--overwrite",
         action="store_true",
@@ -113,36 +132,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume",
         action="store_true",
         default=None,
-        help="keep shards an interrupted run finished",
+        help="keep the shards an interrupted run of the same build (same settings and inputs) "
+        "finished",
     )
     group = parser.add_argument_group("image checks")
-    group.add_argument("--validate", choices=["decode", "header", "none"], help="default decode")
+    group.add_argument(
+        "--validate",
+        choices=["decode", "header", "none"],
+        help="how each image is checked: decode finds truncated and corrupt data, header is "
+        "fast and does not (default: decode)",
+    )
     group.add_argument(
         "--color",
         choices=["rgb", "gray", "keep"],
-        help="channels written images decode to (default rgb)",
+        help="channels written images decode to (default: rgb)",
     )
-    group.add_argument("--max-pixels", type=int, help="refuse larger images (decompression bombs)")
+    group.add_argument(
+        "--max-pixels",
+        type=int,
+        help="refuse larger images, decompression bombs (default: 89478485)",
+    )
     group.add_argument(
         "--jpeg-quality", "--quality", dest="jpeg_quality", type=int,
-        help="JPEG quality of every image the build encodes (default 95)",
+        help="JPEG quality of every image the build encodes (default: 95)",
     )  # fmt: skip
-    group.add_argument("--background", help="colour alpha is flattened onto: #RRGGBB or R,G,B")
+    group.add_argument(
+        "--background",
+        help="colour alpha is flattened onto, white unless given as #RRGGBB or R,G,B "
+        "(default: 255,255,255)",
+    )
     group.add_argument(
         "--no-exif-orientation", dest="exif_orientation", action="store_false", default=None,
-        help="do not apply EXIF orientation",
+        help="do not apply EXIF orientation, which TensorFlow ignores (default: applied)",
     )  # fmt: skip
     group.add_argument(
-        "--max-skipped-fraction", type=float, help="fail when more of the inputs are skipped"
+        "--max-skipped-fraction",
+        type=float,
+        help="fail when more of the inputs are skipped (default: off, never fail for it)",
     )
     group = parser.add_argument_group("image transforms")
     group.add_argument(
         "--resize", metavar="N|WxH|exact:WxH[:crop|pad|stretch]",
-        help="shorter side to N; or fit within WxH; or exactly WxH (default crop)",
+        help="shorter side to N; or fit within WxH; or exactly WxH, cropped unless :pad or "
+        ":stretch (default: off)",
     )  # fmt: skip
-    group.add_argument("--encode", choices=["jpeg", "png"], help="write every image in this format")
     group.add_argument(
-        "--store", choices=["encoded", "raw"], help="raw: decoded uint8 pixels (for small images)"
+        "--encode",
+        choices=["jpeg", "png"],
+        help="write every image in this format (default: per image, each keeps its own)",
+    )
+    group.add_argument(
+        "--store",
+        choices=["encoded", "raw"],
+        help="raw: decoded uint8 pixels, for small images (default: encoded)",
     )
     group = parser.add_argument_group("duplicates and leakage")
     group.add_argument(
@@ -151,18 +193,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     group.add_argument(
         "--split-by", metavar="REGEX",
-        help="images whose capture in the relative path is equal share a split (e.g. a patient id)",
+        help="images whose capture in the relative path is equal share a split, e.g. a patient "
+        "id (default: off)",
     )  # fmt: skip
     group = parser.add_argument_group("throughput")
     group.add_argument(
         "--read-ahead", type=int, metavar="N",
-        help="images each worker reads concurrently (default: 64 from object stores, 16 from disk)",
+        help="images each worker reads concurrently (default: 64 when an input is on an object "
+        "store, else 16)",
     )  # fmt: skip
     group.add_argument("--planning-bucket-records", type=int, help=argparse.SUPPRESS)
     group = parser.add_argument_group("running")
     group.add_argument(
         "--no-wait", dest="wait", action="store_false",
-        help="return once the runner has the job (print its id; verify the output once it is done)",
+        help="return once the runner has the job, print its id; verify the output once it is "
+        "done (default: wait for the build and print its summary)",
     )  # fmt: skip
 
 

@@ -215,7 +215,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=non_negative_int,
         default=5,
         metavar="N",
-        help="records to show per file (default 5; 0 shows all)",
+        help="records to show per file, 0 for all (default: %(default)s)",
     )
     parser.add_argument(
         "--json",

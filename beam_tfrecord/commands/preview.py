@@ -167,20 +167,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--split", default=None, help="the split to show (default: the manifest's first)"
     )
     parser.add_argument(
-        "-n", "--images", type=_positive, default=16, metavar="N", help="images to show (16)"
+        "-n",
+        "--images",
+        type=_positive,
+        default=16,
+        metavar="N",
+        help="images to show (default: %(default)s)",
     )
     parser.add_argument(
-        "-o", "--out", default="preview.png", metavar="PNG", help="where to write the PNG"
+        "-o",
+        "--out",
+        default="preview.png",
+        metavar="PNG",
+        help="where to write the PNG (default: %(default)s)",
     )
-    parser.add_argument("--columns", type=_positive, default=8, help="images per row (8)")
     parser.add_argument(
-        "--size", type=_positive, default=128, metavar="PX", help="thumbnail size in pixels (128)"
+        "--columns", type=_positive, default=8, help="images per row (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--size",
+        type=_positive,
+        default=128,
+        metavar="PX",
+        help="thumbnail size in pixels (default: %(default)s)",
     )
     parser.add_argument(
         "--seed",
         type=int,
         default=None,
-        help="show a random sample of the split drawn with this seed, not its first N records",
+        help="show a random sample of the split drawn with this seed (default: none, the "
+        "split's first N records)",
     )
 
 
