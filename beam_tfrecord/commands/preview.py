@@ -182,6 +182,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where to write the PNG (default: %(default)s)",
     )
     parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the PNG if it exists (without it, an existing file is refused)",
+    )
+    parser.add_argument(
         "--columns", type=_positive, default=8, help="images per row (default: %(default)s)"
     )
     parser.add_argument(
@@ -207,6 +212,17 @@ def _positive(text: str) -> int:
     return number
 
 
+def _refusal(out: str, overwrite: bool) -> str | None:
+    """Why the sheet cannot go to `out` (it is a folder; it exists and --overwrite is not
+    given), or None."""
+    fs, path = fsspec.core.url_to_fs(out)
+    if fs.isdir(path):
+        return f"-o {out}: is a folder; name the PNG file to write"
+    if not overwrite and fs.exists(path):
+        return f"-o {out}: the file exists; pass --overwrite to replace it"
+    return None
+
+
 def _first_split(output: str) -> str:
     try:
         splits = list(read_manifest(output).get("splits", {}))
@@ -218,6 +234,10 @@ def _first_split(output: str) -> str:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Writes the contact sheet; returns 1 if the dataset or some of its records are unreadable."""
     del extra  # the dispatcher refuses unknown flags for this command
+    refusal = _refusal(args.out, args.overwrite)
+    if refusal is not None:  # before any work, so that nothing is read or written
+        print(f"beam-tfrecord preview: error: {refusal}", file=sys.stderr)
+        return 2
     try:
         split = args.split or _first_split(args.output)
         dataset = Dataset(args.output, split)
@@ -242,8 +262,14 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     sheet = _contact_sheet(tiles, args.columns, args.size)
     buffer = io.BytesIO()
     sheet.save(buffer, "PNG", optimize=True)
-    with fsspec.open(args.out, "wb") as f:
-        f.write(buffer.getvalue())
+    try:
+        with fsspec.open(args.out, "wb") as f:
+            f.write(buffer.getvalue())
+    except OSError as error:  # no such folder, no permission: the path is the user's to fix
+        print(
+            f"beam-tfrecord preview: error: -o {args.out}: cannot write: {error}", file=sys.stderr
+        )
+        return 2
     columns = min(args.columns, len(tiles))
     rows = math.ceil(len(tiles) / columns)
     grid = f"{rows} {'row' if rows == 1 else 'rows'} of {columns}"

@@ -463,3 +463,47 @@ def test_11_counts_of_one_are_singular(tmp_path):
         assert (noun == "example") == (examples == "1")
         assert (shard_noun == "shard") == (shards == "1")
     assert not re.search(r"\b1 (images|files|examples|shards|records|inputs)\b", text)
+
+
+# 12. preview -o does not replace a file unless told to.
+
+
+def test_12_preview_refuses_to_replace_a_file_without_overwrite(built, tmp_path):
+    sheet = tmp_path / "sheet.png"
+    sheet.write_bytes(b"my own picture")
+    refused = run("preview", str(built), "-o", str(sheet), cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"beam-tfrecord preview: error: -o {sheet}: the file exists; pass --overwrite to replace it"
+    ]
+    assert sheet.read_bytes() == b"my own picture"
+    assert files_below(tmp_path) == ["sheet.png"]
+    done = run("preview", str(built), "-o", str(sheet), "--overwrite", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote {sheet}: ")
+    assert sheet.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_12_preview_refuses_the_default_file_too(built, tmp_path):
+    (tmp_path / "preview.png").write_bytes(b"an earlier sheet")
+    refused = run("preview", str(built), cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "beam-tfrecord preview: error: -o preview.png: the file exists; pass --overwrite to "
+        "replace it"
+    ]
+    assert (tmp_path / "preview.png").read_bytes() == b"an earlier sheet"
+
+
+@pytest.mark.parametrize("where", ["a_folder", "below_a_file"])
+def test_12_preview_to_a_place_it_cannot_write_is_one_line(built, tmp_path, where):
+    (tmp_path / "sheets").mkdir()
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    target = tmp_path / "sheets" if where == "a_folder" else tmp_path / "notes.txt" / "sheet.png"
+    done = run("preview", str(built), "-o", str(target), cwd=tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"beam-tfrecord preview: error: -o {target}: ")
+    assert "Traceback" not in done.stderr
+    assert files_below(tmp_path) == ["notes.txt"]
