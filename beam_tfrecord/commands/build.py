@@ -305,6 +305,13 @@ def _print_summary(result, config: BuildConfig, out=None, seconds: float | None 
             f"{why} (report.jsonl)",
             file=out,
         )
+    if config.image.validate == "header":
+        # Documented, but a user who wrote a truncated download without a word should hear it.
+        print(
+            "NOTE: images were checked by header only (--validate header): truncated or corrupt "
+            "image data is not detected; --validate decode finds it",
+            file=out,
+        )
     for name, split in manifest["splits"].items():
         if not split["examples"]:
             print(

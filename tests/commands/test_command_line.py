@@ -507,3 +507,44 @@ def test_12_preview_to_a_place_it_cannot_write_is_one_line(built, tmp_path, wher
     assert len(lines) == 1 and lines[0].startswith(f"beam-tfrecord preview: error: -o {target}: ")
     assert "Traceback" not in done.stderr
     assert files_below(tmp_path) == ["notes.txt"]
+
+
+# 13. A header-only check says, once, what it does not catch.
+
+
+@pytest.fixture(scope="module")
+def src_with_truncated(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("truncated")
+    images = make_collection(root, {"cat": 3, "dog": 3}, seed=6)
+    whole = images["cat/cat_0000.jpg"]
+    (root / "cat" / "download.jpg").write_bytes(whole[: len(whole) * 2 // 3])  # cut off
+    return root
+
+
+def test_13_a_header_only_build_says_truncated_data_is_not_detected(src_with_truncated, tmp_path):
+    out = tmp_path / "out"
+    done = run(
+        "build", "--input", str(src_with_truncated), "--output", str(out),
+        "--validate", "header", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stdout.splitlines() if "--validate header" in line]
+    assert notes == [
+        "NOTE: images were checked by header only (--validate header): truncated or corrupt "
+        "image data is not detected; --validate decode finds it"
+    ]
+    # What is written does not change: the truncated file is among the images written.
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["written"] == 7
+    assert manifest["inputs"]["skipped"] == 0
+
+
+def test_13_a_decoding_build_has_no_such_note(src_with_truncated, tmp_path):
+    out = tmp_path / "out"
+    done = run("build", "--input", str(src_with_truncated), "--output", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "NOTE:" not in done.stdout
+    assert "--validate" not in done.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["written"] == 6
+    assert manifest["inputs"]["skipped_by_reason"] == {"truncated": 1}
