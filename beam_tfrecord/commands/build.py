@@ -264,7 +264,15 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     return BuildConfig.from_settings(settings)
 
 
-def _print_summary(result, config: BuildConfig, out=None, seconds: float | None = None) -> None:
+def _print_summary(
+    result,
+    config: BuildConfig,
+    out=None,
+    seconds: float | None = None,
+    finished_before: int | None = None,
+) -> None:
+    """The summary of a finished build; `finished_before` is how many finished shards the
+    output held when a --resume build started (None: not resuming, or not known)."""
     out = out or sys.stdout
     manifest = result.manifest
     inputs = manifest["inputs"]
@@ -283,6 +291,8 @@ def _print_summary(result, config: BuildConfig, out=None, seconds: float | None 
             file=out,
         )
     print(f"  classes: {len(manifest['classes'])} (labels.txt)", file=out)
+    if config.resume and finished_before is not None:
+        _print_resumed(result.counters, finished_before, config.output, out)
     if inputs["modified"]:
         modified = inputs["modified"]
         asked = [
@@ -328,6 +338,35 @@ def _print_summary(result, config: BuildConfig, out=None, seconds: float | None 
             f"see {config.output.rstrip('/')}/report.jsonl",
             file=out,
         )
+
+
+def _print_resumed(counters: dict[str, int], found: int, output: str, out) -> None:
+    """One line: how many of the finished shards --resume kept, and why not the others."""
+    if not found:
+        print("  resumed: the output held no finished shards to keep", file=out)
+        return
+    if not counters:  # the runner reported no metrics at all
+        print(
+            f"  resumed: {count(found, 'finished shard')} found; the runner did not say how "
+            "many were kept",
+            file=out,
+        )
+        return
+    kept = min(counters.get("shards_kept", 0), found)
+    if kept == found:
+        print(f"  resumed: kept {kept} of {count(found, 'finished shard')}", file=out)
+        return
+    # A shard is kept only if it holds exactly what this build plans for it: another seed,
+    # split, size bound, image setting or input moves images between shards.
+    one = found - kept == 1
+    others = f"the other {found - kept}" if kept else ("it" if one else "they")
+    print(
+        f"WARNING: --resume kept {kept or 'none'} of the {count(found, 'finished shard')} in "
+        f"{output}: {others} did not match this build's plan (settings or inputs changed "
+        f"since {'it was' if one else 'they were'} written, or {'it was' if one else 'one was'} "
+        f"damaged) and {'was' if one else 'were'} replaced",
+        file=out,
+    )
 
 
 def _print_submitted(submitted, config: BuildConfig, out=None) -> None:
@@ -384,6 +423,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         _LOG.debug("Beam options: %s", " ".join(beam_args) or "(none)")
         from beam_tfrecord.beam.pipeline import SubmittedBuild, build
 
+        finished_before = _finished_shards(config.output) if config.resume else None
         with (
             terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
             stop_on_signals() as interruption,
@@ -418,7 +458,9 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             return 1
         _print_submitted(result, config)
         return 0
-    _print_summary(result, config, seconds=time.monotonic() - started)
+    _print_summary(
+        result, config, seconds=time.monotonic() - started, finished_before=finished_before
+    )
     unaccounted = result.manifest["inputs"].get("unaccounted", 0)
     if unaccounted:
         print(
@@ -459,15 +501,24 @@ def _discard_partial_files(output: str) -> None:
         _LOG.warning("could not remove the partial files in %s: %s", output, err)
 
 
-def _report_interruption(prog: str, config: BuildConfig, interruption, seconds: float) -> None:
-    """One or two lines: what the interrupted build finished, and the command that goes on."""
+def _finished_shards(output: str) -> int | None:
+    """How many finished shards (by their names) `output` holds; None if it cannot be listed."""
     import fsspec
 
     try:
-        fs, path = fsspec.core.url_to_fs(config.output)
-        finished = len(shard_names(fs.ls(path, detail=False))) if fs.isdir(path) else 0
-        kept = f"{count(finished, 'finished shard')} kept in {config.output}"
+        fs, path = fsspec.core.url_to_fs(output)
+        fs.invalidate_cache(path)  # object stores cache listings
+        return len(shard_names(fs.ls(path, detail=False))) if fs.isdir(path) else 0
     except OSError:
+        return None
+
+
+def _report_interruption(prog: str, config: BuildConfig, interruption, seconds: float) -> None:
+    """One or two lines: what the interrupted build finished, and the command that goes on."""
+    finished = _finished_shards(config.output)
+    if finished is not None:
+        kept = f"{count(finished, 'finished shard')} kept in {config.output}"
+    else:
         kept = f"the finished shards kept in {config.output}"
     print(
         f"{prog}: interrupted ({interruption.name}) after {seconds:.1f} s; {kept}, "

@@ -240,8 +240,12 @@ def test_3_the_command_printed_goes_on_with_the_build(interrupted, big_src):
     cwd, out, _status, _stdout, stderr, _before = interrupted
     command = stderr.strip().splitlines()[-1][len("To go on: ") :]
     assert command.endswith(" --resume")
+    finished = len(shards_in(out))
     done = subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    # Every shard the interrupted run finished is kept, and the summary says so.
+    assert f"  resumed: kept {finished} of {finished} finished shard" in done.stdout
+    assert "WARNING" not in done.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"]["written"] == 300
     assert run("verify", str(out), cwd=cwd).returncode == 0
@@ -548,3 +552,88 @@ def test_13_a_decoding_build_has_no_such_note(src_with_truncated, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"]["written"] == 6
     assert manifest["inputs"]["skipped_by_reason"] == {"truncated": 1}
+
+
+# 14. --resume says how many finished shards it kept, and why it kept no more.
+
+RESUME_FLAGS = ["--min-shard-size", "5KB", "--max-shard-size", "15KB", "--splits", "train=1"]
+
+
+@pytest.fixture(scope="module")
+def unfinished(src, tmp_path_factory) -> Path:
+    """A build folder as an interrupted build leaves it: its shards, their indexes and report
+    lines, and no manifest.json (here every shard is finished: the build's last step is not)."""
+    out = tmp_path_factory.mktemp("unfinished") / "ds"
+    done = run("build", "--input", str(src), "--output", str(out), *RESUME_FLAGS, cwd=out.parent)
+    assert done.returncode == 0, done.stderr
+    for path in out.iterdir():
+        if path.is_file() and path.name not in shards_in(out):
+            path.unlink()
+    assert len(shards_in(out)) >= 3
+    return out
+
+
+def _copy_of(folder: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(folder, tmp_path / folder.name))
+
+
+def _resume(src: Path, out: Path, *flags: str):
+    return run(
+        "build", "--input", str(src), "--output", str(out), *RESUME_FLAGS, *flags, "--resume",
+        cwd=out.parent,
+    )  # fmt: skip
+
+
+def _resume_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith(("  resumed:", "WARNING: --"))]
+
+
+def test_14_resume_says_how_many_finished_shards_it_kept(unfinished, src, tmp_path):
+    out = _copy_of(unfinished, tmp_path)
+    shards = shards_in(out)
+    before = {name: (out / name).stat().st_mtime_ns for name in shards}
+    done = _resume(src, out)
+    assert done.returncode == 0, done.stderr
+    assert _resume_lines(done.stdout) == [
+        f"  resumed: kept {len(shards)} of {len(shards)} finished shards"
+    ]
+    # Kept, not written again: the very files are there.
+    assert {name: (out / name).stat().st_mtime_ns for name in shards_in(out)} == before
+    assert (out / "manifest.json").exists()
+
+
+def test_14_resume_with_other_settings_says_none_was_kept_and_why(unfinished, src, tmp_path):
+    out = _copy_of(unfinished, tmp_path)
+    found = len(shards_in(out))
+    done = _resume(src, out, "--seed", "1")
+    assert done.returncode == 0, done.stderr
+    said = _resume_lines(done.stdout)
+    assert said == [
+        f"WARNING: --resume kept none of the {found} finished shards in {out}: they did not "
+        "match this build's plan (settings or inputs changed since they were written, or one "
+        "was damaged) and were replaced"
+    ]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["seed"] == 1 and manifest["inputs"]["written"] == 12
+    assert shards_in(out) == sorted(s["file"] for s in manifest["shards"])
+
+
+def test_14_resume_keeps_the_shards_that_still_match(unfinished, src, tmp_path):
+    out = _copy_of(unfinished, tmp_path)
+    shards = shards_in(out)
+    damaged = out / shards[1]
+    whole = damaged.read_bytes()
+    data = bytearray(whole)
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    done = _resume(src, out)
+    assert done.returncode == 0, done.stderr
+    said = _resume_lines(done.stdout)
+    assert said == [
+        f"WARNING: --resume kept {len(shards) - 1} of the {len(shards)} finished shards in "
+        f"{out}: the other 1 did not match this build's plan (settings or inputs changed since "
+        "it was written, or it was damaged) and was replaced"
+    ]
+    assert damaged.read_bytes() == whole  # written again, as it was
