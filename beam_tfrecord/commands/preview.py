@@ -279,9 +279,10 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     )
     problems = sum(tile.image is None or tile.warn for tile in tiles)
     if problems:
+        as_stated = "it states (its tile says" if problems == 1 else "they state (their tiles say"
         print(
-            f"error: {problems} of {count(len(tiles), 'record')} could not be shown as they state "
-            f"(their tiles say why)",
+            f"error: {problems} of {count(len(tiles), 'record')} could not be shown as "
+            f"{as_stated} why)",
             file=sys.stderr,
         )
         return 1

@@ -637,3 +637,34 @@ def test_14_resume_keeps_the_shards_that_still_match(unfinished, src, tmp_path):
         "it was written, or it was damaged) and was replaced"
     ]
     assert damaged.read_bytes() == whole  # written again, as it was
+
+
+# 15. Wording: a count of one is singular in every command's output.
+
+
+def test_15_inspect_says_1_byte_of_a_one_byte_record(tmp_path):
+    from beam_tfrecord.codec.writer import open_writer
+
+    path = tmp_path / "tiny.tfrecord"
+    with open_writer(str(path)) as writer:
+        writer.write(b"x")
+        writer.write(b"xy")
+    done = run("inspect", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "  record 0, byte offset 0, 1 byte\n" in done.stdout
+    assert "  record 1, byte offset 17, 2 bytes\n" in done.stdout
+
+
+def test_15_preview_of_one_bad_record_is_singular(built, tmp_path):
+    out = _copy_of(built, tmp_path)
+    shard = sorted(out.glob("*-train.tfrecord-*"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[-30] ^= 0xFF  # in the last record's payload: its CRC no longer matches
+    shard.write_bytes(bytes(data))
+    done = run("preview", str(out), "-o", str(tmp_path / "sheet.png"), cwd=tmp_path)
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1
+    assert re.fullmatch(
+        r"error: 1 of \d+ records could not be shown as it states \(its tile says why\)", lines[0]
+    ), lines
