@@ -523,6 +523,7 @@ class _WriteShardFn(_ReadAheadFn):
         self._skipped = _counter("images_skipped")
         self._bytes = _counter("bytes_written")
         self._shards = _counter("shards_written")
+        self._kept = _counter("shards_kept")  # by --resume: finished and verified, not rewritten
 
     def setup(self):
         super().setup()
@@ -606,6 +607,8 @@ class _WriteShardFn(_ReadAheadFn):
         self._written.inc(result.examples)
         self._bytes.inc(result.bytes)
         self._shards.inc()
+        if result.resumed:
+            self._kept.inc()
         for entry in report:
             if entry.action == "skipped":
                 self._skipped.inc()

@@ -26,7 +26,8 @@ def add_compression_argument(parser: argparse.ArgumentParser) -> None:
         default="auto",
         type=lambda value: value if value == "auto" else value.upper(),
         choices=COMPRESSION_TYPES,
-        help="compression of the files (default: auto, from suffix then content)",
+        help="compression of the files; auto tells it from suffix then content "
+        "(default: %(default)s)",
     )
 
 

@@ -20,7 +20,13 @@ from beam_tfrecord.commands.console import (
     stop_on_signals,
     terminal_stream,
 )
-from beam_tfrecord.config import BuildConfig, ConfigError, format_size, unknown_setting
+from beam_tfrecord.config import (
+    DEFAULT_EXTENSIONS,
+    BuildConfig,
+    ConfigError,
+    format_size,
+    unknown_setting,
+)
 from beam_tfrecord.manifest import BuildFailed
 from beam_tfrecord.progress import Progress
 from beam_tfrecord.wording import count
@@ -78,10 +84,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="file of `path` or `path,label` lines (CSV) instead of --input",
     )
-    group.add_argument("--extensions", help="comma-separated suffixes to take (case-insensitive)")
+    group.add_argument(
+        "--extensions",
+        help="comma-separated suffixes to take, case-insensitive (default: "
+        + ", ".join(DEFAULT_EXTENSIONS)
+        + ")",
+    )
     group.add_argument(
         "--listing", choices=["pipeline", "launcher"],
-        help="who expands the patterns: the workers, in parallel by folder (default), or this machine",
+        help="who expands the patterns: the workers, in parallel by folder, or this machine "
+        "(default: pipeline)",
     )  # fmt: skip
     group = parser.add_argument_group("what to write")
     group.add_argument("--output", metavar="DIR", help="output folder, any fsspec URL")
@@ -92,17 +104,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--labels",
         action="append",
         metavar="dir|regex:PATTERN|none",
-        help="where class names come from (default dir); KEY=VALUE is a Dataflow job label",
+        help="where class names come from (default: dir); KEY=VALUE is a Dataflow job label",
     )
-    group.add_argument("--classes", metavar="a,b,c|@FILE", help="fix the class list and its order")
     group.add_argument(
-        "--splits", metavar="NAME=RATIO,...", help="default train=0.8,validation=0.1,test=0.1"
+        "--classes",
+        metavar="a,b,c|@FILE",
+        help="fix the class list and its order (default: the sorted distinct labels)",
     )
-    group.add_argument("--seed", type=int, help="salts split assignment and shuffling (default 0)")
     group.add_argument(
-        "--min-shard-size", help="default 100MB (units B, KB, MB, GB, KiB, MiB, GiB)"
+        "--splits",
+        metavar="NAME=RATIO,...",
+        help="split names and ratios summing to 1 (default: train=0.8,validation=0.1,test=0.1)",
     )
-    group.add_argument("--max-shard-size", help="default 200MB")
+    group.add_argument("--seed", type=int, help="salts split assignment and shuffling (default: 0)")
+    group.add_argument(
+        "--min-shard-size",
+        help="smallest shard, in B, KB, MB, GB, KiB, MiB or GiB (default: 100MB)",
+    )
+    group.add_argument("--max-shard-size", help="largest shard (default: 200MB)")
     group.add_argument(
         "--overwrite",
         action="store_true",
@@ -113,36 +132,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--resume",
         action="store_true",
         default=None,
-        help="keep shards an interrupted run finished",
+        help="keep the shards an interrupted run of the same build (same settings and inputs) "
+        "finished",
     )
     group = parser.add_argument_group("image checks")
-    group.add_argument("--validate", choices=["decode", "header", "none"], help="default decode")
+    group.add_argument(
+        "--validate",
+        choices=["decode", "header", "none"],
+        help="how each image is checked: decode finds truncated and corrupt data, header is "
+        "fast and does not (default: decode)",
+    )
     group.add_argument(
         "--color",
         choices=["rgb", "gray", "keep"],
-        help="channels written images decode to (default rgb)",
+        help="channels written images decode to (default: rgb)",
     )
-    group.add_argument("--max-pixels", type=int, help="refuse larger images (decompression bombs)")
+    group.add_argument(
+        "--max-pixels",
+        type=int,
+        help="refuse larger images, decompression bombs (default: 89478485)",
+    )
     group.add_argument(
         "--jpeg-quality", "--quality", dest="jpeg_quality", type=int,
-        help="JPEG quality of every image the build encodes (default 95)",
+        help="JPEG quality of every image the build encodes (default: 95)",
     )  # fmt: skip
-    group.add_argument("--background", help="colour alpha is flattened onto: #RRGGBB or R,G,B")
+    group.add_argument(
+        "--background",
+        help="colour alpha is flattened onto, white unless given as #RRGGBB or R,G,B "
+        "(default: 255,255,255)",
+    )
     group.add_argument(
         "--no-exif-orientation", dest="exif_orientation", action="store_false", default=None,
-        help="do not apply EXIF orientation",
+        help="do not apply EXIF orientation, which TensorFlow ignores (default: applied)",
     )  # fmt: skip
     group.add_argument(
-        "--max-skipped-fraction", type=float, help="fail when more of the inputs are skipped"
+        "--max-skipped-fraction",
+        type=float,
+        help="fail when more of the inputs are skipped (default: off, never fail for it)",
     )
     group = parser.add_argument_group("image transforms")
     group.add_argument(
         "--resize", metavar="N|WxH|exact:WxH[:crop|pad|stretch]",
-        help="shorter side to N; or fit within WxH; or exactly WxH (default crop)",
+        help="shorter side to N; or fit within WxH; or exactly WxH, cropped unless :pad or "
+        ":stretch (default: off)",
     )  # fmt: skip
-    group.add_argument("--encode", choices=["jpeg", "png"], help="write every image in this format")
     group.add_argument(
-        "--store", choices=["encoded", "raw"], help="raw: decoded uint8 pixels (for small images)"
+        "--encode",
+        choices=["jpeg", "png"],
+        help="write every image in this format (default: per image, each keeps its own)",
+    )
+    group.add_argument(
+        "--store",
+        choices=["encoded", "raw"],
+        help="raw: decoded uint8 pixels, for small images (default: encoded)",
     )
     group = parser.add_argument_group("duplicates and leakage")
     group.add_argument(
@@ -151,18 +193,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     group.add_argument(
         "--split-by", metavar="REGEX",
-        help="images whose capture in the relative path is equal share a split (e.g. a patient id)",
+        help="images whose capture in the relative path is equal share a split, e.g. a patient "
+        "id (default: off)",
     )  # fmt: skip
     group = parser.add_argument_group("throughput")
     group.add_argument(
         "--read-ahead", type=int, metavar="N",
-        help="images each worker reads concurrently (default: 64 from object stores, 16 from disk)",
+        help="images each worker reads concurrently (default: 64 when an input is on an object "
+        "store, else 16)",
     )  # fmt: skip
     group.add_argument("--planning-bucket-records", type=int, help=argparse.SUPPRESS)
     group = parser.add_argument_group("running")
     group.add_argument(
         "--no-wait", dest="wait", action="store_false",
-        help="return once the runner has the job (print its id; verify the output once it is done)",
+        help="return once the runner has the job, print its id; verify the output once it is "
+        "done (default: wait for the build and print its summary)",
     )  # fmt: skip
 
 
@@ -219,7 +264,15 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     return BuildConfig.from_settings(settings)
 
 
-def _print_summary(result, config: BuildConfig, out=None, seconds: float | None = None) -> None:
+def _print_summary(
+    result,
+    config: BuildConfig,
+    out=None,
+    seconds: float | None = None,
+    finished_before: int | None = None,
+) -> None:
+    """The summary of a finished build; `finished_before` is how many finished shards the
+    output held when a --resume build started (None: not resuming, or not known)."""
     out = out or sys.stdout
     manifest = result.manifest
     inputs = manifest["inputs"]
@@ -238,6 +291,8 @@ def _print_summary(result, config: BuildConfig, out=None, seconds: float | None 
             file=out,
         )
     print(f"  classes: {len(manifest['classes'])} (labels.txt)", file=out)
+    if config.resume and finished_before is not None:
+        _print_resumed(result.counters, finished_before, config.output, out)
     if inputs["modified"]:
         modified = inputs["modified"]
         asked = [
@@ -260,6 +315,13 @@ def _print_summary(result, config: BuildConfig, out=None, seconds: float | None 
             f"{why} (report.jsonl)",
             file=out,
         )
+    if config.image.validate == "header":
+        # Documented, but a user who wrote a truncated download without a word should hear it.
+        print(
+            "NOTE: images were checked by header only (--validate header): truncated or corrupt "
+            "image data is not detected; --validate decode finds it",
+            file=out,
+        )
     for name, split in manifest["splits"].items():
         if not split["examples"]:
             print(
@@ -276,6 +338,35 @@ def _print_summary(result, config: BuildConfig, out=None, seconds: float | None 
             f"see {config.output.rstrip('/')}/report.jsonl",
             file=out,
         )
+
+
+def _print_resumed(counters: dict[str, int], found: int, output: str, out) -> None:
+    """One line: how many of the finished shards --resume kept, and why not the others."""
+    if not found:
+        print("  resumed: the output held no finished shards to keep", file=out)
+        return
+    if not counters:  # the runner reported no metrics at all
+        print(
+            f"  resumed: {count(found, 'finished shard')} found; the runner did not say how "
+            "many were kept",
+            file=out,
+        )
+        return
+    kept = min(counters.get("shards_kept", 0), found)
+    if kept == found:
+        print(f"  resumed: kept {kept} of {count(found, 'finished shard')}", file=out)
+        return
+    # A shard is kept only if it holds exactly what this build plans for it: another seed,
+    # split, size bound, image setting or input moves images between shards.
+    one = found - kept == 1
+    others = f"the other {found - kept}" if kept else ("it" if one else "they")
+    print(
+        f"WARNING: --resume kept {kept or 'none'} of the {count(found, 'finished shard')} in "
+        f"{output}: {others} did not match this build's plan (settings or inputs changed "
+        f"since {'it was' if one else 'they were'} written, or {'it was' if one else 'one was'} "
+        f"damaged) and {'was' if one else 'were'} replaced",
+        file=out,
+    )
 
 
 def _print_submitted(submitted, config: BuildConfig, out=None) -> None:
@@ -332,6 +423,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         _LOG.debug("Beam options: %s", " ".join(beam_args) or "(none)")
         from beam_tfrecord.beam.pipeline import SubmittedBuild, build
 
+        finished_before = _finished_shards(config.output) if config.resume else None
         with (
             terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
             stop_on_signals() as interruption,
@@ -366,7 +458,9 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             return 1
         _print_submitted(result, config)
         return 0
-    _print_summary(result, config, seconds=time.monotonic() - started)
+    _print_summary(
+        result, config, seconds=time.monotonic() - started, finished_before=finished_before
+    )
     unaccounted = result.manifest["inputs"].get("unaccounted", 0)
     if unaccounted:
         print(
@@ -407,15 +501,24 @@ def _discard_partial_files(output: str) -> None:
         _LOG.warning("could not remove the partial files in %s: %s", output, err)
 
 
-def _report_interruption(prog: str, config: BuildConfig, interruption, seconds: float) -> None:
-    """One or two lines: what the interrupted build finished, and the command that goes on."""
+def _finished_shards(output: str) -> int | None:
+    """How many finished shards (by their names) `output` holds; None if it cannot be listed."""
     import fsspec
 
     try:
-        fs, path = fsspec.core.url_to_fs(config.output)
-        finished = len(shard_names(fs.ls(path, detail=False))) if fs.isdir(path) else 0
-        kept = f"{count(finished, 'finished shard')} kept in {config.output}"
+        fs, path = fsspec.core.url_to_fs(output)
+        fs.invalidate_cache(path)  # object stores cache listings
+        return len(shard_names(fs.ls(path, detail=False))) if fs.isdir(path) else 0
     except OSError:
+        return None
+
+
+def _report_interruption(prog: str, config: BuildConfig, interruption, seconds: float) -> None:
+    """One or two lines: what the interrupted build finished, and the command that goes on."""
+    finished = _finished_shards(config.output)
+    if finished is not None:
+        kept = f"{count(finished, 'finished shard')} kept in {config.output}"
+    else:
         kept = f"the finished shards kept in {config.output}"
     print(
         f"{prog}: interrupted ({interruption.name}) after {seconds:.1f} s; {kept}, "

@@ -24,6 +24,7 @@ from beam_tfrecord.commands.arguments import (
     expand_or_complain,
     non_negative_int,
 )
+from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "run"]
 
@@ -188,7 +189,7 @@ def _print_json(url: str, index: int, offset: int, record: bytes) -> None:
 
 
 def _print_text(index: int, offset: int, record: bytes) -> None:
-    print(f"  record {index}, byte offset {offset}, {len(record)} bytes")
+    print(f"  record {index}, byte offset {offset}, {count(len(record), 'byte')}")
     example = _as_example(record)
     if example is None:
         print(f"    not a tf.train.Example: {_show_bytes(record)}")
@@ -215,7 +216,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=non_negative_int,
         default=5,
         metavar="N",
-        help="records to show per file (default 5; 0 shows all)",
+        help="records to show per file, 0 for all (default: %(default)s)",
     )
     parser.add_argument(
         "--json",

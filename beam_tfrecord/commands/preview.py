@@ -167,20 +167,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--split", default=None, help="the split to show (default: the manifest's first)"
     )
     parser.add_argument(
-        "-n", "--images", type=_positive, default=16, metavar="N", help="images to show (16)"
+        "-n",
+        "--images",
+        type=_positive,
+        default=16,
+        metavar="N",
+        help="images to show (default: %(default)s)",
     )
     parser.add_argument(
-        "-o", "--out", default="preview.png", metavar="PNG", help="where to write the PNG"
+        "-o",
+        "--out",
+        default="preview.png",
+        metavar="PNG",
+        help="where to write the PNG (default: %(default)s)",
     )
-    parser.add_argument("--columns", type=_positive, default=8, help="images per row (8)")
     parser.add_argument(
-        "--size", type=_positive, default=128, metavar="PX", help="thumbnail size in pixels (128)"
+        "--overwrite",
+        action="store_true",
+        help="replace the PNG if it exists (without it, an existing file is refused)",
+    )
+    parser.add_argument(
+        "--columns", type=_positive, default=8, help="images per row (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--size",
+        type=_positive,
+        default=128,
+        metavar="PX",
+        help="thumbnail size in pixels (default: %(default)s)",
     )
     parser.add_argument(
         "--seed",
         type=int,
         default=None,
-        help="show a random sample of the split drawn with this seed, not its first N records",
+        help="show a random sample of the split drawn with this seed (default: none, the "
+        "split's first N records)",
     )
 
 
@@ -189,6 +210,17 @@ def _positive(text: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
     return number
+
+
+def _refusal(out: str, overwrite: bool) -> str | None:
+    """Why the sheet cannot go to `out` (it is a folder; it exists and --overwrite is not
+    given), or None."""
+    fs, path = fsspec.core.url_to_fs(out)
+    if fs.isdir(path):
+        return f"-o {out}: is a folder; name the PNG file to write"
+    if not overwrite and fs.exists(path):
+        return f"-o {out}: the file exists; pass --overwrite to replace it"
+    return None
 
 
 def _first_split(output: str) -> str:
@@ -202,6 +234,10 @@ def _first_split(output: str) -> str:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Writes the contact sheet; returns 1 if the dataset or some of its records are unreadable."""
     del extra  # the dispatcher refuses unknown flags for this command
+    refusal = _refusal(args.out, args.overwrite)
+    if refusal is not None:  # before any work, so that nothing is read or written
+        print(f"beam-tfrecord preview: error: {refusal}", file=sys.stderr)
+        return 2
     try:
         split = args.split or _first_split(args.output)
         dataset = Dataset(args.output, split)
@@ -226,8 +262,14 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     sheet = _contact_sheet(tiles, args.columns, args.size)
     buffer = io.BytesIO()
     sheet.save(buffer, "PNG", optimize=True)
-    with fsspec.open(args.out, "wb") as f:
-        f.write(buffer.getvalue())
+    try:
+        with fsspec.open(args.out, "wb") as f:
+            f.write(buffer.getvalue())
+    except OSError as error:  # no such folder, no permission: the path is the user's to fix
+        print(
+            f"beam-tfrecord preview: error: -o {args.out}: cannot write: {error}", file=sys.stderr
+        )
+        return 2
     columns = min(args.columns, len(tiles))
     rows = math.ceil(len(tiles) / columns)
     grid = f"{rows} {'row' if rows == 1 else 'rows'} of {columns}"
@@ -237,9 +279,10 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     )
     problems = sum(tile.image is None or tile.warn for tile in tiles)
     if problems:
+        as_stated = "it states (its tile says" if problems == 1 else "they state (their tiles say"
         print(
-            f"error: {problems} of {count(len(tiles), 'record')} could not be shown as they state "
-            f"(their tiles say why)",
+            f"error: {problems} of {count(len(tiles), 'record')} could not be shown as "
+            f"{as_stated} why)",
             file=sys.stderr,
         )
         return 1

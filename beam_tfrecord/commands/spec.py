@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=non_negative_int,
         default=1000,
         metavar="N",
-        help="records to read, the first shard of every split first (default 1000; 0 reads all)",
+        help="records to read, the first shard of every split first; 0 reads all "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print the spec as JSON, for scripts, not as Python"

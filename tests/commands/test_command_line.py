@@ -240,8 +240,12 @@ def test_3_the_command_printed_goes_on_with_the_build(interrupted, big_src):
     cwd, out, _status, _stdout, stderr, _before = interrupted
     command = stderr.strip().splitlines()[-1][len("To go on: ") :]
     assert command.endswith(" --resume")
+    finished = len(shards_in(out))
     done = subprocess.run(command, shell=True, cwd=cwd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    # Every shard the interrupted run finished is kept, and the summary says so.
+    assert f"  resumed: kept {finished} of {finished} finished shard" in done.stdout
+    assert "WARNING" not in done.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"]["written"] == 300
     assert run("verify", str(out), cwd=cwd).returncode == 0
@@ -569,3 +573,204 @@ def test_11_counts_of_one_are_singular(tmp_path):
         assert (noun == "example") == (examples == "1")
         assert (shard_noun == "shard") == (shards == "1")
     assert not re.search(r"\b1 (images|files|examples|shards|records|inputs)\b", text)
+
+
+# 12. preview -o does not replace a file unless told to.
+
+
+def test_12_preview_refuses_to_replace_a_file_without_overwrite(built, tmp_path):
+    sheet = tmp_path / "sheet.png"
+    sheet.write_bytes(b"my own picture")
+    refused = run("preview", str(built), "-o", str(sheet), cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        f"beam-tfrecord preview: error: -o {sheet}: the file exists; pass --overwrite to replace it"
+    ]
+    assert sheet.read_bytes() == b"my own picture"
+    assert files_below(tmp_path) == ["sheet.png"]
+    done = run("preview", str(built), "-o", str(sheet), "--overwrite", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote {sheet}: ")
+    assert sheet.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_12_preview_refuses_the_default_file_too(built, tmp_path):
+    (tmp_path / "preview.png").write_bytes(b"an earlier sheet")
+    refused = run("preview", str(built), cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "beam-tfrecord preview: error: -o preview.png: the file exists; pass --overwrite to "
+        "replace it"
+    ]
+    assert (tmp_path / "preview.png").read_bytes() == b"an earlier sheet"
+
+
+@pytest.mark.parametrize("where", ["a_folder", "below_a_file"])
+def test_12_preview_to_a_place_it_cannot_write_is_one_line(built, tmp_path, where):
+    (tmp_path / "sheets").mkdir()
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    target = tmp_path / "sheets" if where == "a_folder" else tmp_path / "notes.txt" / "sheet.png"
+    done = run("preview", str(built), "-o", str(target), cwd=tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"beam-tfrecord preview: error: -o {target}: ")
+    assert "Traceback" not in done.stderr
+    assert files_below(tmp_path) == ["notes.txt"]
+
+
+# 13. A header-only check says, once, what it does not catch.
+
+
+@pytest.fixture(scope="module")
+def src_with_truncated(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("truncated")
+    images = make_collection(root, {"cat": 3, "dog": 3}, seed=6)
+    whole = images["cat/cat_0000.jpg"]
+    (root / "cat" / "download.jpg").write_bytes(whole[: len(whole) * 2 // 3])  # cut off
+    return root
+
+
+def test_13_a_header_only_build_says_truncated_data_is_not_detected(src_with_truncated, tmp_path):
+    out = tmp_path / "out"
+    done = run(
+        "build", "--input", str(src_with_truncated), "--output", str(out),
+        "--validate", "header", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    notes = [line for line in done.stdout.splitlines() if "--validate header" in line]
+    assert notes == [
+        "NOTE: images were checked by header only (--validate header): truncated or corrupt "
+        "image data is not detected; --validate decode finds it"
+    ]
+    # What is written does not change: the truncated file is among the images written.
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["written"] == 7
+    assert manifest["inputs"]["skipped"] == 0
+
+
+def test_13_a_decoding_build_has_no_such_note(src_with_truncated, tmp_path):
+    out = tmp_path / "out"
+    done = run("build", "--input", str(src_with_truncated), "--output", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "NOTE:" not in done.stdout
+    assert "--validate" not in done.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["written"] == 6
+    assert manifest["inputs"]["skipped_by_reason"] == {"truncated": 1}
+
+
+# 14. --resume says how many finished shards it kept, and why it kept no more.
+
+RESUME_FLAGS = ["--min-shard-size", "5KB", "--max-shard-size", "15KB", "--splits", "train=1"]
+
+
+@pytest.fixture(scope="module")
+def unfinished(src, tmp_path_factory) -> Path:
+    """A build folder as an interrupted build leaves it: its shards, their indexes and report
+    lines, and no manifest.json (here every shard is finished: the build's last step is not)."""
+    out = tmp_path_factory.mktemp("unfinished") / "ds"
+    done = run("build", "--input", str(src), "--output", str(out), *RESUME_FLAGS, cwd=out.parent)
+    assert done.returncode == 0, done.stderr
+    for path in out.iterdir():
+        if path.is_file() and path.name not in shards_in(out):
+            path.unlink()
+    assert len(shards_in(out)) >= 3
+    return out
+
+
+def _copy_of(folder: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(folder, tmp_path / folder.name))
+
+
+def _resume(src: Path, out: Path, *flags: str):
+    return run(
+        "build", "--input", str(src), "--output", str(out), *RESUME_FLAGS, *flags, "--resume",
+        cwd=out.parent,
+    )  # fmt: skip
+
+
+def _resume_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith(("  resumed:", "WARNING: --"))]
+
+
+def test_14_resume_says_how_many_finished_shards_it_kept(unfinished, src, tmp_path):
+    out = _copy_of(unfinished, tmp_path)
+    shards = shards_in(out)
+    before = {name: (out / name).stat().st_mtime_ns for name in shards}
+    done = _resume(src, out)
+    assert done.returncode == 0, done.stderr
+    assert _resume_lines(done.stdout) == [
+        f"  resumed: kept {len(shards)} of {len(shards)} finished shards"
+    ]
+    # Kept, not written again: the very files are there.
+    assert {name: (out / name).stat().st_mtime_ns for name in shards_in(out)} == before
+    assert (out / "manifest.json").exists()
+
+
+def test_14_resume_with_other_settings_says_none_was_kept_and_why(unfinished, src, tmp_path):
+    out = _copy_of(unfinished, tmp_path)
+    found = len(shards_in(out))
+    done = _resume(src, out, "--seed", "1")
+    assert done.returncode == 0, done.stderr
+    said = _resume_lines(done.stdout)
+    assert said == [
+        f"WARNING: --resume kept none of the {found} finished shards in {out}: they did not "
+        "match this build's plan (settings or inputs changed since they were written, or one "
+        "was damaged) and were replaced"
+    ]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["seed"] == 1 and manifest["inputs"]["written"] == 12
+    assert shards_in(out) == sorted(s["file"] for s in manifest["shards"])
+
+
+def test_14_resume_keeps_the_shards_that_still_match(unfinished, src, tmp_path):
+    out = _copy_of(unfinished, tmp_path)
+    shards = shards_in(out)
+    damaged = out / shards[1]
+    whole = damaged.read_bytes()
+    data = bytearray(whole)
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    done = _resume(src, out)
+    assert done.returncode == 0, done.stderr
+    said = _resume_lines(done.stdout)
+    assert said == [
+        f"WARNING: --resume kept {len(shards) - 1} of the {len(shards)} finished shards in "
+        f"{out}: the other 1 did not match this build's plan (settings or inputs changed since "
+        "it was written, or it was damaged) and was replaced"
+    ]
+    assert damaged.read_bytes() == whole  # written again, as it was
+
+
+# 15. Wording: a count of one is singular in every command's output.
+
+
+def test_15_inspect_says_1_byte_of_a_one_byte_record(tmp_path):
+    from beam_tfrecord.codec.writer import open_writer
+
+    path = tmp_path / "tiny.tfrecord"
+    with open_writer(str(path)) as writer:
+        writer.write(b"x")
+        writer.write(b"xy")
+    done = run("inspect", str(path), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "  record 0, byte offset 0, 1 byte\n" in done.stdout
+    assert "  record 1, byte offset 17, 2 bytes\n" in done.stdout
+
+
+def test_15_preview_of_one_bad_record_is_singular(built, tmp_path):
+    out = _copy_of(built, tmp_path)
+    shard = sorted(out.glob("*-train.tfrecord-*"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[-30] ^= 0xFF  # in the last record's payload: its CRC no longer matches
+    shard.write_bytes(bytes(data))
+    done = run("preview", str(out), "-o", str(tmp_path / "sheet.png"), cwd=tmp_path)
+    assert done.returncode == 1
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1
+    assert re.fullmatch(
+        r"error: 1 of \d+ records could not be shown as it states \(its tile says why\)", lines[0]
+    ), lines

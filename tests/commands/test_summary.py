@@ -42,3 +42,44 @@ def test_images_transformed_as_asked_are_not_blamed_on_tensorflow(settings, flag
         f"  45 images were re-encoded as {flags} asked, or so that TensorFlow decodes them "
         "(report.jsonl)"
     ) in _summary(45, **settings)
+
+
+def _resumed(counters: dict[str, int], found: int) -> list[str]:
+    from beam_tfrecord.commands.build import _print_resumed
+
+    out = io.StringIO()
+    _print_resumed(counters, found, "out/pets", out)
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("kept", "found", "said"),
+    [
+        (3, 3, "  resumed: kept 3 of 3 finished shards"),
+        (1, 1, "  resumed: kept 1 of 1 finished shard"),
+        (0, 0, "  resumed: the output held no finished shards to keep"),
+        (
+            0,
+            1,
+            "WARNING: --resume kept none of the 1 finished shard in out/pets: it did not match "
+            "this build's plan (settings or inputs changed since it was written, or it was "
+            "damaged) and was replaced",
+        ),
+        (
+            2,
+            5,
+            "WARNING: --resume kept 2 of the 5 finished shards in out/pets: the other 3 did not "
+            "match this build's plan (settings or inputs changed since they were written, or one "
+            "was damaged) and were replaced",
+        ),
+    ],
+)
+def test_resume_says_in_one_line_how_many_finished_shards_it_kept(kept, found, said):
+    counters = {"images_listed": 45, **({"shards_kept": kept} if kept else {})}
+    assert _resumed(counters, found) == [said]
+
+
+def test_resume_on_a_runner_without_metrics_does_not_guess():
+    assert _resumed({}, 4) == [
+        "  resumed: 4 finished shards found; the runner did not say how many were kept"
+    ]

@@ -1,0 +1,159 @@
+"""Every option's --help states its default, and a build option's default is BuildConfig's."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from beam_tfrecord.commands import cli
+from beam_tfrecord.commands.build import _VALUE_FLAGS
+from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.remote import default_depth
+
+_SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
+COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
+
+# `(default: VALUE)`, or `(default: VALUE; more words)`.
+_DEFAULT = re.compile(r"\(default: ([^()]*)\)")
+
+# Build options with no default: the inputs, the output, and where settings come from.
+_NO_DEFAULT = {"--config", "--input", "--input-list", "--output"}
+
+# Settings whose default is None in BuildConfig: what that means, in the help's words.
+_SAID_IN_WORDS = {
+    "name": "the output folder's name",
+    "classes": "the sorted distinct labels",
+    "resize": "off",
+    "encode": "per image, each keeps its own",
+    "split_by": "off",
+    "max_skipped_fraction": "off, never fail for it",
+    "read_ahead": "64 when an input is on an object store, else 16",
+}
+
+
+def _options(command: str) -> list[tuple[argparse.Action, str]]:
+    """The command's options (not -h), each with its help as --help prints it."""
+    parser = cli._parser([command])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command_parser = sub.choices[command]
+    formatter = command_parser._get_formatter()
+    return [
+        (action, formatter._expand_help(action))
+        for action in command_parser._actions
+        if action.option_strings
+        and action.help is not argparse.SUPPRESS
+        and not isinstance(action, argparse._HelpAction)
+    ]
+
+
+def _documented(help_text: str) -> str | None:
+    found = _DEFAULT.findall(help_text)
+    assert len(found) <= 1, f"more than one default in {help_text!r}"
+    return found[0].split("; ")[0] if found else None
+
+
+def _minimal(**settings) -> BuildConfig:
+    return BuildConfig.from_settings({"inputs": ["photos/**"], "output": "out/pets", **settings})
+
+
+def _resolved(config: BuildConfig, setting: str):
+    """A setting's value in a config: its own field, or its image policy's."""
+    for holder in (config, config.image):
+        if hasattr(holder, setting):
+            return getattr(holder, setting)
+    raise AssertionError(f"BuildConfig has no setting {setting!r}")
+
+
+def _is_switch(action: argparse.Action) -> bool:
+    return isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction))
+
+
+@pytest.mark.parametrize("command", sorted(cli._COMMANDS))
+def test_every_option_with_a_default_states_it(command):
+    missing = []
+    for action, help_text in _options(command):
+        name = max(action.option_strings, key=len)
+        if command == "build" and name in _NO_DEFAULT:
+            continue
+        if _is_switch(action) and action.dest not in ("exif_orientation", "wait"):
+            continue  # a switch is off unless given
+        if _documented(help_text) is None:
+            missing.append(name)
+    assert missing == []
+
+
+@pytest.mark.parametrize("command", sorted(set(cli._COMMANDS) - {"build"}))
+def test_argparse_defaults_are_the_ones_stated(command):
+    for action, help_text in _options(command):
+        if action.default not in (None, False) and not _is_switch(action):
+            assert _documented(help_text) == str(action.default), help_text
+
+
+def _build_settings() -> list[tuple[str, str]]:
+    """(setting, documented default) for each build option that is a setting of BuildConfig."""
+    found = []
+    for action, help_text in _options("build"):
+        setting = _VALUE_FLAGS.get(action.dest) or (
+            action.dest if action.dest == "exif_orientation" else None
+        )
+        documented = _documented(help_text)
+        if setting is not None and documented is not None:
+            found.append((setting, documented))
+    return found
+
+
+def test_the_documented_build_defaults_cover_every_setting_flag():
+    documented = {setting for setting, _ in _build_settings()}
+    expected = set(_VALUE_FLAGS.values()) - {"inputs", "input_list", "output"}
+    expected -= {"planning_bucket_records"}  # a hidden flag (tests bound planning buckets)
+    assert documented == expected | {"exif_orientation"}
+
+
+@pytest.mark.parametrize(("setting", "documented"), _build_settings(), ids=lambda v: str(v))
+def test_a_documented_build_default_is_the_config_default(setting, documented):
+    default = _minimal()
+    if setting in _SAID_IN_WORDS:
+        assert documented == _SAID_IN_WORDS[setting]
+        if setting == "name":
+            assert default.name == "pets"
+        else:
+            assert _resolved(default, setting) is None, f"{setting} now has a default"
+        if setting == "read_ahead":
+            assert default_depth(["gs://bucket/photos/**"]) == 64
+            assert default_depth(["photos/**"]) == 16
+    elif setting == "exif_orientation":
+        assert documented == "applied"
+        assert default == _minimal(exif_orientation=True)
+        assert default != _minimal(exif_orientation=False)
+    else:
+        # Given as the flag's value, the documented default changes nothing: a list shown with
+        # spaces after its commas is given without them.
+        given = _minimal(**{setting: documented.replace(", ", ",")})
+        assert given == default, (setting, documented)
+
+
+def test_a_default_that_drifts_is_caught():
+    # The check above is not vacuous: a value other than the default makes another config.
+    assert _minimal(min_shard_size="99MB") != _minimal()
+    assert _minimal(extensions=".jpg,.png") != _minimal()
+
+
+def test_build_help_prints_the_defaults():
+    done = subprocess.run(
+        [*COMMAND, "build", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split("\noptions:\n", 1)[1].split())  # argparse wraps lines
+    for flag, stated in [
+        ("--seed SEED", "(default: 0)"),
+        ("--min-shard-size MIN_SHARD_SIZE", "(default: 100MB)"),
+        ("--max-shard-size MAX_SHARD_SIZE", "(default: 200MB)"),
+        ("--validate {decode,header,none}", "(default: decode)"),
+    ]:
+        assert flag in text
+        assert stated in text.split(flag, 1)[1].split(" --", 1)[0], flag
