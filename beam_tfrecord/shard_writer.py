@@ -96,6 +96,7 @@ def write_shard(
     # A few bytes per record; held until the shard is published, so that no index ever
     # describes a shard that is not there.
     index: list[str] = []
+    tally = progress.Tally()  # the images written, handed on in sums
     fs.makedirs(folder, exist_ok=True)
     direct = temp_path == final_path
     # An object store completes an upload when its file is closed, even when the writing failed;
@@ -142,7 +143,7 @@ def write_shard(
                     continue
                 offset = writer.bytes_written
                 index.append(index_line(offset, writer.write_parts(ready.record, crc=ready.crc)))
-                progress.add("written", 1, writer.bytes_written - offset)
+                tally.add("written", 1, writer.bytes_written - offset)
                 if entry.label is not None:
                     counts[entry.label] += 1
         # Before the shard: a shard under its final name always has its report lines.
@@ -155,6 +156,7 @@ def write_shard(
             raw.close()
             fs.mv(temp_path, final_path)
     except BaseException:
+        tally.flush()
         if direct:
             out.abandon()
             _cancel_upload(raw, temp_path)
@@ -163,6 +165,7 @@ def write_shard(
             if fs.exists(temp_path):
                 fs.rm(temp_path)
         raise
+    tally.flush()
     publish(fs, index_path, "".join(index).encode("ascii"))
     result = ShardResult(
         split=spec.split,

@@ -74,17 +74,27 @@ class _ExpandTaskFn(beam.DoFn):
         yield from expand_task(task, self._extensions)
 
 
-class _CountFn(beam.DoFn):
+class _TallyFn(beam.DoFn):
+    """A DoFn that counts its progress per bundle (progress.Tally), not through a lock per image."""
+
+    def start_bundle(self):
+        self._tally = progress.Tally()
+
+    def finish_bundle(self):
+        self._tally.flush()
+
+
+class _CountFn(_TallyFn):
     def __init__(self, name: str):
         self._counter = _counter(name)
 
     def process(self, element):
         self._counter.inc()
-        progress.add("listed")
+        self._tally.add("listed")
         yield element
 
 
-class _OnePerFileFn(beam.DoFn):
+class _OnePerFileFn(_TallyFn):
     def __init__(self):
         self._listed = _counter("images_listed")
 
@@ -93,7 +103,7 @@ class _OnePerFileFn(beam.DoFn):
         # relative path.
         _, sources = url_and_sources
         self._listed.inc()
-        progress.add("listed")
+        self._tally.add("listed")
         yield min(sources)
 
 
@@ -225,7 +235,7 @@ class _CensusFn(beam.CombineFn):
         return Census(listed, ClassMap.from_labels(labels))
 
 
-class _PlanFn(beam.DoFn):
+class _PlanFn(_TallyFn):
     def __init__(self, preparer: Preparer):
         self._preparer = preparer
         self._skipped = _counter("images_skipped")
@@ -237,7 +247,7 @@ class _PlanFn(beam.DoFn):
         else:
             class_id = census.classes.id_of(label) if label is not None else None
             planned = self._preparer.plan(source, label, class_id)
-        progress.add_planned(planned)
+        self._tally.add_planned(planned)
         if isinstance(planned, ReportEntry):
             self._skipped.inc()
             yield pvalue.TaggedOutput(REPORT, planned)
