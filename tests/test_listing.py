@@ -71,6 +71,34 @@ def test_split_listing_equals_whole_listing(tree, pattern, expected):
         assert len(split) == len(set(split)), "no file is listed by two parts"
 
 
+@pytest.mark.parametrize(
+    "pattern",
+    ["**", "*", "*/*.jpg", "**/*.jpg", "a*/**/*.jpg", "a/**/z/*.jpg", "[ab]/*", "*/*/x/*", "?/*",
+     "a/**", "links/**", "links/*", "nope/*", "r.jpg/*", "**/.*", "*/[!x]/*"],
+)  # fmt: skip
+def test_the_local_listing_matches_what_fsspec_globs(tmp_path_factory, pattern):
+    """The scandir walk behind local listings: the files fsspec's glob gives, links left out."""
+    import fsspec
+
+    from beam_tfrecord.listing import _local_glob_files
+
+    tree = tmp_path_factory.getbasetemp() / "linked-tree"
+    if not tree.exists():
+        for name in FILES:
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / name).write_bytes(b"x" * len(name))
+        links = tree / "links"
+        links.mkdir()
+        (links / "real.jpg").write_bytes(b"1234")
+        (links / "to-file.jpg").symlink_to(tree / "r.jpg")
+        (links / "to-folder").symlink_to(tree / "a")
+        (links / "broken.jpg").symlink_to(tree / "missing.jpg")
+    fs = fsspec.filesystem("file")
+    globbed = fs.glob(f"{tree}/{pattern}", detail=True)
+    expected = {n: i["size"] for n, i in globbed.items() if i["type"] == "file"}
+    assert _local_glob_files(f"{tree}/{pattern}") == expected
+
+
 def test_splitting_spreads_the_work(tree):
     parts = _split_fully(ListingTask.for_pattern(f"{tree}/**"), 2)
     assert len(parts) >= 8
