@@ -111,15 +111,9 @@ def split_task(task: ListingTask) -> list[ListingTask]:
     if not tail and first != "**":
         return [task]  # the wildcard is in the last component: one folder listing, nothing to split
     try:
-        entries = fs.ls(prefix or "/", detail=True)
+        folders = _subfolders(fs, prefix or "/")
     except FileNotFoundError:
         return []
-    folders = sorted(
-        e["name"].rstrip("/")
-        for e in entries
-        if e.get("type") == "directory"
-        and not posixpath.basename(e["name"].rstrip("/")).startswith(".")
-    )
     join = posixpath.join
     if first == "**":
         # `**` matches no folder (the rest applies right here) or one folder and then `**` again.
@@ -134,6 +128,38 @@ def split_task(task: ListingTask) -> list[ListingTask]:
             if fnmatch.fnmatchcase(posixpath.basename(folder), first)
         ]
     return [ListingTask(to_url(fs, part), task.base) for part in parts]
+
+
+def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
+    """The folders in `path` (links to folders are none), less hidden ones, sorted.
+
+    On a local disk by `os.scandir`, which tells a folder without the stat fsspec's listing
+    runs on every entry: the folders of a folder of images are few, its files many.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+    """
+    if isinstance(fs, LocalFileSystem) and _plain_local(path):
+        try:
+            with os.scandir(path) as entries:
+                return sorted(
+                    e.path
+                    for e in entries
+                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+                )
+        except NotADirectoryError:  # a file: fsspec lists it as itself, no folder
+            return []
+    return sorted(
+        e["name"].rstrip("/")
+        for e in fs.ls(path, detail=True)
+        if e.get("type") == "directory"
+        and not posixpath.basename(e["name"].rstrip("/")).startswith(".")
+    )
+
+
+def _plain_local(path: str) -> bool:
+    """Whether a local path is one that fsspec writes the names below as `os.scandir` does."""
+    return os.sep == "/" and path.startswith("/") and posixpath.normpath(path) == path
 
 
 def expand_task(task: ListingTask, extensions: Iterable[str]) -> Iterator[SourceFile]:
@@ -159,7 +185,7 @@ def expand_task(task: ListingTask, extensions: Iterable[str]) -> Iterator[Source
 
 def _glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:
     """The files (path -> size) that `fs.glob(path)` matches; its folders and links are left out."""
-    if isinstance(fs, LocalFileSystem) and os.sep == "/":
+    if isinstance(fs, LocalFileSystem):
         found = _local_glob_files(path)
         if found is not None:
             return found
@@ -182,7 +208,7 @@ def _local_glob_files(path: str) -> dict[str, int] | None:
     magic = min(i for i in (path.find("*"), path.find("?"), path.find("["), len(path)) if i >= 0)
     cut = path.rfind("/", 0, magic)
     top = path[:cut]
-    if not top.startswith("/") or posixpath.normpath(top) != top:
+    if not _plain_local(top):
         return None
     depth = None if "**" in path else path[cut + 1 :].count("/") + 1
     match = re.compile(glob_translate(path)).match
