@@ -177,6 +177,10 @@ class _ImageEntryCoder(beam.coders.Coder):
     def decode(self, encoded: bytes) -> ImageEntry:
         return ImageEntry.from_bytes(encoded)
 
+    def estimate_size(self, value: ImageEntry) -> int:
+        # Beam sizes every element it outputs; the default would encode each one to measure it.
+        return value.encoded_size()
+
     def is_deterministic(self) -> bool:
         return True
 

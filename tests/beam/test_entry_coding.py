@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import pytest
 from apache_beam.runners import pipeline_context
 from hypothesis import given
 from hypothesis import strategies as st
@@ -30,6 +31,18 @@ entries = st.builds(
 @given(entries)
 def test_an_entry_survives_its_encoding(entry):
     assert ImageEntry.from_bytes(entry.to_bytes()) == entry
+
+
+@given(entries)
+def test_the_coder_sizes_an_entry_without_encoding_it(entry):
+    from beam_tfrecord.beam.transforms import _ImageEntryCoder
+
+    size = len(entry.to_bytes())
+    texts = (entry.url, entry.relpath, entry.split, entry.label or "")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ImageEntry, "to_bytes", None)  # Beam sizes every element it outputs
+        estimate = _ImageEntryCoder().estimate_size(entry)
+    assert estimate == size if all(t.isascii() for t in texts) else 0 < estimate <= size
 
 
 def test_undecodable_file_names_survive_too():
