@@ -189,7 +189,9 @@ class _ImageEntryCoder(beam.coders.Coder):
 
 
 beam.coders.registry.register_coder(ImageEntry, _ImageEntryCoder)
-_Keyed = tuple[tuple[str, int], ImageEntry]  # ((split, bucket or shard), entry)
+# ((split, bucket or shard), a chunk of its entries): planning moves entries in chunks, as
+# every element costs Beam microseconds of its own at each step and shuffle it crosses.
+_Chunk = tuple[tuple[str, int], list[ImageEntry]]
 # A listed file and its label: a class name, None (unlabelled builds), or why it has none.
 _Labelled = tuple[SourceFile, "str | ReportEntry | None"]
 
@@ -418,22 +420,61 @@ class DropDuplicates(beam.PTransform):
         return {"entries": results.entries, "report": results[REPORT]}
 
 
+# Entries per chunk at most, and entries a bundle holds back at most before it outputs its
+# chunks: a bound on the memory chunking takes, however many planning buckets there are.
+_CHUNK_ENTRIES = 2048
+_HELD_ENTRIES = 8 * _CHUNK_ENTRIES
+
+
+class _BucketFn(beam.DoFn):
+    """Keys entries by (split, planning bucket), and outputs them in chunks of one key."""
+
+    def __init__(self, bucket_records: int):
+        self._bucket_records = bucket_records
+
+    def start_bundle(self):
+        self._chunks: dict[tuple[str, int], list[ImageEntry]] = {}
+        self._held = 0
+
+    def process(self, entry: ImageEntry, most: int):
+        key = (entry.split, bucket_of(entry.shuffle_key, num_buckets(most, self._bucket_records)))
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            chunk = self._chunks[key] = []
+        chunk.append(entry)
+        self._held += 1
+        if len(chunk) >= _CHUNK_ENTRIES:
+            del self._chunks[key]
+            self._held -= len(chunk)
+            yield key, chunk
+        elif self._held >= _HELD_ENTRIES:
+            yield from self._chunks.items()
+            self.start_bundle()
+
+    def finish_bundle(self):
+        for chunk in self._chunks.items():
+            yield GlobalWindows.windowed_value(chunk)
+        self.start_bundle()
+
+
 class _BucketStatsFn(beam.CombineFn):
     """Records, bytes and largest record (SplitStats) of every (split, bucket), in one combine."""
 
     def create_accumulator(self) -> dict:
         return {}
 
-    def add_input(self, accumulator: dict, keyed):
-        key, entry = keyed
-        size = entry.record_size
+    def add_input(self, accumulator: dict, chunk: _Chunk):
+        key, entries = chunk
         stats = accumulator.get(key)
         if stats is None:
-            accumulator[key] = [1, size, size]
-        else:  # a list, not SplitStats: this runs for every image
+            stats = accumulator[key] = [0, 0, 0]
+        # A list, not SplitStats: this runs for every image.
+        for entry in entries:
+            size = entry.record_size
             stats[0] += 1
             stats[1] += size
-            stats[2] = max(stats[2], size)
+            if size > stats[2]:
+                stats[2] = size
         return accumulator
 
     def merge_accumulators(self, accumulators) -> dict:
@@ -452,10 +493,24 @@ class _BucketStatsFn(beam.CombineFn):
 
 class _PlanBucketFn(beam.DoFn):
     def process(self, element, plan: Mapping[str, SplitPlan]):
-        (split, bucket), entries = element
-        records = ((e.sort_key, e.record_size, e) for e in entries)
+        (split, bucket), chunks = element
+        records = ((e.sort_key, e.record_size, e) for chunk in chunks for e in chunk)
+        # Placed in key order, so a shard's entries come in one run: chunks of one shard each.
+        chunk: list[ImageEntry] = []
+        current = None
         for shard, entry in plan[split].place(bucket, records):
-            yield (split, shard), entry
+            if shard != current or len(chunk) >= _CHUNK_ENTRIES:
+                if chunk:
+                    yield (split, current), chunk
+                chunk, current = [], shard
+            chunk.append(entry)
+        if chunk:
+            yield (split, current), chunk
+
+
+def _joined(element: tuple[tuple[str, int], Iterable[list[ImageEntry]]]):
+    key, chunks = element
+    return key, [entry for chunk in chunks for entry in chunk]
 
 
 class PlanShards(beam.PTransform):
@@ -465,7 +520,8 @@ class PlanShards(beam.PTransform):
     spread over key-range buckets, as many as it takes for `bucket_records` records each when
     a split holds all `most` of the inputs, so no worker holds more than about one bucket's
     metadata, however large the split. Knowing that bound before the records are counted lets
-    one combine give each bucket's bytes and each split's totals.
+    one combine give each bucket's bytes and each split's totals. Entries cross both shuffles in
+    chunks (of one bucket, then of one shard), not one element each.
 
     Returns a dict: `shards`, ((split, shard index), [ImageEntry]) pairs, and `plan`, a one-element
     PCollection with each split's SplitPlan (sharding.plan_splits).
@@ -480,13 +536,9 @@ class PlanShards(beam.PTransform):
 
     def expand(self, entries):
         bucket_records = self._bucket_records
-        keyed = entries | "Bucket" >> beam.Map(
-            lambda e, most: (
-                (e.split, bucket_of(e.shuffle_key, num_buckets(most, bucket_records))),
-                e,
-            ),
-            most=pvalue.AsSingleton(self._most),
-        ).with_output_types(_Keyed)
+        keyed = entries | "Bucket" >> beam.ParDo(
+            _BucketFn(bucket_records), most=pvalue.AsSingleton(self._most)
+        ).with_output_types(_Chunk)
         bounds = self._bounds
         plan = (
             keyed
@@ -501,8 +553,9 @@ class PlanShards(beam.PTransform):
             keyed
             | "GroupBuckets" >> beam.GroupByKey()
             | "PlaceInShards"
-            >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan)).with_output_types(_Keyed)
+            >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan)).with_output_types(_Chunk)
             | "GroupShards" >> beam.GroupByKey()
+            | "JoinChunks" >> beam.Map(_joined)
         )
         return {"shards": shards, "plan": plan}
 
