@@ -7,6 +7,7 @@ import fnmatch
 import os
 import posixpath
 import re
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -50,6 +51,32 @@ class SourceFile:
     relpath: str
     size: int
     label: str | None = None  # given by an input list; otherwise derived by --labels
+
+    def to_bytes(self) -> bytes:
+        """A compact, deterministic encoding (what crosses a shuffle); `from_bytes` reverses it."""
+        url = self.url.encode("utf-8", "surrogateescape")
+        relpath = self.relpath.encode("utf-8", "surrogateescape")
+        label = b"" if self.label is None else self.label.encode("utf-8", "surrogateescape")
+        head = _SOURCE_HEAD.pack(
+            self.size, len(url), len(relpath), _NONE if self.label is None else len(label)
+        )
+        return head + url + relpath + label
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SourceFile:
+        size, n_url, n_rel, n_label = _SOURCE_HEAD.unpack_from(data)
+        at = _SOURCE_HEAD.size
+        url = data[at : at + n_url].decode("utf-8", "surrogateescape")
+        at += n_url
+        relpath = data[at : at + n_rel].decode("utf-8", "surrogateescape")
+        at += n_rel
+        label = None if n_label == _NONE else data[at:].decode("utf-8", "surrogateescape")
+        return cls(url, relpath, size, label)
+
+
+# size (-1: unknown), then the lengths of url, relpath and label (_NONE: no label).
+_SOURCE_HEAD = struct.Struct("<qIII")
+_NONE = 0xFFFFFFFF
 
 
 def has_magic(pattern: str) -> bool:

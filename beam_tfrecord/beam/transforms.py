@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -162,7 +163,7 @@ class ListImages(beam.PTransform):
             return found | "CountListed" >> beam.ParDo(_CountFn("images_listed"))
         return (
             found
-            | "KeyByUrl" >> beam.Map(lambda s: (s.url, s))
+            | "KeyByUrl" >> beam.Map(lambda s: (s.url, s)).with_output_types(tuple[str, SourceFile])
             | "GroupByUrl" >> beam.GroupByKey()
             | "OnePerFile" >> beam.ParDo(_OnePerFileFn())
         )
@@ -189,6 +190,25 @@ class _ImageEntryCoder(beam.coders.Coder):
 
 
 beam.coders.registry.register_coder(ImageEntry, _ImageEntryCoder)
+
+
+class _SourceFileCoder(beam.coders.Coder):
+    """A listed file's compact bytes (SourceFile.to_bytes), not a pickled object."""
+
+    def encode(self, value: SourceFile) -> bytes:
+        return value.to_bytes()
+
+    def decode(self, encoded: bytes) -> SourceFile:
+        return SourceFile.from_bytes(encoded)
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return SourceFile
+
+
+beam.coders.registry.register_coder(SourceFile, _SourceFileCoder)
 # ((split, bucket or shard), a chunk of its entries): planning moves entries in chunks, as
 # every element costs Beam microseconds of its own at each step and shuffle it crosses.
 _Chunk = tuple[tuple[str, int], list[ImageEntry]]
@@ -276,7 +296,11 @@ class PlanImages(beam.PTransform):
     def expand(self, sources):
         # Each file is labelled once: the census counts the labels, and the plan uses them.
         preparer = self._preparer
-        labelled = sources | "Label" >> beam.Map(lambda source: (source, preparer.label(source)))
+        # Kept for the census, so coded: the file compactly, its label a str, None or (rarely,
+        # pickled) a ReportEntry.
+        labelled = sources | "Label" >> beam.Map(
+            lambda source: (source, preparer.label(source))
+        ).with_output_types(tuple[SourceFile, Any])
         census = labelled | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
         results = labelled | "Plan" >> beam.ParDo(
             _PlanFn(self._preparer), census=pvalue.AsSingleton(census)
