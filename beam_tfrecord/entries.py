@@ -101,26 +101,46 @@ class ImageEntry:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ImageEntry:
-        key, source_size, record_size, class_id, *lengths = _ENTRY_HEAD.unpack_from(data)
-        texts: list[str | None] = []
+        key, source_size, record_size, class_id, n_url, n_rel, n_split, n_label, n_sha = (
+            _ENTRY_HEAD.unpack_from(data)
+        )
+        # Unrolled, and built without the frozen dataclass's __init__ (a checked setattr per
+        # field): this runs for every image at every shuffle.
         at = _ENTRY_HEAD.size
-        for length in lengths:
-            if length == _NONE:
-                texts.append(None)
-                continue
-            texts.append(data[at : at + length].decode("utf-8", "surrogateescape"))
-            at += length
-        url, relpath, split, label, sha = texts
-        return cls(
-            url=url,  # type: ignore[arg-type]
-            relpath=relpath,  # type: ignore[arg-type]
+        url = data[at : at + n_url].decode("utf-8", "surrogateescape")
+        at += n_url
+        relpath = data[at : at + n_rel].decode("utf-8", "surrogateescape")
+        at += n_rel
+        split = data[at : at + n_split].decode("utf-8", "surrogateescape")
+        at += n_split
+        if n_label == _NONE:
+            label = None
+        else:
+            label = data[at : at + n_label].decode("utf-8", "surrogateescape")
+            at += n_label
+        entry = object.__new__(cls)
+        entry.__dict__.update(
+            url=url,
+            relpath=relpath,
             source_size=source_size,
-            split=split,  # type: ignore[arg-type]
+            split=split,
             shuffle_key=key,
             label=label,
             class_id=None if class_id < 0 else class_id,
             record_size=record_size,
-            source_sha256=sha or "",
+            source_sha256=data[at : at + n_sha].decode("ascii"),
+        )
+        return entry
+
+    def encoded_size(self) -> int:
+        """About `len(self.to_bytes())`, without encoding: exact when the texts are ASCII."""
+        return (
+            _ENTRY_HEAD.size
+            + len(self.url)
+            + len(self.relpath)
+            + len(self.split)
+            + len(self.label or "")
+            + len(self.source_sha256)
         )
 
 

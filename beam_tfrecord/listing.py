@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import os
 import posixpath
+import re
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
+from fsspec.utils import glob_translate
 
 from beam_tfrecord.storage import to_url
 
@@ -46,6 +51,32 @@ class SourceFile:
     relpath: str
     size: int
     label: str | None = None  # given by an input list; otherwise derived by --labels
+
+    def to_bytes(self) -> bytes:
+        """A compact, deterministic encoding (what crosses a shuffle); `from_bytes` reverses it."""
+        url = self.url.encode("utf-8", "surrogateescape")
+        relpath = self.relpath.encode("utf-8", "surrogateescape")
+        label = b"" if self.label is None else self.label.encode("utf-8", "surrogateescape")
+        head = _SOURCE_HEAD.pack(
+            self.size, len(url), len(relpath), _NONE if self.label is None else len(label)
+        )
+        return head + url + relpath + label
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SourceFile:
+        size, n_url, n_rel, n_label = _SOURCE_HEAD.unpack_from(data)
+        at = _SOURCE_HEAD.size
+        url = data[at : at + n_url].decode("utf-8", "surrogateescape")
+        at += n_url
+        relpath = data[at : at + n_rel].decode("utf-8", "surrogateescape")
+        at += n_rel
+        label = None if n_label == _NONE else data[at:].decode("utf-8", "surrogateescape")
+        return cls(url, relpath, size, label)
+
+
+# size (-1: unknown), then the lengths of url, relpath and label (_NONE: no label).
+_SOURCE_HEAD = struct.Struct("<qIII")
+_NONE = 0xFFFFFFFF
 
 
 def has_magic(pattern: str) -> bool:
@@ -107,15 +138,9 @@ def split_task(task: ListingTask) -> list[ListingTask]:
     if not tail and first != "**":
         return [task]  # the wildcard is in the last component: one folder listing, nothing to split
     try:
-        entries = fs.ls(prefix or "/", detail=True)
+        folders = _subfolders(fs, prefix or "/")
     except FileNotFoundError:
         return []
-    folders = sorted(
-        e["name"].rstrip("/")
-        for e in entries
-        if e.get("type") == "directory"
-        and not posixpath.basename(e["name"].rstrip("/")).startswith(".")
-    )
     join = posixpath.join
     if first == "**":
         # `**` matches no folder (the rest applies right here) or one folder and then `**` again.
@@ -132,27 +157,110 @@ def split_task(task: ListingTask) -> list[ListingTask]:
     return [ListingTask(to_url(fs, part), task.base) for part in parts]
 
 
+def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
+    """The folders in `path` (links to folders are none), less hidden ones, sorted.
+
+    On a local disk by `os.scandir`, which tells a folder without the stat fsspec's listing
+    runs on every entry: the folders of a folder of images are few, its files many.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+    """
+    if isinstance(fs, LocalFileSystem) and _plain_local(path):
+        try:
+            with os.scandir(path) as entries:
+                return sorted(
+                    e.path
+                    for e in entries
+                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+                )
+        except NotADirectoryError:  # a file: fsspec lists it as itself, no folder
+            return []
+    return sorted(
+        e["name"].rstrip("/")
+        for e in fs.ls(path, detail=True)
+        if e.get("type") == "directory"
+        and not posixpath.basename(e["name"].rstrip("/")).startswith(".")
+    )
+
+
+def _plain_local(path: str) -> bool:
+    """Whether a local path is one that fsspec writes the names below as `os.scandir` does."""
+    return os.sep == "/" and path.startswith("/") and posixpath.normpath(path) == path
+
+
 def expand_task(task: ListingTask, extensions: Iterable[str]) -> Iterator[SourceFile]:
     """Yields every non-hidden file of a listing task whose suffix is in `extensions`, sorted."""
     fs, path = fsspec.core.url_to_fs(task.pattern)
     _, base = fsspec.core.url_to_fs(task.base)
     suffixes = tuple(e.lower() for e in extensions)
     if has_magic(path):
-        matches = fs.glob(path, detail=True)
+        sizes = _glob_files(fs, path)
     else:
         try:
-            matches = {path: fs.info(path)}
+            info = fs.info(path)
         except FileNotFoundError:
             return
+        sizes = {path: int(info.get("size") or 0)} if info.get("type") == "file" else {}
     prefix = base.rstrip("/") + "/" if base.strip("/") else base
-    for name in sorted(matches):
-        info = matches[name]
-        if info.get("type") != "file":
-            continue
+    for name in sorted(sizes):
         relpath = name[len(prefix) :] if prefix and name.startswith(prefix) else name.lstrip("/")
         if is_hidden(relpath) or not relpath.lower().endswith(suffixes):
             continue
-        yield SourceFile(url=to_url(fs, name), relpath=relpath, size=int(info.get("size") or 0))
+        yield SourceFile(url=to_url(fs, name), relpath=relpath, size=sizes[name])
+
+
+def _glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:
+    """The files (path -> size) that `fs.glob(path)` matches; its folders and links are left out."""
+    if isinstance(fs, LocalFileSystem):
+        found = _local_glob_files(path)
+        if found is not None:
+            return found
+    return {
+        name: int(info.get("size") or 0)
+        for name, info in fs.glob(path, detail=True).items()
+        if info.get("type") == "file"
+    }
+
+
+def _local_glob_files(path: str) -> dict[str, int] | None:
+    """`_glob_files` on a local disk, by `os.scandir`: what fsspec's glob matches, in a third of
+    the time (its listing builds a dict of ten stat fields for every entry, about 12 us a file).
+
+    The same walk as fsspec's (`LocalFileSystem.glob`: from the folder before the first wildcard,
+    as deep as the pattern reaches, into no linked folder, a folder that cannot be listed left
+    out) and the same match (its pattern's regex); a link is no file to it, and none here. None
+    for a path whose listing names fsspec would write otherwise (not an absolute path, say).
+    """
+    magic = min(i for i in (path.find("*"), path.find("?"), path.find("["), len(path)) if i >= 0)
+    cut = path.rfind("/", 0, magic)
+    top = path[:cut]
+    if not _plain_local(top):
+        return None
+    depth = None if "**" in path else path[cut + 1 :].count("/") + 1
+    match = re.compile(glob_translate(path)).match
+    return {name: size for name, size in _local_files(top, depth) if match(name)}
+
+
+def _local_files(top: str, depth: int | None) -> Iterator[tuple[str, int]]:
+    """(path, size) of the files in `top` and the folders below it, `depth` levels at most."""
+    folders, files = [], []
+    try:
+        with os.scandir(top) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        files.append((entry.path, entry.stat(follow_symlinks=False).st_size))
+                except FileNotFoundError:  # gone since the folder was read
+                    continue
+    except OSError:  # not a folder, gone, or not ours to read: left out whole, as fsspec does
+        return
+    yield from files
+    if depth is None or depth > 1:
+        for folder in folders:
+            yield from _local_files(folder, None if depth is None else depth - 1)
 
 
 def expand_pattern(pattern: str, extensions: Iterable[str]) -> Iterator[SourceFile]:

@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from beam_tfrecord.config import format_size
 
-__all__ = ["ENV", "Progress", "add", "add_planned", "set_total"]
+__all__ = ["ENV", "Progress", "Tally", "add", "add_planned", "set_total"]
 
 ENV = "BEAM_TFRECORD_PROGRESS"
 _FLUSH_SECONDS = 0.2
@@ -64,6 +64,51 @@ def add_planned(result: Any) -> None:
     add("planned")
     if size is not None:
         add("to_write", 1, size)
+
+
+class Tally:
+    """Counts kept by one caller (a DoFn's bundle, a shard) and handed to `add` in sums.
+
+    A count per image through `add` costs a look at the environment, a lock and a process id
+    (about 4 us; four of them per image); here it costs a dict update. The sums go out at least
+    every `_FLUSH_SECONDS`, when a count comes, so the display stays live, and on `flush()`,
+    which the caller runs when its work is done.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._counts: collections.Counter = collections.Counter()
+        self._due = clock() + _FLUSH_SECONDS
+
+    def add(self, name: str, number: int = 1, nbytes: int = 0) -> None:
+        """Counts as `progress.add` does, but in this tally until it is next flushed."""
+        counts = self._counts
+        counts[name] += number
+        if nbytes:
+            counts[name + "_bytes"] += nbytes
+        if self._clock() >= self._due:
+            self.flush()
+
+    def add_planned(self, result: Any) -> None:
+        """Counts as `progress.add_planned` does, in this tally."""
+        size = getattr(result, "record_size", None)
+        if size is not None:
+            self._counts["to_write"] += 1
+            if size:
+                self._counts["to_write_bytes"] += size
+        self.add("planned")
+
+    def flush(self) -> None:
+        """Hands the counts so far to this process's counts (a no-op when no launcher watches)."""
+        self._due = self._clock() + _FLUSH_SECONDS
+        if not self._counts:
+            return
+        counts, self._counts = self._counts, collections.Counter()
+        folder = os.environ.get(ENV)
+        if not folder:
+            return
+        with _lock:
+            _counts(folder).update(counts)
 
 
 def set_total(number: int) -> None:

@@ -71,6 +71,57 @@ def test_split_listing_equals_whole_listing(tree, pattern, expected):
         assert len(split) == len(set(split)), "no file is listed by two parts"
 
 
+@pytest.mark.parametrize(
+    "pattern",
+    ["**", "*", "*/*.jpg", "**/*.jpg", "a*/**/*.jpg", "a/**/z/*.jpg", "[ab]/*", "*/*/x/*", "?/*",
+     "a/**", "links/**", "links/*", "nope/*", "r.jpg/*", "**/.*", "*/[!x]/*"],
+)  # fmt: skip
+def test_the_local_listing_matches_what_fsspec_globs(linked_tree, pattern):
+    """The scandir walk behind local listings: the files fsspec's glob gives, links left out."""
+    import fsspec
+
+    from beam_tfrecord.listing import _local_glob_files
+
+    fs = fsspec.filesystem("file")
+    globbed = fs.glob(f"{linked_tree}/{pattern}", detail=True)
+    expected = {n: i["size"] for n, i in globbed.items() if i["type"] == "file"}
+    assert _local_glob_files(f"{linked_tree}/{pattern}") == expected
+
+
+@pytest.mark.parametrize("folder", ["", "a", "links", "a/x/2.jpg", ".hidden", "a/x"])
+def test_the_local_split_finds_the_folders_fsspec_lists(linked_tree, folder):
+    import fsspec
+
+    from beam_tfrecord.listing import _subfolders
+
+    fs = fsspec.filesystem("file")
+    path = str(linked_tree / folder) if folder else str(linked_tree)
+    listed = fs.ls(path, detail=True)
+    expected = sorted(
+        e["name"] for e in listed if e["type"] == "directory" and "/." not in e["name"][len(path) :]
+    )
+    assert _subfolders(fs, path) == expected
+    with pytest.raises(FileNotFoundError):
+        _subfolders(fs, str(linked_tree / "missing"))
+
+
+@pytest.fixture(scope="module")
+def linked_tree(tmp_path_factory) -> Path:
+    """The tree of FILES, and a folder of links: to a file, to a folder, to nothing."""
+    tree = tmp_path_factory.mktemp("linked")
+    for name in FILES:
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(b"x" * len(name))
+    links = tree / "links"
+    links.mkdir()
+    (links / "real.jpg").write_bytes(b"1234")
+    (links / "to-file.jpg").symlink_to(tree / "r.jpg")
+    (links / "to-folder").symlink_to(tree / "a")
+    (links / "broken.jpg").symlink_to(tree / "missing.jpg")
+    (links / "sub").mkdir()
+    return tree
+
+
 def test_splitting_spreads_the_work(tree):
     parts = _split_fully(ListingTask.for_pattern(f"{tree}/**"), 2)
     assert len(parts) >= 8

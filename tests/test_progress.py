@@ -51,6 +51,28 @@ def test_not_on_a_terminal_a_line_every_interval(monkeypatch):
     assert lines[-1].startswith("listed 4 | planned 4 of 4 | written 2 of 4 images, 2.0 KB")
 
 
+def test_a_tally_hands_its_counts_on_when_due_and_when_flushed(tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV, str(tmp_path))
+    now = [50.0]
+    tally = progress.Tally(clock=lambda: now[0])
+    tally.add("listed", 2)
+    tally.add_planned(type("Entry", (), {"record_size": 1000})())
+    tally.add_planned(type("Report", (), {})())  # planned, but to no shard
+    progress.flush(str(tmp_path))
+    assert read_counts(str(tmp_path)) == collections.Counter()  # all still in the tally
+    now[0] += progress._FLUSH_SECONDS
+    tally.add("written", 1, 50)  # due: this count and the ones before it go out
+    progress.flush(str(tmp_path))
+    handed_on = collections.Counter(
+        listed=2, planned=2, to_write=1, to_write_bytes=1000, written=1, written_bytes=50
+    )
+    assert read_counts(str(tmp_path)) == handed_on
+    tally.add("listed")
+    tally.flush()
+    progress.flush(str(tmp_path))
+    assert read_counts(str(tmp_path)) == handed_on + collections.Counter(listed=1)
+
+
 def _line_after(seconds: float, written: int, written_bytes: int) -> str:
     """The line of 10 planned images (10 MB), `seconds` after a first line with none written."""
     now = [100.0]

@@ -236,3 +236,28 @@ def test_resume_keeps_a_shard_with_left_out_images_and_its_report(planned):
     part.unlink()  # without its report lines a shard cannot be kept: what it left out is unknown
     redone, redone_report = write_shard(spec, plan, POLICY, resume=True)
     assert not redone.resumed and redone.crc32c == first.crc32c and redone_report == report
+
+
+def test_small_images_go_to_the_threads_in_runs_and_large_ones_alone():
+    sizes = [10] * 100 + [70_000, 10, 64 * 1024 - 10, 10, 5]
+    entries = [
+        ImageEntry(url=f"/x/{i}.png", relpath=f"{i}.png", source_size=size, split="train",
+                   shuffle_key=i)
+        for i, size in enumerate(sizes)
+    ]  # fmt: skip
+    runs = list(shard_writer._runs(entries))
+    assert [entry for run in runs for entry in run] == entries
+    # 64 images at most; a run closes at the image that brings it to 64 KiB.
+    assert [len(run) for run in runs] == [64, 37, 2, 2]
+
+
+def test_a_failure_inside_a_run_leaves_out_that_image_only(planned):
+    spec, entries, _ = planned
+    ordered = sorted(entries, key=lambda e: e.sort_key)
+    gone = ordered[5]
+    Path(gone.url).unlink()
+    result, skipped = write_shard(spec, entries, POLICY, read_ahead=2)
+    assert [(s.relpath, s.reason) for s in skipped] == [(gone.relpath, "vanished")]
+    written = [decode_example(r)["image/filename"][0].decode() for r in read_records(spec.url)]
+    assert written == [e.relpath for e in ordered if e is not gone]
+    assert result.examples == len(entries) - 1

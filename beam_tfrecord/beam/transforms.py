@@ -10,6 +10,7 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import apache_beam as beam
 from apache_beam import pvalue
@@ -75,17 +76,27 @@ class _ExpandTaskFn(beam.DoFn):
         yield from expand_task(task, self._extensions)
 
 
-class _CountFn(beam.DoFn):
+class _TallyFn(beam.DoFn):
+    """A DoFn that counts its progress per bundle (progress.Tally), not through a lock per image."""
+
+    def start_bundle(self):
+        self._tally = progress.Tally()
+
+    def finish_bundle(self):
+        self._tally.flush()
+
+
+class _CountFn(_TallyFn):
     def __init__(self, name: str):
         self._counter = _counter(name)
 
     def process(self, element):
         self._counter.inc()
-        progress.add("listed")
+        self._tally.add("listed")
         yield element
 
 
-class _OnePerFileFn(beam.DoFn):
+class _OnePerFileFn(_TallyFn):
     def __init__(self):
         self._listed = _counter("images_listed")
 
@@ -94,7 +105,7 @@ class _OnePerFileFn(beam.DoFn):
         # relative path.
         _, sources = url_and_sources
         self._listed.inc()
-        progress.add("listed")
+        self._tally.add("listed")
         yield min(sources)
 
 
@@ -153,7 +164,7 @@ class ListImages(beam.PTransform):
             return found | "CountListed" >> beam.ParDo(_CountFn("images_listed"))
         return (
             found
-            | "KeyByUrl" >> beam.Map(lambda s: (s.url, s))
+            | "KeyByUrl" >> beam.Map(lambda s: (s.url, s)).with_output_types(tuple[str, SourceFile])
             | "GroupByUrl" >> beam.GroupByKey()
             | "OnePerFile" >> beam.ParDo(_OnePerFileFn())
         )
@@ -168,6 +179,10 @@ class _ImageEntryCoder(beam.coders.Coder):
     def decode(self, encoded: bytes) -> ImageEntry:
         return ImageEntry.from_bytes(encoded)
 
+    def estimate_size(self, value: ImageEntry) -> int:
+        # Beam sizes every element it outputs; the default would encode each one to measure it.
+        return value.encoded_size()
+
     def is_deterministic(self) -> bool:
         return True
 
@@ -176,7 +191,28 @@ class _ImageEntryCoder(beam.coders.Coder):
 
 
 beam.coders.registry.register_coder(ImageEntry, _ImageEntryCoder)
-_Keyed = tuple[tuple[str, int], ImageEntry]  # ((split, bucket or shard), entry)
+
+
+class _SourceFileCoder(beam.coders.Coder):
+    """A listed file's compact bytes (SourceFile.to_bytes), not a pickled object."""
+
+    def encode(self, value: SourceFile) -> bytes:
+        return value.to_bytes()
+
+    def decode(self, encoded: bytes) -> SourceFile:
+        return SourceFile.from_bytes(encoded)
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return SourceFile
+
+
+beam.coders.registry.register_coder(SourceFile, _SourceFileCoder)
+# ((split, bucket or shard), a chunk of its entries): planning moves entries in chunks, as
+# every element costs Beam microseconds of its own at each step and shuffle it crosses.
+_Chunk = tuple[tuple[str, int], list[ImageEntry]]
 # A listed file and its label: a class name, None (unlabelled builds), or why it has none.
 _Labelled = tuple[SourceFile, "str | ReportEntry | None"]
 
@@ -226,7 +262,7 @@ class _CensusFn(beam.CombineFn):
         return Census(listed, ClassMap.from_labels(labels))
 
 
-class _PlanFn(beam.DoFn):
+class _PlanFn(_TallyFn):
     def __init__(self, preparer: Preparer):
         self._preparer = preparer
         self._skipped = _counter("images_skipped")
@@ -238,7 +274,7 @@ class _PlanFn(beam.DoFn):
         else:
             class_id = census.classes.id_of(label) if label is not None else None
             planned = self._preparer.plan(source, label, class_id)
-        progress.add_planned(planned)
+        self._tally.add_planned(planned)
         if isinstance(planned, ReportEntry):
             self._skipped.inc()
             yield pvalue.TaggedOutput(REPORT, planned)
@@ -261,7 +297,11 @@ class PlanImages(beam.PTransform):
     def expand(self, sources):
         # Each file is labelled once: the census counts the labels, and the plan uses them.
         preparer = self._preparer
-        labelled = sources | "Label" >> beam.Map(lambda source: (source, preparer.label(source)))
+        # Kept for the census, so coded: the file compactly, its label a str, None or (rarely,
+        # pickled) a ReportEntry.
+        labelled = sources | "Label" >> beam.Map(
+            lambda source: (source, preparer.label(source))
+        ).with_output_types(tuple[SourceFile, Any])
         census = labelled | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
         results = labelled | "Plan" >> beam.ParDo(
             _PlanFn(self._preparer), census=pvalue.AsSingleton(census)
@@ -405,22 +445,61 @@ class DropDuplicates(beam.PTransform):
         return {"entries": results.entries, "report": results[REPORT]}
 
 
+# Entries per chunk at most, and entries a bundle holds back at most before it outputs its
+# chunks: a bound on the memory chunking takes, however many planning buckets there are.
+_CHUNK_ENTRIES = 2048
+_HELD_ENTRIES = 8 * _CHUNK_ENTRIES
+
+
+class _BucketFn(beam.DoFn):
+    """Keys entries by (split, planning bucket), and outputs them in chunks of one key."""
+
+    def __init__(self, bucket_records: int):
+        self._bucket_records = bucket_records
+
+    def start_bundle(self):
+        self._chunks: dict[tuple[str, int], list[ImageEntry]] = {}
+        self._held = 0
+
+    def process(self, entry: ImageEntry, most: int):
+        key = (entry.split, bucket_of(entry.shuffle_key, num_buckets(most, self._bucket_records)))
+        chunk = self._chunks.get(key)
+        if chunk is None:
+            chunk = self._chunks[key] = []
+        chunk.append(entry)
+        self._held += 1
+        if len(chunk) >= _CHUNK_ENTRIES:
+            del self._chunks[key]
+            self._held -= len(chunk)
+            yield key, chunk
+        elif self._held >= _HELD_ENTRIES:
+            yield from self._chunks.items()
+            self.start_bundle()
+
+    def finish_bundle(self):
+        for chunk in self._chunks.items():
+            yield GlobalWindows.windowed_value(chunk)
+        self.start_bundle()
+
+
 class _BucketStatsFn(beam.CombineFn):
     """Records, bytes and largest record (SplitStats) of every (split, bucket), in one combine."""
 
     def create_accumulator(self) -> dict:
         return {}
 
-    def add_input(self, accumulator: dict, keyed):
-        key, entry = keyed
-        size = entry.record_size
+    def add_input(self, accumulator: dict, chunk: _Chunk):
+        key, entries = chunk
         stats = accumulator.get(key)
         if stats is None:
-            accumulator[key] = [1, size, size]
-        else:  # a list, not SplitStats: this runs for every image
+            stats = accumulator[key] = [0, 0, 0]
+        # A list, not SplitStats: this runs for every image.
+        for entry in entries:
+            size = entry.record_size
             stats[0] += 1
             stats[1] += size
-            stats[2] = max(stats[2], size)
+            if size > stats[2]:
+                stats[2] = size
         return accumulator
 
     def merge_accumulators(self, accumulators) -> dict:
@@ -439,10 +518,24 @@ class _BucketStatsFn(beam.CombineFn):
 
 class _PlanBucketFn(beam.DoFn):
     def process(self, element, plan: Mapping[str, SplitPlan]):
-        (split, bucket), entries = element
-        records = ((e.sort_key, e.record_size, e) for e in entries)
+        (split, bucket), chunks = element
+        records = ((e.sort_key, e.record_size, e) for chunk in chunks for e in chunk)
+        # Placed in key order, so a shard's entries come in one run: chunks of one shard each.
+        chunk: list[ImageEntry] = []
+        current = None
         for shard, entry in plan[split].place(bucket, records):
-            yield (split, shard), entry
+            if shard != current or len(chunk) >= _CHUNK_ENTRIES:
+                if chunk:
+                    yield (split, current), chunk
+                chunk, current = [], shard
+            chunk.append(entry)
+        if chunk:
+            yield (split, current), chunk
+
+
+def _joined(element: tuple[tuple[str, int], Iterable[list[ImageEntry]]]):
+    key, chunks = element
+    return key, [entry for chunk in chunks for entry in chunk]
 
 
 class PlanShards(beam.PTransform):
@@ -452,7 +545,8 @@ class PlanShards(beam.PTransform):
     spread over key-range buckets, as many as it takes for `bucket_records` records each when
     a split holds all `most` of the inputs, so no worker holds more than about one bucket's
     metadata, however large the split. Knowing that bound before the records are counted lets
-    one combine give each bucket's bytes and each split's totals.
+    one combine give each bucket's bytes and each split's totals. Entries cross both shuffles in
+    chunks (of one bucket, then of one shard), not one element each.
 
     Returns a dict: `shards`, ((split, shard index), [ImageEntry]) pairs, and `plan`, a one-element
     PCollection with each split's SplitPlan (sharding.plan_splits).
@@ -467,13 +561,9 @@ class PlanShards(beam.PTransform):
 
     def expand(self, entries):
         bucket_records = self._bucket_records
-        keyed = entries | "Bucket" >> beam.Map(
-            lambda e, most: (
-                (e.split, bucket_of(e.shuffle_key, num_buckets(most, bucket_records))),
-                e,
-            ),
-            most=pvalue.AsSingleton(self._most),
-        ).with_output_types(_Keyed)
+        keyed = entries | "Bucket" >> beam.ParDo(
+            _BucketFn(bucket_records), most=pvalue.AsSingleton(self._most)
+        ).with_output_types(_Chunk)
         bounds = self._bounds
         plan = (
             keyed
@@ -488,8 +578,9 @@ class PlanShards(beam.PTransform):
             keyed
             | "GroupBuckets" >> beam.GroupByKey()
             | "PlaceInShards"
-            >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan)).with_output_types(_Keyed)
+            >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan)).with_output_types(_Chunk)
             | "GroupShards" >> beam.GroupByKey()
+            | "JoinChunks" >> beam.Map(_joined)
         )
         return {"shards": shards, "plan": plan}
 

@@ -299,12 +299,14 @@ def _quiet_pillow() -> Iterator[None]:
     # 3.14 catch_warnings is process-wide: threads racing here can leave these filters installed
     # after they return, or drop a filter another thread added meanwhile.
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
+        warnings.filterwarnings("ignore", module=_QUIET_MODULES)
         warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
-        warnings.filterwarnings(
-            "ignore", module=re.escape(__package__)
-        )  # this package's own warnings
         yield
+
+
+# Pillow's modules and this package's own: one filter (it runs for every image), matched as a
+# filter's module is, from the start of the warning's module name.
+_QUIET_MODULES = rf"PIL(\.|$)|{re.escape(__package__)}"
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import pytest
 from apache_beam.runners import pipeline_context
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 from beam_tfrecord.beam.pipeline import ConvertImages
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ImageEntry
+from beam_tfrecord.listing import SourceFile
 
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 
@@ -30,6 +32,23 @@ entries = st.builds(
 @given(entries)
 def test_an_entry_survives_its_encoding(entry):
     assert ImageEntry.from_bytes(entry.to_bytes()) == entry
+
+
+@given(entries)
+def test_the_coder_sizes_an_entry_without_encoding_it(entry):
+    from beam_tfrecord.beam.transforms import _ImageEntryCoder
+
+    size = len(entry.to_bytes())
+    texts = (entry.url, entry.relpath, entry.split, entry.label or "")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ImageEntry, "to_bytes", None)  # Beam sizes every element it outputs
+        estimate = _ImageEntryCoder().estimate_size(entry)
+    assert estimate == size if all(t.isascii() for t in texts) else 0 < estimate <= size
+
+
+@given(st.builds(SourceFile, texts, texts, st.integers(-1, 2**40), st.none() | texts))
+def test_a_listed_file_survives_its_encoding(source):
+    assert SourceFile.from_bytes(source.to_bytes()) == source
 
 
 def test_undecodable_file_names_survive_too():
@@ -57,5 +76,24 @@ def test_the_planning_shuffles_carry_entries_in_their_compact_coder():
             coder_id = proto.components.pcollections[pcollection].coder_id
             coders[transform.unique_name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
     for step in ("GroupBuckets", "GroupShards"):
-        assert coders[step].endswith("_ImageEntryCoder]"), coders[step]
+        # Entries cross in chunks: a list of them per element, each in its compact coder.
+        assert coders[step].endswith("ListCoder[_ImageEntryCoder]]"), coders[step]
         assert "Pickle" not in coders[step] and "FastPrimitives" not in coders[step]
+
+
+def test_listed_files_cross_in_their_compact_coder_too():
+    """Labelled files are kept for the census; two patterns' files are grouped by URL."""
+    pipeline = beam.Pipeline()
+    config = BuildConfig(inputs=("samples/fruits/apple/*", "samples/fruits/**"), output="unused")
+    _ = pipeline | ConvertImages(config)
+    proto = pipeline.to_runner_api()
+    context = pipeline_context.PipelineContext(proto.components)
+    coders = {}
+    for transform in proto.components.transforms.values():
+        name = transform.unique_name
+        if name.endswith(("PlanImages/Label", "ListImages/KeyByUrl")):
+            (pcollection,) = transform.outputs.values()
+            coder_id = proto.components.pcollections[pcollection].coder_id
+            coders[name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
+    assert coders["Label"] == "TupleCoder[_SourceFileCoder, FastPrimitivesCoder]"
+    assert coders["KeyByUrl"] == "TupleCoder[StrUtf8Coder, _SourceFileCoder]"

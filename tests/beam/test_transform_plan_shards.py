@@ -116,6 +116,31 @@ def test_the_bucketed_plan_is_the_one_pass_plan_in_any_order(pipeline, bucket_re
         )
 
 
+@pytest.mark.parametrize(
+    ("chunk", "held", "bucket_records"), [(3, 7, 16), (1, 1, 10_000), (5, 40, 1)]
+)
+def test_entries_planned_in_small_chunks_make_the_same_plan(
+    pipeline, monkeypatch, chunk, held, bucket_records
+):
+    """Entries cross the planning shuffles in chunks (of one bucket, then of one shard): chunks
+    cut short, and bundles that output all they hold early, change nothing in the plan."""
+    from beam_tfrecord.beam import transforms
+
+    # The pipeline runs in this process (LocalRunner), so its DoFns see these.
+    monkeypatch.setattr(transforms, "_CHUNK_ENTRIES", chunk)
+    monkeypatch.setattr(transforms, "_HELD_ENTRIES", held)
+    entries = _entries(90, seed=2)
+    with pipeline as p:
+        most = p | "Most" >> beam.Create([len(entries)])
+        planned = p | beam.Create(entries) | PlanShards(MIN, MAX, bucket_records, most)
+        assert_that(planned["shards"], _check_shards(entries), label="Promises")
+        assert_that(
+            planned["shards"] | beam.Map(_shard_names),
+            equal_to(list(_one_pass_plan(entries).items())),
+            label="OnePassPlan",
+        )
+
+
 def test_the_plan_gives_each_split_its_records_bytes_and_shard_count(pipeline):
     entries = _entries(60, seed=5)
     expected = []
