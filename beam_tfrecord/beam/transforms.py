@@ -637,34 +637,22 @@ class _WriteShardFn(_ReadAheadFn):
             index,
             shards,
         )
+        how = {
+            "max_record_size": self._max_record_size,
+            "resume": self._resume,
+            "read_ahead": self._read_ahead,
+        }
         pool = self._pool_for(plan)
         if pool is not None:
-            self._pending.append(
-                pool.submit(
-                    spec,
-                    entries,
-                    self._policy,
-                    max_record_size=self._max_record_size,
-                    resume=self._resume,
-                    read_ahead=self._read_ahead,
-                )
-            )
+            self._pending.append(pool.submit(spec, entries, self._policy, **how))
             # Two shards a process queued: none waits for work, and few plans wait in memory.
             while len(self._pending) > 2 * self._processes:
                 yield from self._outputs(*self._pending.pop(0).result())
             return
-        yield from self._outputs(
-            *write_shard(
-                spec,
-                entries,
-                self._policy,
-                max_record_size=self._max_record_size,
-                resume=self._resume,
-                read_ahead=self._read_ahead,
-                executor=self._executor,
-                cpu=self._cpu,
-            )
+        written = write_shard(
+            spec, entries, self._policy, **how, executor=self._executor, cpu=self._cpu
         )
+        yield from self._outputs(*written)
 
     def finish_bundle(self):
         while self._pending:
