@@ -19,7 +19,7 @@ import tracemalloc
 
 from apache_beam.transforms.stats import ApproximateQuantilesCombineFn
 
-from beam_tfrecord.beam.transforms import WriteReport
+from beam_tfrecord.beam.writing import WriteReport
 from beam_tfrecord.entries import ReportEntry, ShardResult
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.manifest import REPORT_FILE, build_manifest

@@ -30,9 +30,8 @@ from beam_tfrecord.beam.transforms import (
     ListImages,
     PlanImages,
     PlanShards,
-    WriteReport,
-    WriteShards,
 )
+from beam_tfrecord.beam.writing import WriteReport, WriteShards
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.entries import ShardResult

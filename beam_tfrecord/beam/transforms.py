@@ -1,13 +1,14 @@
-"""The Beam shell: composite PTransforms that wire the pure planning and writing code together.
+"""The Beam shell, listing and planning: the composite PTransforms that list the images, plan
+each one and cut the splits into shards (the writing ones are in `writing.py`).
 
-Only metadata (paths, sizes, labels, keys) crosses a shuffle. Image bytes are read by the worker
-that checks an image and by the worker that writes its shard, and never leave either.
+Only metadata (paths, sizes, labels, keys) crosses a shuffle. Image bytes are read only by the
+worker that writes an image's shard (and, with --dedup, by the one that hashes it), and never
+leave either.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,12 +16,10 @@ from typing import Any
 import apache_beam as beam
 from apache_beam import pvalue
 from apache_beam.metrics import Metrics
-from apache_beam.transforms.stats import ApproximateQuantiles
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_tfrecord import progress
-from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, ShardSpec
-from beam_tfrecord.images import ImagePolicy
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.listing import (
     ListingTask,
@@ -32,18 +31,13 @@ from beam_tfrecord.listing import (
     split_task,
 )
 from beam_tfrecord.planning import Preparer, hash_source
-from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.remote import Fetches
-from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
-from beam_tfrecord.shard_processes import ShardProcesses
-from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.sharding import (
     SplitPlan,
     SplitStats,
     bucket_of,
     num_buckets,
     plan_splits,
-    shard_file_name,
 )
 
 __all__ = [
@@ -54,8 +48,6 @@ __all__ = [
     "ListImages",
     "PlanImages",
     "PlanShards",
-    "WriteReport",
-    "WriteShards",
 ]
 
 METRICS_NAMESPACE = "beam_tfrecord"
@@ -307,24 +299,6 @@ class PlanImages(beam.PTransform):
             _PlanFn(self._preparer), census=pvalue.AsSingleton(census)
         ).with_outputs(REPORT, main="entries")
         return {"entries": results.entries, "census": census, "report": results[REPORT]}
-
-
-class _ReadAheadFn(beam.DoFn):
-    """A DoFn that keeps `read_ahead` images in flight on threads of its own (`worker_threads`,
-    shared by its bundles), and runs no more CPU-bound image work at once than its worker has
-    cores (`self._cpu`): reads wait on the disk or the network, decodes on the CPU (Pillow lets
-    go of the GIL while it decodes), and each may hold a decoded image."""
-
-    def __init__(self, read_ahead: int):
-        self._read_ahead = read_ahead
-
-    def setup(self):
-        self._executor = new_executor(worker_threads()) if self._read_ahead else None
-        self._cpu = threading.Semaphore(usable_cores())
-
-    def teardown(self):
-        if getattr(self, "_executor", None) is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
 
 
 class _HashFn(beam.DoFn):
@@ -583,236 +557,3 @@ class PlanShards(beam.PTransform):
             | "JoinChunks" >> beam.Map(_joined)
         )
         return {"shards": shards, "plan": plan}
-
-
-# Worker processes start in about half a second (Python, Pillow, fsspec): below this many planned
-# bytes, a build's shards are written sooner by this process alone.
-PROCESSES_MIN_BYTES = 64 * 10**6
-
-
-class _WriteShardFn(_ReadAheadFn):
-    def __init__(
-        self,
-        output_dir: str,
-        name: str,
-        policy: ImagePolicy,
-        max_record_size: int,
-        resume: bool,
-        read_ahead: int,
-        processes: int = 0,
-        processes_min_bytes: int = PROCESSES_MIN_BYTES,
-    ):
-        super().__init__(read_ahead)
-        self._output_dir = output_dir
-        self._name = name
-        self._policy = policy
-        self._max_record_size = max_record_size
-        self._resume = resume
-        self._processes = processes
-        self._processes_min_bytes = processes_min_bytes
-        self._written = _counter("images_written")
-        self._skipped = _counter("images_skipped")
-        self._bytes = _counter("bytes_written")
-        self._shards = _counter("shards_written")
-        self._kept = _counter("shards_kept")  # by --resume: finished and verified, not rewritten
-
-    def setup(self):
-        super().setup()
-        self._pool: ShardProcesses | None = None
-        self._pending: list = []
-
-    def start_bundle(self):
-        # A bundle that failed must not hand its shards' results to the retry.
-        for future in self._pending:
-            future.cancel()
-        self._pending = []
-
-    def process(self, element, plan):
-        (split, index), entries = element
-        shards = plan[split].shards
-        spec = ShardSpec(
-            self._output_dir,
-            shard_file_name(self._name, split, index, shards),
-            split,
-            index,
-            shards,
-        )
-        how = {
-            "max_record_size": self._max_record_size,
-            "resume": self._resume,
-            "read_ahead": self._read_ahead,
-        }
-        pool = self._pool_for(plan)
-        if pool is not None:
-            self._pending.append(pool.submit(spec, entries, self._policy, **how))
-            # Two shards a process queued: none waits for work, and few plans wait in memory.
-            while len(self._pending) > 2 * self._processes:
-                yield from self._outputs(*self._pending.pop(0).result())
-            return
-        written = write_shard(
-            spec, entries, self._policy, **how, executor=self._executor, cpu=self._cpu
-        )
-        yield from self._outputs(*written)
-
-    def finish_bundle(self):
-        while self._pending:
-            for output in self._outputs(*self._pending.pop(0).result()):
-                if isinstance(output, pvalue.TaggedOutput):
-                    yield pvalue.TaggedOutput(
-                        output.tag, GlobalWindows.windowed_value(output.value)
-                    )
-                else:
-                    yield GlobalWindows.windowed_value(output)
-
-    def teardown(self):
-        if getattr(self, "_pool", None) is not None:
-            self._pool.close(cancel=True)
-        super().teardown()
-
-    def _pool_for(self, plan) -> ShardProcesses | None:
-        """The worker processes, started for the first shard of a build large enough to pay
-        for them; None to write here."""
-        if self._pool is None and self._processes > 1:
-            splits = plan.values()
-            if (
-                sum(p.shards for p in splits) > 1
-                and sum(p.bytes for p in splits) >= self._processes_min_bytes
-            ):
-                _LOG.debug("writing shards in %d worker processes", self._processes)
-                self._pool = ShardProcesses(self._processes)
-        return self._pool
-
-    def _outputs(self, result, report):
-        self._written.inc(result.examples)
-        self._bytes.inc(result.bytes)
-        self._shards.inc()
-        if result.resumed:
-            self._kept.inc()
-        for entry in report:
-            if entry.action == "skipped":
-                self._skipped.inc()
-            yield pvalue.TaggedOutput(REPORT, entry)
-        yield result
-
-
-class WriteShards(beam.PTransform):
-    """Writes each planned shard by one worker, which reads, checks and frames its images.
-
-    `processes` > 1: a worker that runs the whole build in one process (a local build) writes
-    its shards in that many processes of its own (`shard_processes`), once the plan holds more
-    than one shard and `processes_min_bytes` planned bytes.
-
-    Returns a dict: `results` (ShardResult per shard) and `report` (images that could not be
-    written, and images written changed).
-    """
-
-    def __init__(
-        self,
-        output_dir: str,
-        name: str,
-        policy: ImagePolicy,
-        plan,
-        max_record_size: int,
-        resume: bool = False,
-        read_ahead: int = 16,
-        processes: int = 0,
-        processes_min_bytes: int = PROCESSES_MIN_BYTES,
-    ):
-        super().__init__()
-        self._fn = _WriteShardFn(
-            output_dir,
-            name,
-            policy,
-            max_record_size,
-            resume,
-            read_ahead,
-            processes,
-            processes_min_bytes,
-        )
-        self._plan = plan
-
-    def expand(self, shards):
-        results = shards | "Write" >> beam.ParDo(
-            self._fn, plan=pvalue.AsSingleton(self._plan)
-        ).with_outputs(REPORT, main="results")
-        return {"results": results.results, "report": results[REPORT]}
-
-
-class _ReportTallyFn(beam.CombineFn):
-    """The manifest's counts of the report (skipped by reason, modified, lines), in one combine."""
-
-    def create_accumulator(self) -> ReportTally:
-        return ReportTally()
-
-    def add_input(self, accumulator: ReportTally, entry: ReportEntry) -> ReportTally:
-        return accumulator.add(entry)
-
-    def merge_accumulators(self, accumulators) -> ReportTally:
-        merged = ReportTally()
-        for accumulator in accumulators:
-            merged.merge(accumulator)
-        return merged
-
-    def extract_output(self, accumulator: ReportTally) -> ReportTally:
-        return accumulator
-
-
-class _WritePartFn(beam.DoFn):
-    def __init__(self, output_dir: str):
-        self._output_dir = output_dir
-        self._parts = _counter("report_parts_written")
-
-    def process(self, element: tuple[int, Iterable[tuple[str, str]]]):
-        part, keyed_lines = element
-        self._parts.inc()
-        yield part, write_part(self._output_dir, part, keyed_lines)
-
-
-class WriteReport(beam.PTransform):
-    """Writes the report's lines from the workers, as sorted parts of bounded size, and tallies them.
-
-    The lines are cut into key ranges of about `part_lines` lines each (from approximate
-    quantiles of their keys), and each range is sorted and written by one worker; composing the
-    parts in order gives the sorted report, whatever the cut. What crosses the shuffle is two
-    strings per line; what any one step holds is one part, or a few thousand keys.
-
-    Returns a dict: `tally`, a one-element PCollection of the ReportTally, and `parts`,
-    (part index, lines) for every part written.
-    """
-
-    # Cut points computed: at most this many parts, so a billion lines make parts of about
-    # 250,000 lines.
-    QUANTILES = 4097
-
-    def __init__(self, output_dir: str, part_lines: int):
-        super().__init__()
-        self._output_dir = output_dir
-        self._part_lines = part_lines
-
-    def expand(self, report):
-        part_lines = self._part_lines
-        tally = report | "Tally" >> beam.CombineGlobally(_ReportTallyFn())
-        bounds = (
-            report
-            | "Keys" >> beam.Map(report_key)
-            | "KeyQuantiles" >> ApproximateQuantiles.Globally(self.QUANTILES)
-            | "PartBounds"
-            >> beam.Map(
-                lambda quantiles, tally: part_bounds(quantiles, tally.lines, part_lines),
-                tally=pvalue.AsSingleton(tally),
-            )
-        )
-        parts = (
-            report
-            | "KeyByPart"
-            >> beam.Map(
-                lambda entry, bounds: (
-                    part_of(report_key(entry), bounds),
-                    (report_key(entry), entry.to_json()),
-                ),
-                bounds=pvalue.AsSingleton(bounds),
-            )
-            | "GroupParts" >> beam.GroupByKey()
-            | "WriteParts" >> beam.ParDo(_WritePartFn(self._output_dir))
-        )
-        return {"tally": tally, "parts": parts}

@@ -9,7 +9,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 
-from beam_tfrecord.beam.transforms import WriteReport
+from beam_tfrecord.beam.writing import WriteReport
 from beam_tfrecord.entries import ReportEntry
 from beam_tfrecord.report import PARTS_DIR, ReportTally, compose_report, report_key
 

@@ -14,7 +14,7 @@ import pytest
 from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 from fsspec.implementations.memory import MemoryFileSystem
 
-from beam_tfrecord.beam.transforms import WriteShards
+from beam_tfrecord.beam.writing import WriteShards
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.record_index import index_file_name
 from beam_tfrecord.config import BuildConfig

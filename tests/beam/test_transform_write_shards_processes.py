@@ -15,7 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from test_transform_write_shards import _shards
 
 from beam_tfrecord.beam.pipeline import shard_processes
-from beam_tfrecord.beam.transforms import WriteShards
+from beam_tfrecord.beam.writing import WriteShards
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ShardSpec
 from beam_tfrecord.readahead import usable_cores
