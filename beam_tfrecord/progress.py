@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from beam_tfrecord.config import format_size
 
-__all__ = ["ENV", "Progress", "Tally", "add", "add_planned", "set_total"]
+__all__ = ["ENV", "Progress", "Tally", "add", "set_total"]
 
 ENV = "BEAM_TFRECORD_PROGRESS"
 _FLUSH_SECONDS = 0.2
@@ -58,14 +58,6 @@ def add(name: str, number: int = 1, nbytes: int = 0) -> None:
             counts[name + "_bytes"] += nbytes
 
 
-def add_planned(result: Any) -> None:
-    """Counts one planned input: `to_write` too (with its record's bytes) when it is in a shard."""
-    size = getattr(result, "record_size", None)
-    add("planned")
-    if size is not None:
-        add("to_write", 1, size)
-
-
 class Tally:
     """Counts kept by one caller (a DoFn's bundle, a shard) and handed to `add` in sums.
 
@@ -90,7 +82,8 @@ class Tally:
             self.flush()
 
     def add_planned(self, result: Any) -> None:
-        """Counts as `progress.add_planned` does, in this tally."""
+        """Counts one planned input: `to_write` too (with its record's bytes) when it is in a
+        shard."""
         size = getattr(result, "record_size", None)
         if size is not None:
             self._counts["to_write"] += 1

@@ -33,8 +33,10 @@ def test_not_on_a_terminal_a_line_every_interval(monkeypatch):
         assert os.environ[ENV]
         progress.add("listed", 4)
         progress.set_total(4)
+        planning = progress.Tally()
         for _ in range(4):
-            progress.add_planned(type("Entry", (), {"record_size": 1000})())
+            planning.add_planned(type("Entry", (), {"record_size": 1000})())
+        planning.flush()
         progress.add("written", 2, 2000)
         deadline = time.monotonic() + 30
         # Workers write their counts a few times a second; wait for them to show, and for
