@@ -56,7 +56,15 @@ REPORT = "report"
 _LOG = logging.getLogger(__name__)
 
 
-def _counter(name: str):
+def in_global_window(output):
+    """An output of `finish_bundle`, which must say its window: the global one (tagged or not)."""
+    if isinstance(output, pvalue.TaggedOutput):
+        return pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
+    return GlobalWindows.windowed_value(output)
+
+
+def metric_counter(name: str):
+    """The build's Beam counter `name` (summed across workers; the manifest's counts)."""
     return Metrics.counter(METRICS_NAMESPACE, name)
 
 
@@ -80,7 +88,7 @@ class _TallyFn(beam.DoFn):
 
 class _CountFn(_TallyFn):
     def __init__(self, name: str):
-        self._counter = _counter(name)
+        self._counter = metric_counter(name)
 
     def process(self, element):
         self._counter.inc()
@@ -90,7 +98,7 @@ class _CountFn(_TallyFn):
 
 class _OnePerFileFn(_TallyFn):
     def __init__(self):
-        self._listed = _counter("images_listed")
+        self._listed = metric_counter("images_listed")
 
     def process(self, url_and_sources: tuple[str, Iterable[SourceFile]]) -> Iterable[SourceFile]:
         # Overlapping patterns can match one file twice; it is one input, kept under its smallest
@@ -257,7 +265,7 @@ class _CensusFn(beam.CombineFn):
 class _PlanFn(_TallyFn):
     def __init__(self, preparer: Preparer):
         self._preparer = preparer
-        self._skipped = _counter("images_skipped")
+        self._skipped = metric_counter("images_skipped")
 
     def process(self, labelled: _Labelled, census: Census):
         source, label = labelled
@@ -308,7 +316,7 @@ class _HashFn(beam.DoFn):
 
     def __init__(self, read_ahead: int):
         self._read_ahead = read_ahead
-        self._skipped = _counter("images_skipped")
+        self._skipped = metric_counter("images_skipped")
 
     def start_bundle(self):
         # Per bundle: a bundle that failed must not hand its work to the retry.
@@ -323,11 +331,7 @@ class _HashFn(beam.DoFn):
     def finish_bundle(self):
         fetches = self._fetches
         while fetches.pending:
-            output = self._output(hash_source(*fetches.pop()))
-            if isinstance(output, pvalue.TaggedOutput):
-                yield pvalue.TaggedOutput(output.tag, GlobalWindows.windowed_value(output.value))
-            else:
-                yield GlobalWindows.windowed_value(output)
+            yield in_global_window(self._output(hash_source(*fetches.pop())))
         fetches.close()
 
     def teardown(self):
@@ -364,8 +368,8 @@ class HashImages(beam.PTransform):
 
 class _KeepOneCopyFn(beam.DoFn):
     def __init__(self):
-        self._skipped = _counter("images_skipped")
-        self._duplicates = _counter("duplicates_dropped")
+        self._skipped = metric_counter("images_skipped")
+        self._duplicates = metric_counter("duplicates_dropped")
 
     def process(self, element: tuple[str, Iterable[ImageEntry]]):
         _, copies = element

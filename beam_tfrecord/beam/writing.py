@@ -12,11 +12,9 @@ from collections.abc import Iterable
 
 import apache_beam as beam
 from apache_beam import pvalue
-from apache_beam.metrics import Metrics
 from apache_beam.transforms.stats import ApproximateQuantiles
-from apache_beam.transforms.window import GlobalWindows
 
-from beam_tfrecord.beam.transforms import METRICS_NAMESPACE, REPORT
+from beam_tfrecord.beam.transforms import REPORT, in_global_window, metric_counter
 from beam_tfrecord.entries import ReportEntry, ShardSpec
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
@@ -28,10 +26,6 @@ from beam_tfrecord.sharding import shard_file_name
 __all__ = ["PROCESSES_MIN_BYTES", "WriteReport", "WriteShards"]
 
 _LOG = logging.getLogger(__name__)
-
-
-def _counter(name: str):
-    return Metrics.counter(METRICS_NAMESPACE, name)
 
 
 class _ReadAheadFn(beam.DoFn):
@@ -77,11 +71,13 @@ class _WriteShardFn(_ReadAheadFn):
         self._resume = resume
         self._processes = processes
         self._processes_min_bytes = processes_min_bytes
-        self._written = _counter("images_written")
-        self._skipped = _counter("images_skipped")
-        self._bytes = _counter("bytes_written")
-        self._shards = _counter("shards_written")
-        self._kept = _counter("shards_kept")  # by --resume: finished and verified, not rewritten
+        self._written = metric_counter("images_written")
+        self._skipped = metric_counter("images_skipped")
+        self._bytes = metric_counter("bytes_written")
+        self._shards = metric_counter("shards_written")
+        self._kept = metric_counter(
+            "shards_kept"
+        )  # by --resume: finished and verified, not rewritten
 
     def setup(self):
         super().setup()
@@ -124,12 +120,7 @@ class _WriteShardFn(_ReadAheadFn):
     def finish_bundle(self):
         while self._pending:
             for output in self._outputs(*self._pending.pop(0).result()):
-                if isinstance(output, pvalue.TaggedOutput):
-                    yield pvalue.TaggedOutput(
-                        output.tag, GlobalWindows.windowed_value(output.value)
-                    )
-                else:
-                    yield GlobalWindows.windowed_value(output)
+                yield in_global_window(output)
 
     def teardown(self):
         if getattr(self, "_pool", None) is not None:
@@ -227,7 +218,7 @@ class _ReportTallyFn(beam.CombineFn):
 class _WritePartFn(beam.DoFn):
     def __init__(self, output_dir: str):
         self._output_dir = output_dir
-        self._parts = _counter("report_parts_written")
+        self._parts = metric_counter("report_parts_written")
 
     def process(self, element: tuple[int, Iterable[tuple[str, str]]]):
         part, keyed_lines = element
