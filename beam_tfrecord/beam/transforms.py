@@ -456,7 +456,7 @@ class _BucketFn(beam.DoFn):
 
     def finish_bundle(self):
         for chunk in self._chunks.items():
-            yield GlobalWindows.windowed_value(chunk)
+            yield in_global_window(chunk)
         self.start_bundle()
 
 
