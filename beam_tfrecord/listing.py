@@ -263,6 +263,34 @@ def _local_files(top: str, depth: int | None) -> Iterator[tuple[str, int]]:
             yield from _local_files(folder, None if depth is None else depth - 1)
 
 
+def local_bytes_reach(
+    patterns: Iterable[str], extensions: Iterable[str], threshold: int, most_files: int = 20_000
+) -> bool:
+    """Whether the local folders the patterns start from hold `threshold` bytes of files with these
+    suffixes: a hint, found before the build lists, by a walk that stops once it has counted
+    `threshold` bytes or `most_files` files. It may count a file the pattern would not take."""
+    suffixes = tuple(e.lower() for e in extensions)
+    total = files = 0
+    for pattern in patterns:
+        _, path = fsspec.core.url_to_fs(pattern)
+        if has_magic(path):
+            found = _local_files(pattern_base(path) or ".", None)
+        elif os.path.isfile(path):
+            found = iter([(path, os.path.getsize(path))])
+        else:
+            found = _local_files(path, None)
+        for name, size in found:
+            if not name.lower().endswith(suffixes):
+                continue
+            total += size
+            files += 1
+            if total >= threshold:
+                return True
+            if files >= most_files:
+                return False
+    return False
+
+
 def expand_pattern(pattern: str, extensions: Iterable[str]) -> Iterator[SourceFile]:
     """Yields every non-hidden file that `pattern` matches with a suffix in `extensions`, sorted.
 

@@ -35,10 +35,15 @@ from beam_tfrecord.images.policy import ImagePolicy
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.shard_writer import write_shard
 
-__all__ = ["ShardProcesses"]
+__all__ = ["ShardProcesses", "discard_started", "start_early", "take_started"]
+
+_LOG = logging.getLogger(__name__)
 
 # A worker process's threads and CPU permits, shared by the shards it writes (set when it starts).
 _worker: dict[str, Any] = {}
+
+# Processes started before the build's shard writer asks for them (`start_early`).
+_started: list[ShardProcesses] = []
 
 
 class ShardProcesses:
@@ -74,6 +79,39 @@ class ShardProcesses:
     def close(self, *, cancel: bool = False) -> None:
         """Waits for the processes to end; `cancel` drops the shards not yet started."""
         self._pool.shutdown(wait=True, cancel_futures=cancel)
+
+    @property
+    def processes(self) -> int:
+        return self._pool._max_workers
+
+
+def start_early(processes: int) -> None:
+    """Starts `processes` worker processes now, for this process's next shard writer to take
+    (`take_started`): each takes about half a second to start (Python, Pillow, fsspec), which
+    a build spends on one core listing and planning; they start on the others meanwhile."""
+    discard_started()
+    pool = ShardProcesses(processes)
+    with _sigint_blocked():
+        # The executor starts a process for each task no idle process can take.
+        for _ in range(processes):
+            pool._pool.submit(int)
+    _started.append(pool)
+    _LOG.debug("starting %d worker processes while the build lists and plans", processes)
+
+
+def take_started(processes: int) -> ShardProcesses | None:
+    """The processes `start_early` started, if that many; the taker closes them."""
+    pool = _started.pop() if _started else None
+    if pool is not None and pool.processes != processes:
+        pool.close()
+        return None
+    return pool
+
+
+def discard_started() -> None:
+    """Ends processes started early that no shard writer took."""
+    while _started:
+        _started.pop().close()
 
 
 class _ProcessWithoutMain(multiprocessing.context.SpawnProcess):

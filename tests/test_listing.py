@@ -15,6 +15,7 @@ from beam_tfrecord.listing import (
     expand_task,
     first_match,
     input_list_chunks,
+    local_bytes_reach,
     parse_input_line,
     pattern_base,
     read_input_list_chunk,
@@ -202,3 +203,24 @@ def test_input_list_chunks_read_every_line_once(tmp_path_factory, names, chunk, 
     entries = [e for c in input_list_chunks(str(path), chunk) for e in read_input_list_chunk(c)]
     assert [e.relpath for e in entries] == names
     assert [e.label for e in entries] == [n[0] for n in names]
+
+
+def test_local_bytes_reach_counts_the_files_of_the_suffixes_below_each_pattern(tmp_path):
+    for relpath, size in {
+        "a/1.jpg": 600,
+        "a/x/2.JPG": 600,
+        "a/notes.txt": 5000,
+        "b/3.png": 300,
+    }.items():
+        (tmp_path / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relpath).write_bytes(b"x" * size)
+    jpg = (".jpg",)
+    assert local_bytes_reach([f"{tmp_path}/a/**"], jpg, 1200)  # suffixes of any case
+    assert not local_bytes_reach([f"{tmp_path}/a/**"], jpg, 1201)  # notes.txt is not counted
+    # A folder named without wildcards, and a file:// URL, as patterns take them.
+    assert local_bytes_reach(
+        [f"file://{tmp_path}/a/*.jpg", str(tmp_path / "b")], (*jpg, ".png"), 1500
+    )
+    assert not local_bytes_reach([f"{tmp_path}/a/**"], jpg, 1200, most_files=1)  # it stops counting
+    assert local_bytes_reach([f"{tmp_path}/missing/**", str(tmp_path / "a/1.jpg")], jpg, 600)
+    assert not local_bytes_reach([f"{tmp_path}/missing/**", str(tmp_path / "a/1.jpg")], jpg, 601)

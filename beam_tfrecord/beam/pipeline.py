@@ -31,11 +31,12 @@ from beam_tfrecord.beam.transforms import (
     PlanImages,
     PlanShards,
 )
-from beam_tfrecord.beam.writing import WriteReport, WriteShards
+from beam_tfrecord.beam.writing import PROCESSES_MIN_BYTES, WriteReport, WriteShards
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.labels import LabelRule
+from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.manifest import (
     MANIFEST_FILE,
     REPORT_FILE,
@@ -52,6 +53,7 @@ from beam_tfrecord.planning import Preparer
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import default_depth
 from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
+from beam_tfrecord.shard_processes import discard_started, start_early
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.wording import count
 
@@ -376,9 +378,20 @@ def build(
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
     started = time.monotonic()
-    pipeline = beam.Pipeline(runner=_runner(options), options=options)
-    _ = pipeline | "ConvertImages" >> ConvertImages(config, shard_processes(config, options))
-    result = pipeline.run()
+    processes = shard_processes(config, options)
+    if (
+        processes
+        and not config.input_list
+        and not dry_run
+        and local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
+    ):
+        start_early(processes)
+    try:
+        pipeline = beam.Pipeline(runner=_runner(options), options=options)
+        _ = pipeline | "ConvertImages" >> ConvertImages(config, processes)
+        result = pipeline.run()
+    finally:
+        discard_started()  # started, and not taken: the plan was too small after all
     if dry_run:
         return _submitted(result, pipeline, options, dry_run=True)
     if getattr(result, "has_job", True) is False:

@@ -19,7 +19,7 @@ from beam_tfrecord.entries import ReportEntry, ShardSpec
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
-from beam_tfrecord.shard_processes import ShardProcesses
+from beam_tfrecord.shard_processes import ShardProcesses, take_started
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.sharding import shard_file_name
 
@@ -136,8 +136,13 @@ class _WriteShardFn(_ReadAheadFn):
                 sum(p.shards for p in splits) > 1
                 and sum(p.bytes for p in splits) >= self._processes_min_bytes
             ):
-                _LOG.debug("writing shards in %d worker processes", self._processes)
-                self._pool = ShardProcesses(self._processes)
+                self._pool = take_started(self._processes)
+                _LOG.debug(
+                    "writing shards in %d worker processes%s",
+                    self._processes,
+                    " (started early)" if self._pool else "",
+                )
+                self._pool = self._pool or ShardProcesses(self._processes)
         return self._pool
 
     def _outputs(self, result, report):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import multiprocessing
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from beam_tfrecord.beam.writing import WriteShards
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ShardSpec
 from beam_tfrecord.readahead import usable_cores
+from beam_tfrecord.shard_processes import discard_started, start_early, take_started
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.sharding import shard_file_name
 
@@ -136,3 +138,43 @@ def test_only_a_one_process_build_of_local_files_writes_in_processes(
     cores = usable_cores()
     want = (cores if cores > 1 else 0) if expected == "cores" else expected
     assert shard_processes(config, PipelineOptions(flags)) == want
+
+
+def test_processes_started_early_go_to_the_shard_writer_that_takes_them_or_end():
+    start_early(2)
+    pool = take_started(2)
+    assert pool is not None and pool.processes == 2
+    assert len(multiprocessing.active_children()) == 2, "started before any shard is handed over"
+    assert take_started(2) is None, "taken once"
+    pool.close()
+    start_early(2)
+    assert take_started(3) is None, "another count: ended, not handed over"
+    start_early(2)
+    discard_started()
+    assert take_started(2) is None
+    assert multiprocessing.active_children() == []
+
+
+def test_a_build_ends_the_processes_it_started_early_when_its_plan_is_small(
+    tmp_path, monkeypatch, caplog
+):
+    """The early start goes by a hint (the bytes below the input folders); the shard writer by
+    the plan. Processes started for a plan that turns out too small end with the build."""
+    from imagegen import make_collection
+
+    from beam_tfrecord.beam import pipeline
+
+    make_collection(tmp_path / "src", {"cat": 4, "dog": 3}, seed=6)
+    monkeypatch.setattr(pipeline, "PROCESSES_MIN_BYTES", 1)  # the hint's threshold only
+    caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
+    config = BuildConfig.from_settings(
+        {"inputs": [str(tmp_path / "src")], "output": str(tmp_path / "out")}
+    )
+    result = pipeline.build(config)
+    assert result.manifest["inputs"]["written"] == 7
+    processes = shard_processes(config, PipelineOptions([]))
+    if processes:
+        assert f"starting {processes} worker processes while the build lists" in caplog.text
+    assert "writing shards in" not in caplog.text
+    assert take_started(2) is None
+    assert multiprocessing.active_children() == []

@@ -296,6 +296,9 @@ def test_9_a_large_local_build_writes_in_worker_processes_the_same_bytes(large_s
                  *LARGE_FLAGS, "--name", "ds", "-v", cwd=tmp_path)  # fmt: skip
     assert pooled.returncode == 0, pooled.stderr
     assert [int(n) for n in _PROCESSES_LINE.findall(pooled.stderr)] == [_CORES]
+    # Started while the build listed and planned (70 MB below the input folder), then taken.
+    assert f"starting {_CORES} worker processes while the build lists" in pooled.stderr
+    assert "worker processes (started early)" in pooled.stderr
     # Beam's multi-threaded mode: every shard written in the launcher, by Beam's own threads.
     threaded = run("build", "--input", str(large_src), "--output", str(tmp_path / "threaded"),
                    *LARGE_FLAGS, "--name", "ds", "-v", "--direct_running_mode=multi_threading",
