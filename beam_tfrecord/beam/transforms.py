@@ -210,6 +210,12 @@ class _SourceFileCoder(beam.coders.Coder):
 
 
 beam.coders.registry.register_coder(SourceFile, _SourceFileCoder)
+# Entries per chunk at most, and entries a bundle holds back at most before it outputs its
+# chunks: a bound on the memory chunking takes, however many planning buckets there are.
+_CHUNK_ENTRIES = 2048
+_HELD_ENTRIES = 8 * _CHUNK_ENTRIES
+
+
 # ((split, bucket or shard), a chunk of its entries): planning moves entries in chunks, as
 # every element costs Beam microseconds of its own at each step and shuffle it crosses.
 _Chunk = tuple[tuple[str, int], list[ImageEntry]]
@@ -239,12 +245,12 @@ class _CensusFn(beam.CombineFn):
     def create_accumulator(self) -> tuple[int, set[str]]:
         return 0, set()
 
-    def add_input(self, accumulator, labelled: _Labelled):
+    def add_input(self, accumulator, chunk: list[_Labelled]):
         listed, labels = accumulator
-        label = labelled[1]
-        if isinstance(label, str):
-            labels.add(label)
-        return listed + 1, labels
+        for _, label in chunk:
+            if isinstance(label, str):
+                labels.add(label)
+        return listed + len(chunk), labels
 
     def merge_accumulators(self, accumulators):
         listed, labels = 0, set()
@@ -262,24 +268,42 @@ class _CensusFn(beam.CombineFn):
         return Census(listed, ClassMap.from_labels(labels))
 
 
+class _GatherFn(beam.DoFn):
+    """Gathers a bundle's elements into lists of up to `_CHUNK_ENTRIES`."""
+
+    def start_bundle(self):
+        self._chunk: list = []
+
+    def process(self, element):
+        self._chunk.append(element)
+        if len(self._chunk) >= _CHUNK_ENTRIES:
+            yield self._chunk
+            self._chunk = []
+
+    def finish_bundle(self):
+        if self._chunk:
+            yield in_global_window(self._chunk)
+        self._chunk = []
+
+
 class _PlanFn(_TallyFn):
     def __init__(self, preparer: Preparer):
         self._preparer = preparer
         self._skipped = metric_counter("images_skipped")
 
-    def process(self, labelled: _Labelled, census: Census):
-        source, label = labelled
-        if isinstance(label, ReportEntry):
-            planned: ImageEntry | ReportEntry = label
-        else:
-            class_id = census.classes.id_of(label) if label is not None else None
-            planned = self._preparer.plan(source, label, class_id)
-        self._tally.add_planned(planned)
-        if isinstance(planned, ReportEntry):
-            self._skipped.inc()
-            yield pvalue.TaggedOutput(REPORT, planned)
-        else:
-            yield planned
+    def process(self, chunk: list[_Labelled], census: Census):
+        plan, id_of, tally = self._preparer.plan, census.classes.id_of, self._tally
+        for source, label in chunk:
+            if isinstance(label, ReportEntry):
+                planned: ImageEntry | ReportEntry = label
+            else:
+                planned = plan(source, label, id_of(label) if label is not None else None)
+            tally.add_planned(planned)
+            if isinstance(planned, ReportEntry):
+                self._skipped.inc()
+                yield pvalue.TaggedOutput(REPORT, planned)
+            else:
+                yield planned
 
 
 class PlanImages(beam.PTransform):
@@ -296,12 +320,18 @@ class PlanImages(beam.PTransform):
 
     def expand(self, sources):
         # Each file is labelled once: the census counts the labels, and the plan uses them.
+        # Files go through in chunks, as every element costs Beam microseconds of its own at
+        # each step; the labelled chunks are kept for the census, so coded: each file
+        # compactly, its label a str, None or (rarely, pickled) a ReportEntry.
         preparer = self._preparer
-        # Kept for the census, so coded: the file compactly, its label a str, None or (rarely,
-        # pickled) a ReportEntry.
-        labelled = sources | "Label" >> beam.Map(
-            lambda source: (source, preparer.label(source))
-        ).with_output_types(tuple[SourceFile, Any])
+        labelled = (
+            sources
+            | "Gather" >> beam.ParDo(_GatherFn()).with_output_types(list[SourceFile])
+            | "Label"
+            >> beam.Map(
+                lambda chunk: [(source, preparer.label(source)) for source in chunk]
+            ).with_output_types(list[tuple[SourceFile, Any]])
+        )
         census = labelled | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
         results = labelled | "Plan" >> beam.ParDo(
             _PlanFn(self._preparer), census=pvalue.AsSingleton(census)
@@ -421,12 +451,6 @@ class DropDuplicates(beam.PTransform):
             | "KeepOne" >> beam.ParDo(_KeepOneCopyFn()).with_outputs(REPORT, main="entries")
         )
         return {"entries": results.entries, "report": results[REPORT]}
-
-
-# Entries per chunk at most, and entries a bundle holds back at most before it outputs its
-# chunks: a bound on the memory chunking takes, however many planning buckets there are.
-_CHUNK_ENTRIES = 2048
-_HELD_ENTRIES = 8 * _CHUNK_ENTRIES
 
 
 class _BucketFn(beam.DoFn):

@@ -82,7 +82,7 @@ def test_the_planning_shuffles_carry_entries_in_their_compact_coder():
 
 
 def test_listed_files_cross_in_their_compact_coder_too():
-    """Labelled files are kept for the census; two patterns' files are grouped by URL."""
+    """Labelled files are kept for the census, in chunks; two patterns' files are grouped by URL."""
     pipeline = beam.Pipeline()
     config = BuildConfig(inputs=("samples/fruits/apple/*", "samples/fruits/**"), output="unused")
     _ = pipeline | ConvertImages(config)
@@ -95,5 +95,5 @@ def test_listed_files_cross_in_their_compact_coder_too():
             (pcollection,) = transform.outputs.values()
             coder_id = proto.components.pcollections[pcollection].coder_id
             coders[name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
-    assert coders["Label"] == "TupleCoder[_SourceFileCoder, FastPrimitivesCoder]"
+    assert coders["Label"] == "ListCoder[TupleCoder[_SourceFileCoder, FastPrimitivesCoder]]"
     assert coders["KeyByUrl"] == "TupleCoder[StrUtf8Coder, _SourceFileCoder]"
