@@ -62,6 +62,10 @@ class SourceFile:
         )
         return head + url + relpath + label
 
+    def encoded_size(self) -> int:
+        """About `len(self.to_bytes())`, without encoding: exact when the texts are ASCII."""
+        return _SOURCE_HEAD.size + len(self.url) + len(self.relpath) + len(self.label or "")
+
     @classmethod
     def from_bytes(cls, data: bytes) -> SourceFile:
         size, n_url, n_rel, n_label = _SOURCE_HEAD.unpack_from(data)

@@ -51,6 +51,18 @@ def test_a_listed_file_survives_its_encoding(source):
     assert SourceFile.from_bytes(source.to_bytes()) == source
 
 
+@given(st.builds(SourceFile, texts, texts, st.integers(-1, 2**40), st.none() | texts))
+def test_the_coder_sizes_a_listed_file_without_encoding_it(source):
+    from beam_tfrecord.beam.transforms import _SourceFileCoder
+
+    size = len(source.to_bytes())
+    texts = (source.url, source.relpath, source.label or "")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SourceFile, "to_bytes", None)
+        estimate = _SourceFileCoder().estimate_size(source)
+    assert estimate == size if all(t.isascii() for t in texts) else 0 < estimate <= size
+
+
 def test_undecodable_file_names_survive_too():
     entry = ImageEntry("/x/caf\udce9.jpg", "caf\udce9.jpg", 10, "train", 5, "c\udcff", 0, 99)
     assert ImageEntry.from_bytes(entry.to_bytes()) == entry
