@@ -31,6 +31,7 @@ from typing import Any
 
 from beam_tfrecord import progress
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
+from beam_tfrecord.images.decode import quiet_pillow_for_good
 from beam_tfrecord.images.policy import ImagePolicy
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.shard_writer import write_shard
@@ -149,6 +150,7 @@ def _sigint_blocked() -> Iterator[None]:
 def _start_worker(log_level: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_term)
+    quiet_pillow_for_good()  # this process is the tool's own
     # The launcher's level for this tool's own lines (-v shows each shard written).
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

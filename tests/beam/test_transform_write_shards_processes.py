@@ -20,7 +20,12 @@ from beam_tfrecord.beam.writing import WriteShards
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ShardSpec
 from beam_tfrecord.readahead import usable_cores
-from beam_tfrecord.shard_processes import discard_started, start_early, take_started
+from beam_tfrecord.shard_processes import (
+    ShardProcesses,
+    discard_started,
+    start_early,
+    take_started,
+)
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.sharding import shard_file_name
 
@@ -138,6 +143,16 @@ def test_only_a_one_process_build_of_local_files_writes_in_processes(
     cores = usable_cores()
     want = (cores if cores > 1 else 0) if expected == "cores" else expected
     assert shard_processes(config, PipelineOptions(flags)) == want
+
+
+def test_a_shard_process_silences_pillow_for_good_and_the_launcher_does_not():
+    pool = ShardProcesses(1)
+    try:
+        probe = "__import__('beam_tfrecord.images.decode', fromlist=['_'])._quiet_for_good"
+        assert pool._pool.submit(eval, probe).result(timeout=60) is True
+    finally:
+        pool.close()
+    assert eval(probe) is False
 
 
 def test_processes_started_early_go_to_the_shard_writer_that_takes_them_or_end():

@@ -6,7 +6,11 @@ import contextlib
 import io
 import pickle
 import re
+import subprocess
+import sys
+import textwrap
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -368,6 +372,42 @@ def test_no_warning_escapes_for_any_case():
             for validate in ("decode", "header", "none"):
                 with contextlib.suppress(ImageError):
                     check_image(case.data, ImagePolicy(validate=validate))
+
+
+def test_a_process_of_the_tools_own_silences_pillow_once_not_per_image():
+    """quiet_pillow_for_good (a shard process's start) installs the filters once; the checks
+    then leave the process's warnings alone. Run in a process of its own: it is for good."""
+    script = textwrap.dedent(
+        """
+        import contextlib, sys, warnings
+        sys.path.insert(0, sys.argv[1])
+        from hostile_images import hostile_corpus
+        from beam_tfrecord.images import ImageError, ImagePolicy, check_image
+        from beam_tfrecord.images.decode import quiet_pillow_for_good
+        entered = []
+        class Counted(warnings.catch_warnings):
+            def __enter__(self):
+                entered.append(1)
+                return super().__enter__()
+        warnings.catch_warnings = Counted
+        quiet_pillow_for_good()
+        for case in hostile_corpus():
+            with contextlib.suppress(ImageError):
+                check_image(case.data, ImagePolicy())
+        warnings.warn_explicit("hidden", UserWarning, "x.py", 1, module="PIL.Image")
+        warnings.warn_explicit("shown", UserWarning, "x.py", 1, module="theirs")
+        print(len(entered))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(Path(__file__).parent.parent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0\n"
+    assert "shown" in done.stderr and "hidden" not in done.stderr
 
 
 # --- errors, policy and sniffing --------------------------------------------------------------
