@@ -387,9 +387,12 @@ def build(
     ):
         start_early(processes)
     try:
-        pipeline = beam.Pipeline(runner=_runner(options), options=options)
+        runner = _runner(options)
+        pipeline = beam.Pipeline(runner=runner, options=options)
         _ = pipeline | "ConvertImages" >> ConvertImages(config, processes)
-        result = pipeline.run()
+        # Beam first sends a pipeline through its runner-API form and back, as a check, unless
+        # the runner runs from that form anyway; it knows its DirectRunner does, not this one.
+        result = pipeline.run(test_runner_api=not isinstance(runner, LocalRunner))
     finally:
         discard_started()  # started, and not taken: the plan was too small after all
     if dry_run:
