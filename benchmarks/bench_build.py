@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,9 @@ class Result:
     images_per_s: float = 0.0
     mb_per_s: float = 0.0
     extra: dict = field(default_factory=dict)
+    # CPU time (user + system) of the contender's process and of every process below it that
+    # was waited for (Beam waits for its SDK workers, a pool for its processes).
+    cpu_seconds: float = 0.0
 
 
 def _children(pid: int) -> list[int]:
@@ -126,6 +130,7 @@ class _TreeMemory(threading.Thread):
 def _run(name: str, command: list[str], *, env: dict | None = None, note: str = "",
          cwd: Path = REPO) -> Result:  # fmt: skip
     print(f"-- {name}: {' '.join(command)}", flush=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(command, cwd=cwd, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -133,6 +138,7 @@ def _run(name: str, command: list[str], *, env: dict | None = None, note: str = 
     watcher.start()
     output, _ = proc.communicate()
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     watcher.stop.set()
     watcher.join()
     if proc.returncode != 0:
@@ -142,8 +148,9 @@ def _run(name: str, command: list[str], *, env: dict | None = None, note: str = 
     main = watcher.peaks.get(proc.pid, 0)
     # Everything below the main process: Beam's SDK workers, a pool's processes (and shells).
     others = [kb for pid, kb in watcher.peaks.items() if pid != proc.pid] or [0]
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return Result(name, seconds, max(peaks) / 1024, main / 1024, max(others) / 1024,
-                  watcher.peak_total / 1024, len(watcher.peaks), note)  # fmt: skip
+                  watcher.peak_total / 1024, len(watcher.peaks), note, cpu_seconds=cpu)  # fmt: skip
 
 
 def _sync_and_drop_writes(out: Path) -> None:

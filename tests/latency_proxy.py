@@ -98,6 +98,12 @@ class LatencyProxy:
     def url(self) -> str:
         return f"http://{_HOST}:{self.port}"
 
+    @property
+    def native_id(self) -> int | None:
+        """The kernel's id of the one thread the proxy runs on (its CPU time is in
+        /proc/self/task/<native_id>/stat), or None before `start`."""
+        return self._thread.native_id if self._thread is not None else None
+
     def start(self) -> LatencyProxy:
         self._thread = threading.Thread(target=self._run, name="latency-proxy", daemon=True)
         self._thread.start()

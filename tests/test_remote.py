@@ -27,6 +27,7 @@ from beam_tfrecord.remote import (
     is_transient,
     run_concurrently,
 )
+from beam_tfrecord.storage import read_source
 
 OBJECTS = 40
 
@@ -59,9 +60,19 @@ def test_reads_come_back_in_order_with_many_in_flight(request, protocol, link):
     got = _fetch(objects, depth=16)
     assert [(url, data) for url, data in got] == list(objects.items())
     # One request per object, and the depth kept full: with 50 ms per request and a depth of
-    # 16, a reader that waited for each answer would have one in flight.
-    assert proxy.counts["read"] == OBJECTS
+    # 16, a reader that waited for each answer would have one in flight. Nothing else: s3fs
+    # would ask for each object's size first (a HEAD) unless told not to split the read.
+    assert proxy.counts == Counter(read=OBJECTS)
     assert 8 <= proxy.max_in_flight <= 17, proxy.max_in_flight
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_a_read_without_read_ahead_is_one_request(request, protocol, link):
+    store = _store(request, protocol)
+    url, data = next(iter(_objects(store, 1).items()))
+    proxy = link(store)
+    assert read_source(url) == data
+    assert proxy.counts == Counter(read=1)
 
 
 def test_the_byte_budget_bounds_the_reads_in_flight(gcs_store, link):  # noqa: F811
