@@ -167,8 +167,12 @@ def _children(pid: int) -> list[int]:
 
 
 def end_child_processes(grace: float = 2.0) -> None:
-    """Stops the worker processes this process started (SIGTERM, then SIGKILL after `grace`)."""
-    children = _children(os.getpid())
+    """Stops the worker processes this process started (SIGTERM, then SIGKILL after `grace`).
+
+    Not multiprocessing's resource tracker: it ignores SIGTERM, by design, so that it outlives
+    the processes it tracks and removes what they leave; it ends when this process does.
+    """
+    children = [pid for pid in _children(os.getpid()) if not _is_resource_tracker(pid)]
     for pid in children:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
@@ -179,6 +183,14 @@ def end_child_processes(grace: float = 2.0) -> None:
     for pid in children:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _is_resource_tracker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"multiprocessing.resource_tracker" in f.read()
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
