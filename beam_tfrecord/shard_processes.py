@@ -51,6 +51,7 @@ class ShardProcesses:
     """Up to `processes` worker processes, each writing one shard at a time."""
 
     def __init__(self, processes: int):
+        self.processes = processes
         log_level = logging.getLogger("beam_tfrecord").getEffectiveLevel()
         self._pool = ProcessPoolExecutor(
             processes,
@@ -77,13 +78,16 @@ class ShardProcesses:
                 _write, spec, packed, policy, max_record_size, resume, read_ahead
             )
 
+    def start(self) -> None:
+        """Starts every process now, where the first shards would start them."""
+        with _sigint_blocked():
+            # The executor starts a process for each task no idle process can take.
+            for _ in range(self.processes):
+                self._pool.submit(int)
+
     def close(self, *, cancel: bool = False) -> None:
         """Waits for the processes to end; `cancel` drops the shards not yet started."""
         self._pool.shutdown(wait=True, cancel_futures=cancel)
-
-    @property
-    def processes(self) -> int:
-        return self._pool._max_workers
 
 
 def start_early(processes: int) -> None:
@@ -92,10 +96,7 @@ def start_early(processes: int) -> None:
     a build spends on one core listing and planning; they start on the others meanwhile."""
     discard_started()
     pool = ShardProcesses(processes)
-    with _sigint_blocked():
-        # The executor starts a process for each task no idle process can take.
-        for _ in range(processes):
-            pool._pool.submit(int)
+    pool.start()
     _started.append(pool)
     _LOG.debug("starting %d worker processes while the build lists and plans", processes)
 

@@ -378,11 +378,10 @@ def build(
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
     started = time.monotonic()
-    processes = shard_processes(config, options)
+    processes = shard_processes(config, options)  # none for a dry run: that is Dataflow's
     if (
         processes
         and not config.input_list
-        and not dry_run
         and local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
     ):
         start_early(processes)

@@ -75,9 +75,8 @@ class _WriteShardFn(_ReadAheadFn):
         self._skipped = metric_counter("images_skipped")
         self._bytes = metric_counter("bytes_written")
         self._shards = metric_counter("shards_written")
-        self._kept = metric_counter(
-            "shards_kept"
-        )  # by --resume: finished and verified, not rewritten
+        # By --resume: finished and verified, not rewritten.
+        self._kept = metric_counter("shards_kept")
 
     def setup(self):
         super().setup()
@@ -136,13 +135,13 @@ class _WriteShardFn(_ReadAheadFn):
                 sum(p.shards for p in splits) > 1
                 and sum(p.bytes for p in splits) >= self._processes_min_bytes
             ):
-                self._pool = take_started(self._processes)
+                early = take_started(self._processes)
                 _LOG.debug(
                     "writing shards in %d worker processes%s",
                     self._processes,
-                    " (started early)" if self._pool else "",
+                    " (started early)" if early else "",
                 )
-                self._pool = self._pool or ShardProcesses(self._processes)
+                self._pool = early or ShardProcesses(self._processes)
         return self._pool
 
     def _outputs(self, result, report):
