@@ -12,7 +12,7 @@ of them, and a script that calls `build` without an `if __name__ == "__main__":`
 run its build again there. They ignore SIGINT, from their first instruction on (they start with it
 blocked): Ctrl-C reaches the whole process group, and what an interrupt stops is the launcher's
 to decide. SIGTERM, which the launcher sends them when it stops, ends a shard being written as
-any error would, its temporary file removed.
+any error would, its temporary file removed, and then the process.
 """
 
 from __future__ import annotations
@@ -86,7 +86,17 @@ class ShardProcesses:
                 self._pool.submit(int)
 
     def close(self, *, cancel: bool = False) -> None:
-        """Waits for the processes to end; `cancel` drops the shards not yet started."""
+        """Waits for the processes to end.
+
+        `cancel` (a build that stops) drops the shards not yet started and ends the ones being
+        written, each removing its temporary file (SIGTERM), where waiting for them would hold
+        an interrupted build for as long as a shard takes to write.
+        """
+        if cancel:
+            # The executor names its processes only in a private attribute before Python 3.14.
+            for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+                with contextlib.suppress(OSError):
+                    process.terminate()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
 
 
@@ -164,7 +174,8 @@ def _start_worker(log_level: int) -> None:
 
 
 def _exit_on_term(signum, frame) -> None:
-    # Raised in the main thread, where write_shard runs: its cleanup runs on the way out.
+    # Raised in the main thread, where write_shard runs: its cleanup runs on the way out, and
+    # `_write` then ends the process (the executor would go on to its next shard).
     raise SystemExit(128 + signum)
 
 
@@ -187,6 +198,8 @@ def _write(
             executor=_worker["executor"] if read_ahead else None,
             cpu=_worker["cpu"],
         )
+    except SystemExit as stop:  # SIGTERM, the shard's temporary file removed
+        os._exit(stop.code if isinstance(stop.code, int) else 1)
     finally:
         folder = os.environ.get(progress.ENV)
         if folder:  # the launcher's progress line sees this shard's last images at once

@@ -109,7 +109,7 @@ class _WriteShardFn(_ReadAheadFn):
             self._pending.append(pool.submit(spec, entries, self._policy, **how))
             # Two shards a process queued: none waits for work, and few plans wait in memory.
             while len(self._pending) > 2 * self._processes:
-                yield from self._outputs(*self._pending.pop(0).result())
+                yield from self._outputs(*self._next_written())
             return
         written = write_shard(
             spec, entries, self._policy, **how, executor=self._executor, cpu=self._cpu
@@ -118,13 +118,21 @@ class _WriteShardFn(_ReadAheadFn):
 
     def finish_bundle(self):
         while self._pending:
-            for output in self._outputs(*self._pending.pop(0).result()):
+            for output in self._outputs(*self._next_written()):
                 yield in_global_window(output)
 
     def teardown(self):
         if getattr(self, "_pool", None) is not None:
-            self._pool.close(cancel=True)
+            # Shards still pending: the build is stopping (an interrupt, a failed bundle), and
+            # those being written end now rather than when they are done.
+            self._pool.close(cancel=bool(self._pending))
         super().teardown()
+
+    def _next_written(self):
+        """The oldest pending shard's result, once written; it stays pending until then."""
+        written = self._pending[0].result()
+        self._pending.pop(0)
+        return written
 
     def _pool_for(self, plan) -> ShardProcesses | None:
         """The worker processes, started for the first shard of a build large enough to pay

@@ -6,6 +6,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import multiprocessing
+import os
+import signal
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +22,7 @@ from test_transform_write_shards import _shards
 from beam_tfrecord.beam.pipeline import shard_processes
 from beam_tfrecord.beam.writing import WriteShards
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.entries import ShardSpec
+from beam_tfrecord.entries import ImageEntry, ShardSpec
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.shard_processes import (
     ShardProcesses,
@@ -193,3 +197,42 @@ def test_a_build_ends_the_processes_it_started_early_when_its_plan_is_small(
     assert "writing shards in" not in caplog.text
     assert take_started(2) is None
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
+@pytest.mark.parametrize("stop", ["close", "sigterm"])
+def test_a_shard_being_written_ends_when_the_build_stops_and_leaves_no_temporary(tmp_path, stop):
+    """A shard that is being written ends, its temporary file removed: by close(cancel=True), as
+    a stopping build's shard writer calls it, or by SIGTERM to its process, which then exits.
+    Here the shard's image never arrives (a named pipe nobody writes to): waiting would never
+    see it end."""
+    stuck = tmp_path / "src" / "cat" / "stuck.jpg"
+    stuck.parent.mkdir(parents=True)
+    os.mkfifo(stuck)
+    out = tmp_path / "out"
+    spec = ShardSpec(str(out), shard_file_name("ds", "train", 0, 1), "train", 0, 1)
+    entry = ImageEntry(str(stuck), "cat/stuck.jpg", 1000, "train", 1, "cat", 0, 1100)
+    pool = ShardProcesses(1)
+    closer = threading.Thread(target=pool.close, kwargs={"cancel": True})
+    try:
+        future = pool.submit(spec, [entry], POLICY, max_record_size=1 << 20, resume=False,
+                             read_ahead=0)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not (out.exists() and any(out.iterdir())) and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the shard's temporary file is there: it is being written
+        assert out.exists() and any(out.iterdir()), "the shard never started"
+        if stop == "sigterm":
+            (worker,) = multiprocessing.active_children()
+            worker.terminate()
+            worker.join(timeout=60)
+            assert worker.exitcode == 128 + signal.SIGTERM, "the process went on after SIGTERM"
+        closer.start()
+        closer.join(timeout=60)
+        assert not closer.is_alive(), "close waited for a shard that cannot finish"
+        assert future.done()
+        assert list(out.iterdir()) == [], "a temporary file or a shard was left"
+        assert multiprocessing.active_children() == []
+    finally:
+        if closer.is_alive():  # let the read end, so that the test can finish
+            os.close(os.open(stuck, os.O_WRONLY | os.O_NONBLOCK))
+            closer.join()
