@@ -140,7 +140,7 @@ class ListImages(beam.PTransform):
                 pbegin
                 | "ListChunks" >> beam.Create(input_list_chunks(self._input_list))
                 | "SpreadChunks" >> beam.Reshuffle()
-                | "ReadList" >> beam.FlatMap(read_input_list_chunk)
+                | "ReadList" >> beam.FlatMap(read_input_list_chunk).with_output_types(SourceFile)
             )
         elif self._listing == "launcher":
             sources = sorted(s for p in self._patterns for s in expand_pattern(p, self._extensions))
@@ -158,15 +158,19 @@ class ListImages(beam.PTransform):
                     # Each part is listed by whichever worker takes it, not by the launcher.
                     | f"Spread{level}" >> beam.Reshuffle()
                 )
-            found = tasks | "Expand" >> beam.ParDo(_ExpandTaskFn(self._extensions))
+            found = tasks | "Expand" >> beam.ParDo(
+                _ExpandTaskFn(self._extensions)
+            ).with_output_types(SourceFile)
         if self._input_list is None and len(self._patterns) == 1:
             # The parts of one pattern are disjoint, so no file can be listed twice: no shuffle.
-            return found | "CountListed" >> beam.ParDo(_CountFn("images_listed"))
+            return found | "CountListed" >> beam.ParDo(_CountFn("images_listed")).with_output_types(
+                SourceFile
+            )
         return (
             found
             | "KeyByUrl" >> beam.Map(lambda s: (s.url, s)).with_output_types(tuple[str, SourceFile])
             | "GroupByUrl" >> beam.GroupByKey()
-            | "OnePerFile" >> beam.ParDo(_OnePerFileFn())
+            | "OnePerFile" >> beam.ParDo(_OnePerFileFn()).with_output_types(SourceFile)
         )
 
 
@@ -339,7 +343,7 @@ class PlanImages(beam.PTransform):
         census = labelled | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
         results = labelled | "Plan" >> beam.ParDo(
             _PlanFn(self._preparer), census=pvalue.AsSingleton(census)
-        ).with_outputs(REPORT, main="entries")
+        ).with_output_types(ImageEntry).with_outputs(REPORT, main="entries")
         return {"entries": results.entries, "census": census, "report": results[REPORT]}
 
 
@@ -395,7 +399,10 @@ class HashImages(beam.PTransform):
         results = (
             entries
             | "Spread" >> beam.Reshuffle()
-            | "Hash" >> beam.ParDo(_HashFn(self._read_ahead)).with_outputs(REPORT, main="entries")
+            | "Hash"
+            >> beam.ParDo(_HashFn(self._read_ahead))
+            .with_output_types(ImageEntry)
+            .with_outputs(REPORT, main="entries")
         )
         return {"entries": results.entries, "report": results[REPORT]}
 
@@ -450,9 +457,13 @@ class DropDuplicates(beam.PTransform):
     def expand(self, entries):
         results = (
             entries
-            | "KeyByContent" >> beam.Map(lambda e: (e.source_sha256, e))
+            | "KeyByContent"
+            >> beam.Map(lambda e: (e.source_sha256, e)).with_output_types(tuple[str, ImageEntry])
             | "GroupCopies" >> beam.GroupByKey()
-            | "KeepOne" >> beam.ParDo(_KeepOneCopyFn()).with_outputs(REPORT, main="entries")
+            | "KeepOne"
+            >> beam.ParDo(_KeepOneCopyFn())
+            .with_output_types(ImageEntry)
+            .with_outputs(REPORT, main="entries")
         )
         return {"entries": results.entries, "report": results[REPORT]}
 
@@ -586,6 +597,6 @@ class PlanShards(beam.PTransform):
             | "PlaceInShards"
             >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan)).with_output_types(_Chunk)
             | "GroupShards" >> beam.GroupByKey()
-            | "JoinChunks" >> beam.Map(_joined)
+            | "JoinChunks" >> beam.Map(_joined).with_output_types(_Chunk)
         )
         return {"shards": shards, "plan": plan}

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import apache_beam as beam
 import pytest
 from apache_beam.runners import pipeline_context
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_tfrecord.beam.pipeline import ConvertImages
+from beam_tfrecord.beam.pipeline import ConvertImages, build
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.listing import SourceFile
@@ -109,3 +111,45 @@ def test_listed_files_cross_in_their_compact_coder_too():
             coders[name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
     assert coders["Label"] == "ListCoder[TupleCoder[_SourceFileCoder, FastPrimitivesCoder]]"
     assert coders["KeyByUrl"] == "TupleCoder[StrUtf8Coder, _SourceFileCoder]"
+
+
+def _refuse_pickling(self, protocol):
+    raise AssertionError(
+        f"a {type(self).__name__} was pickled: some PCollection of them lacks its compact coder"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"dedup": True},
+        {"input": ["samples/fruits/apple/*", "samples/fruits/**"]},
+        {"listing": "launcher"},
+        {"input_list": "LIST"},
+    ],
+    ids=["default", "dedup", "two-patterns", "listed-on-launcher", "input-list"],
+)
+def test_no_image_entry_or_listed_file_is_pickled_anywhere_in_a_build(
+    settings, tmp_path, monkeypatch
+):
+    """Not only at the shuffles: wherever Beam cuts the graph between fused stages (a side input
+    does), every element is encoded, and sized, with its PCollection's coder; where no type was
+    declared that is a pickle per image."""
+    fruits = sorted(p for p in Path("samples/fruits").rglob("*") if p.is_file())
+    if settings.get("input_list"):
+        listing = tmp_path / "list.csv"
+        listing.write_text("path\n" + "".join(f"{p.resolve()}\n" for p in fruits))
+        settings = {"input_list": str(listing), "labels": "none"}
+    else:
+        settings = {"input": ["samples/fruits/**"], **settings}
+    monkeypatch.setattr(ImageEntry, "__reduce_ex__", _refuse_pickling)
+    monkeypatch.setattr(SourceFile, "__reduce_ex__", _refuse_pickling)
+    result = build(
+        BuildConfig.from_settings({"output": str(tmp_path / "out"), **settings}),
+        [],
+    )
+    inputs = result.manifest["inputs"]
+    assert inputs["listed"] == len(fruits) and inputs["unaccounted"] == 0
+    assert inputs["written"] + inputs["skipped"] == len(fruits) and inputs["written"] > 40
