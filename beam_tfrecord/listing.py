@@ -162,7 +162,8 @@ def split_task(task: ListingTask) -> list[ListingTask]:
 
 
 def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
-    """The folders in `path` (links to folders are none), less hidden ones, sorted.
+    """The folders in `path`, less hidden ones, sorted; on a local disk, links to folders too,
+    but not one that leads back to `path` or a folder above it (see `_local_files`).
 
     On a local disk by `os.scandir`, which tells a folder without the stat fsspec's listing
     runs on every entry: the folders of a folder of images are few, its files many.
@@ -173,13 +174,13 @@ def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
     if isinstance(fs, LocalFileSystem) and _plain_local(path):
         try:
             with os.scandir(path) as entries:
-                return sorted(
-                    e.path
-                    for e in entries
-                    if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
-                )
+                found = [e for e in entries if not e.name.startswith(".") and e.is_dir()]
         except NotADirectoryError:  # a file: fsspec lists it as itself, no folder
             return []
+        above = _folders_above(path) if any(e.is_symlink() for e in found) else frozenset()
+        return sorted(
+            e.path for e in found if not e.is_symlink() or os.path.realpath(e.path) not in above
+        )
     return sorted(
         e["name"].rstrip("/")
         for e in fs.ls(path, detail=True)
@@ -229,12 +230,15 @@ def _glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:
 
 def _local_glob_files(path: str) -> dict[str, int] | None:
     """`_glob_files` on a local disk, by `os.scandir`: what fsspec's glob matches, in a third of
-    the time (its listing builds a dict of ten stat fields for every entry, about 12 us a file).
+    the time (its listing builds a dict of ten stat fields for every entry, about 12 us a file),
+    and what it leaves out: links.
 
     The same walk as fsspec's (`LocalFileSystem.glob`: from the folder before the first wildcard,
-    as deep as the pattern reaches, into no linked folder, a folder that cannot be listed left
-    out) and the same match (its pattern's regex); a link is no file to it, and none here. None
-    for a path whose listing names fsspec would write otherwise (not an absolute path, say).
+    as deep as the pattern reaches, a folder that cannot be listed left out) and the same match
+    (its pattern's regex), but links are followed, as Python's glob and TensorFlow's follow them:
+    a collection assembled from links to folders or files is common, and a file it holds may not
+    vanish from a build unreported (fsspec's glob takes a link for neither a file nor a folder).
+    None for a path whose listing names fsspec would write otherwise (not an absolute path, say).
     """
     magic = min(i for i in (path.find("*"), path.find("?"), path.find("["), len(path)) if i >= 0)
     cut = path.rfind("/", 0, magic)
@@ -246,25 +250,62 @@ def _local_glob_files(path: str) -> dict[str, int] | None:
     return {name: size for name, size in _local_files(top, depth) if match(name)}
 
 
-def _local_files(top: str, depth: int | None) -> Iterator[tuple[str, int]]:
-    """(path, size) of the files in `top` and the folders below it, `depth` levels at most."""
+def _local_files(
+    top: str, depth: int | None, real: str | None = None, above: frozenset[str] | None = None
+) -> Iterator[tuple[str, int]]:
+    """(path, size) of the files in `top` and the folders below it, `depth` levels at most.
+
+    Links are followed, to files and to folders, under the link's own name. A link to nothing
+    is a file of size -1, so that the build reports it (it is gone when planned) rather than
+    losing it. A link to a folder the walk is already in (`top`, a folder above it, or one it
+    came through) is not followed: it holds nothing new, and following it would never end.
+    `real` is the real path of `top` and `above` the real paths of the folders it is in (both
+    found here for the first call).
+    """
+    if real is None or above is None:
+        real = os.path.realpath(top)
+        above = _folders_above(top)
     folders, files = [], []
     try:
         with os.scandir(top) as entries:
             for entry in entries:
                 try:
-                    if entry.is_dir(follow_symlinks=False):
-                        folders.append(entry.path)
-                    elif entry.is_file(follow_symlinks=False):
-                        files.append((entry.path, entry.stat(follow_symlinks=False).st_size))
+                    if entry.is_dir():
+                        if not entry.is_symlink():
+                            folders.append((entry.path, posixpath.join(real, entry.name)))
+                        elif (target := os.path.realpath(entry.path)) not in above:
+                            folders.append((entry.path, target))
+                    elif entry.is_file():
+                        files.append((entry.path, entry.stat().st_size))
+                    elif entry.is_symlink() and not os.path.exists(entry.path):
+                        files.append((entry.path, -1))
                 except FileNotFoundError:  # gone since the folder was read
                     continue
     except OSError:  # not a folder, gone, or not ours to read: left out whole, as fsspec does
         return
     yield from files
     if depth is None or depth > 1:
-        for folder in folders:
-            yield from _local_files(folder, None if depth is None else depth - 1)
+        for folder, folder_real in folders:
+            yield from _local_files(
+                folder, None if depth is None else depth - 1, folder_real, above | {folder_real}
+            )
+
+
+def _folders_above(path: str) -> frozenset[str]:
+    """The real paths of `path`, of every folder above it, and of every folder its name goes
+    through (`a/link/b`: the real `a`, whatever `link` leads to, and `b` there). A part of a
+    split listing starts inside a link as the whole listing came to it, so both stop at the
+    same links."""
+    real = os.path.realpath(path)
+    found = {real}
+    while real != (parent := posixpath.dirname(real)):
+        found.add(parent)
+        real = parent
+    through = path
+    while through != (parent := posixpath.dirname(through)):
+        found.add(os.path.realpath(parent))
+        through = parent
+    return frozenset(found)
 
 
 def local_bytes_reach(
@@ -284,7 +325,7 @@ def local_bytes_reach(
         else:
             found = _local_files(path, None)
         for name, size in found:
-            if not name.lower().endswith(suffixes):
+            if size < 0 or not name.lower().endswith(suffixes):
                 continue
             total += size
             files += 1

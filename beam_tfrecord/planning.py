@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import os
 import posixpath
 import re
 from collections.abc import Sequence
@@ -184,6 +185,9 @@ class Preparer:
                 fs, path = fsspec.core.url_to_fs(source.url)
                 size = fs.size(path)
             except FileNotFoundError:
+                if "://" not in source.url and os.path.islink(source.url):
+                    target = os.readlink(source.url)
+                    return skipped(Reason.VANISHED, f"a link to {target!r}, which does not exist")
                 return skipped(Reason.VANISHED, "the file was listed but is gone")
             except OSError as err:
                 return skipped(Reason.READ_ERROR, f"cannot read: {err}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -77,20 +79,72 @@ def test_split_listing_equals_whole_listing(tree, pattern, expected):
     ["**", "*", "*/*.jpg", "**/*.jpg", "a*/**/*.jpg", "a/**/z/*.jpg", "[ab]/*", "*/*/x/*", "?/*",
      "a/**", "links/**", "links/*", "nope/*", "r.jpg/*", "**/.*", "*/[!x]/*"],
 )  # fmt: skip
-def test_the_local_listing_matches_what_fsspec_globs(linked_tree, pattern):
-    """The scandir walk behind local listings: the files fsspec's glob gives, links left out."""
+def test_the_local_listing_matches_what_fsspec_globs_with_links_as_copies(
+    linked_tree, tmp_path, pattern
+):
+    """The scandir walk behind local listings: the files fsspec's glob gives in a copy of the
+    tree whose links are replaced by what they point to; a link to nothing is a file of size -1
+    (the build reports it, where fsspec's glob would drop every link without a word)."""
+    import re
+
     import fsspec
+    from fsspec.utils import glob_translate
 
     from beam_tfrecord.listing import _local_glob_files
 
-    fs = fsspec.filesystem("file")
-    globbed = fs.glob(f"{linked_tree}/{pattern}", detail=True)
-    expected = {n: i["size"] for n, i in globbed.items() if i["type"] == "file"}
-    assert _local_glob_files(f"{linked_tree}/{pattern}") == expected
+    copy = tmp_path / "copy"
+    shutil.copytree(linked_tree, copy, symlinks=False, ignore_dangling_symlinks=True)
+    globbed = fsspec.filesystem("file").glob(f"{copy}/{pattern}", detail=True)
+    expected = {
+        name[len(str(copy)) :]: info["size"]
+        for name, info in globbed.items()
+        if info["type"] == "file"
+    }
+    broken = str(linked_tree / "links" / "broken.jpg")
+    if re.match(glob_translate(f"{linked_tree}/{pattern}"), broken):
+        expected["/links/broken.jpg"] = -1
+    found = _local_glob_files(f"{linked_tree}/{pattern}")
+    assert {name[len(str(linked_tree)) :]: size for name, size in found.items()} == expected
+    if pattern == "links/**":  # the file behind each link, under the link's name
+        assert found[str(linked_tree / "links/to-folder/x/2.jpg")] == len("a/x/2.jpg")
+        assert found[str(linked_tree / "links/to-file.jpg")] == len("r.jpg")
+
+
+@pytest.fixture
+def looped_tree(tmp_path) -> Path:
+    """Links that lead back: to the tree's top, to the folder they are in, and two folders that
+    link to each other."""
+    root = tmp_path / "looped"
+    for name in ("top.jpg", "a/1.jpg", "b/2.jpg", "c/3.jpg"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(b"x")
+    (root / "a" / "up").symlink_to(root)
+    (root / "a" / "self").symlink_to(root / "a")
+    (root / "b" / "to-c").symlink_to(root / "c")
+    (root / "c" / "to-b").symlink_to(root / "b")
+    return root
+
+
+def test_links_that_lead_back_are_not_followed_and_the_listing_ends(looped_tree):
+    expected = ["a/1.jpg", "b/2.jpg", "b/to-c/3.jpg", "c/3.jpg", "c/to-b/2.jpg", "top.jpg"]
+    whole = list(expand_pattern(f"{looped_tree}/**", EXTS))
+    assert sorted(s.relpath for s in whole) == expected
+    for levels in (1, 2, 3):
+        parts = _split_fully(ListingTask.for_pattern(f"{looped_tree}/**"), levels)
+        assert sorted(s for t in parts for s in expand_task(t, EXTS)) == sorted(whole), levels
+
+
+@pytest.mark.parametrize("pattern", ["**", "links/**", "**/*.jpg", "*/*"])
+def test_a_linked_tree_splits_into_the_same_listing(linked_tree, pattern):
+    whole = sorted(expand_pattern(f"{linked_tree}/{pattern}", EXTS))
+    assert any("/links/to-folder/" in s.url for s in whole) or pattern == "*/*"
+    for levels in (1, 2, 3):
+        parts = _split_fully(ListingTask.for_pattern(f"{linked_tree}/{pattern}"), levels)
+        assert sorted(s for t in parts for s in expand_task(t, EXTS)) == whole, levels
 
 
 @pytest.mark.parametrize("folder", ["", "a", "links", "a/x/2.jpg", ".hidden", "a/x"])
-def test_the_local_split_finds_the_folders_fsspec_lists(linked_tree, folder):
+def test_the_local_split_finds_the_folders_fsspec_lists_and_linked_ones(linked_tree, folder):
     import fsspec
 
     from beam_tfrecord.listing import _subfolders
@@ -99,9 +153,13 @@ def test_the_local_split_finds_the_folders_fsspec_lists(linked_tree, folder):
     path = str(linked_tree / folder) if folder else str(linked_tree)
     listed = fs.ls(path, detail=True)
     expected = sorted(
-        e["name"] for e in listed if e["type"] == "directory" and "/." not in e["name"][len(path) :]
+        e["name"]
+        for e in listed
+        if (e["type"] == "directory" or (e.get("islink") and os.path.isdir(e["name"])))
+        and "/." not in e["name"][len(path) :]
     )
     assert _subfolders(fs, path) == expected
+    assert (str(linked_tree / "links/to-folder") in expected) == (folder == "links")
     with pytest.raises(FileNotFoundError):
         _subfolders(fs, str(linked_tree / "missing"))
 

@@ -83,3 +83,39 @@ def test_input_list_builds_the_same_dataset_as_the_glob(many_files, tmp_path):
         (globbed / p).write_bytes((root / p).read_bytes())
     from_glob = build(_config(tmp_path / "glob", inputs=(f"{globbed}/**",)), [])
     assert from_glob.manifest["shards"] == from_list.manifest["shards"]
+
+
+def test_linked_folders_and_files_are_built_and_a_broken_link_is_reported(tmp_path):
+    """A collection assembled from links: each image behind a link is written under the link's
+    name (its folder is its label), and a link to nothing is in the report, not lost."""
+    import json
+    import shutil
+
+    real = tmp_path / "real"
+    shutil.copytree("samples/fruits/apple", real / "apple")
+    shutil.copytree("samples/fruits/banana", tmp_path / "elsewhere" / "banana")
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "apple").symlink_to(real / "apple")  # a linked folder
+    (source / "banana").mkdir()
+    bananas = sorted((tmp_path / "elsewhere" / "banana").iterdir())
+    for image in bananas:  # linked files
+        (source / "banana" / image.name).symlink_to(image)
+    (source / "banana" / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    (source / "apple-again").symlink_to(source)  # a loop: followed once, to no end
+
+    result = build(
+        BuildConfig.from_settings(
+            dict(input=[str(source)], output=str(tmp_path / "out"), name="ds", labels="dir")
+        ),
+        [],
+    )
+    apples = [p for p in (real / "apple").iterdir()]
+    inputs = result.manifest["inputs"]
+    assert inputs["listed"] == len(apples) + len(bananas) + 1
+    assert inputs["written"] + inputs["skipped"] == inputs["listed"] and not inputs["unaccounted"]
+    report = [json.loads(line) for line in (tmp_path / "out" / "report.jsonl").open()]
+    gone = [r for r in report if r["relpath"] == "banana/gone.jpg"]
+    assert len(gone) == 1 and gone[0]["reason"] == "vanished", report
+    assert "a link to" in gone[0]["message"] and "nowhere.jpg" in gone[0]["message"]
+    assert (tmp_path / "out" / "labels.txt").read_text().split() == ["apple", "banana"]
