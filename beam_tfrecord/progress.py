@@ -268,9 +268,10 @@ class Progress:
         )
         timing = f"{_clock(elapsed)} elapsed"
         left = counts["to_write_bytes"] - written_bytes
-        if planning_done and written_bytes and left > 0 and rate > 0:
+        if planning_done and to_write and written >= to_write:
+            # Every image is in (planned sizes are upper bounds: the bytes may never reach them).
+            timing += ", finishing"
+        elif planning_done and written_bytes and left > 0 and rate > 0:
             # Rounded up: 'ETA 0:00' with images still to write reads as a stall.
             timing += f", ETA {_clock(math.ceil(left / rate))}"
-        elif planning_done and to_write and written >= to_write:
-            timing += ", finishing"
         return " | ".join([*parts, timing])

@@ -100,6 +100,13 @@ def test_an_eta_under_a_second_is_not_shown_as_zero():
     assert line.endswith("| 0:01 elapsed, ETA 0:01"), line
 
 
+def test_every_image_written_shows_finishing_not_an_eta_for_bytes_never_coming():
+    """A record's planned size is an upper bound, so the bytes written can stay under the plan's
+    with every image in: the line then says the build is finishing."""
+    line = _line_after(2, 10, 9_999_000)
+    assert line.endswith("| 0:02 elapsed, finishing"), line
+
+
 def test_an_in_process_build_counts_every_input(tmp_path):
     """Inputs reported at planning (no such class) count as planned too, so `planned` reaches the
     census total and the ETA can show."""
