@@ -293,12 +293,12 @@ class BuildConfig:
                 compiled = re.compile(self.split_by)
             except re.error as err:
                 raise ConfigError(
-                    "split_by", f"regex {self.split_by!r} does not compile: {err}"
+                    "split_by", f"regex {_as_typed(self.split_by)} does not compile: {err}"
                 ) from None
             if compiled.groups == 0:
                 raise ConfigError(
                     "split_by",
-                    f"regex {self.split_by!r} has no capture group; mark the shared part with (...)",
+                    f"regex {_as_typed(self.split_by)} has no capture group; mark the shared part with (...)",
                 )
         if self.max_skipped_fraction is not None and not 0 <= self.max_skipped_fraction <= 1:
             raise ConfigError(
@@ -330,11 +330,13 @@ class BuildConfig:
         try:
             compiled = re.compile(pattern)
         except re.error as err:
-            raise ConfigError("labels", f"regex {pattern!r} does not compile: {err}") from None
+            raise ConfigError(
+                "labels", f"regex {_as_typed(pattern)} does not compile: {err}"
+            ) from None
         if compiled.groups == 0:
             raise ConfigError(
                 "labels",
-                f"regex {pattern!r} has no capture group; mark the label with (...) or (?P<label>...)",
+                f"regex {_as_typed(pattern)} has no capture group; mark the label with (...) or (?P<label>...)",
             )
 
     @property
@@ -475,3 +477,8 @@ def _check_switch(setting: str, value: Any) -> None:
 def _check_choice(setting: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(setting, f"expected one of {', '.join(choices)}, got {value!r}")
+
+
+def _as_typed(pattern: str) -> str:
+    """A regex in quotes as the user typed it, where `repr` would double every backslash."""
+    return f"'{pattern}'"

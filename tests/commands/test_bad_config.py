@@ -29,6 +29,8 @@ CASES = [
     # (id, extra flags, expected start of the message, the message must also say)
     ("regex_does_not_compile", ["--labels", "regex:([a-z+"], "--labels:", "does not compile"),
     ("regex_without_group", ["--labels", "regex:[a-z]+"], "--labels:", "has no capture group"),
+    # Shown as typed: repr would double the backslash.
+    ("regex_as_typed", ["--labels", r"regex:^\w+/"], "--labels:", r"regex '^\w+/' has no"),
     ("ratios_do_not_sum_to_1", ["--splits", "train=0.7,test=0.2"], "--splits:", "sum to 0.9"),
     (
         "negative_ratio",
