@@ -166,7 +166,10 @@ class TFRecordReader:
                 )
             length, length_crc = HEADER.unpack(header)
             if length_crc != masked_crc32c(header[:8]):
-                raise CorruptRecordError(path, offset, "bad length CRC")
+                # At the very start, no record of any length begins here: most likely not a
+                # TFRecord file at all (an image, say), which "corrupt" would misdescribe.
+                reason = "bad length CRC" + (": not a TFRecord file?" if offset == 0 else "")
+                raise CorruptRecordError(path, offset, reason)
             data = read_exact(length, "payload")
             if len(data) < length:
                 raise CorruptRecordError(

@@ -191,6 +191,14 @@ DAMAGE = {
     "truncated footer": (GOOD[: 62 + 12 + 30 + 2], 62, 62, "truncated footer (2 of 4 bytes)", 2, 2),
     "bad length CRC": (_flip(GOOD, 26 + 9), 26, 26, "bad length CRC", 1, 1),
     "corrupt length": (_flip(GOOD, 26 + 0), 26, 26, "bad length CRC", 1, 1),
+    "not a TFRecord file": (
+        b"\xff\xd8\xff\xe0" + bytes(60),
+        0,
+        0,
+        "bad length CRC: not a TFRecord file?",
+        0,
+        0,
+    ),
     "bad data CRC": (
         _flip(GOOD, 26 + 12 + 3),
         26,
