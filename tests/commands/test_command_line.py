@@ -777,3 +777,56 @@ def test_15_preview_of_one_bad_record_is_singular(built, tmp_path):
     assert re.fullmatch(
         r"error: 1 of \d+ records could not be shown as it states \(its tile says why\)", lines[0]
     ), lines
+
+
+# 16. A build that skips more than --max-skipped-fraction allows publishes nothing.
+
+
+def test_16_too_many_skipped_publishes_nothing_and_resume_publishes_it(
+    src_with_truncated, tmp_path
+):
+    import shlex
+
+    out = tmp_path / "out"
+    first = run("build", "--input", str(src_with_truncated), "--output", str(out), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert (out / "manifest.json").exists() and (out / "dataset_info.json").exists()
+    # 1 of the 7 inputs is truncated: 14.3%, more than 10%. The earlier build's claims go too.
+    done = run(
+        "build", "--input", str(src_with_truncated), "--output", str(out), "--overwrite",
+        "--max-skipped-fraction", "0.1", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Built" not in done.stdout
+    error, hint = done.stderr.splitlines()
+    assert error == (
+        "beam-tfrecord build: error: 1 of 7 inputs (14.3%) was skipped (truncated: 1), more "
+        "than --max-skipped-fraction 0.1 allows; nothing was published (the finished shards "
+        f"are kept), see {out}/report.jsonl"
+    )
+    assert hint.startswith("To publish it anyway: ")
+    command = shlex.split(hint.removeprefix("To publish it anyway: "))
+    assert "--resume" in command and "--max-skipped-fraction" not in command
+    assert "--overwrite" not in command
+    shards = shards_in(out)
+    assert shards
+    # Only what an interrupted build leaves: shards, their indexes and report lines, the report.
+    assert files_below(out) == sorted(
+        ["report.jsonl"]
+        + shards
+        + [f"index/{name}.index" for name in shards]
+        + [f"reports/{name}.jsonl" for name in shards]
+    )
+    verified = run("verify", str(out), cwd=tmp_path)
+    assert verified.returncode == 1
+    assert "INCOMPLETE" in verified.stdout
+    # The way out it printed publishes the build without writing its shards again.
+    before = {name: (out / name).stat().st_mtime_ns for name in shards}
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"  resumed: kept {len(shards)} of {len(shards)} finished shards" in resumed.stdout
+    assert {name: (out / name).stat().st_mtime_ns for name in shards_in(out)} == before
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["skipped_by_reason"] == {"truncated": 1}
+    assert (out / "labels.txt").exists() and (out / "dataset_info.json").exists()
+    assert run("verify", str(out), cwd=tmp_path).returncode == 0
