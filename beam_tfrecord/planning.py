@@ -179,12 +179,13 @@ class Preparer:
             )
 
         size = source.size
-        if size < 0:
+        if size < 0:  # named in an input list, which gives no sizes: nothing has looked at it yet
             try:
                 fs, path = fsspec.core.url_to_fs(source.url)
                 size = fs.size(path)
             except FileNotFoundError:
-                return skipped(Reason.VANISHED, "the file was listed but is gone")
+                # It may never have existed: not "gone", which says it was seen once.
+                return skipped(Reason.VANISHED, "not found (named in --input-list)")
             except OSError as err:
                 return skipped(Reason.READ_ERROR, f"cannot read: {err}")
         record_size = self.record_size(

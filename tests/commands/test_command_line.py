@@ -830,3 +830,24 @@ def test_16_too_many_skipped_publishes_nothing_and_resume_publishes_it(
     assert manifest["inputs"]["skipped_by_reason"] == {"truncated": 1}
     assert (out / "labels.txt").exists() and (out / "dataset_info.json").exists()
     assert run("verify", str(out), cwd=tmp_path).returncode == 0
+
+
+# 17. A path an input list names that does not exist is reported as not found, not as gone.
+
+
+def test_17_a_missing_path_in_an_input_list_is_reported_not_found(src, tmp_path):
+    images = sorted(p.relative_to(src) for p in src.rglob("*.jpg"))
+    listing = tmp_path / "list.csv"
+    lines = [f"{src / p},{p.parent}" for p in images] + [f"{src}/cat/never_there.jpg,cat"]
+    listing.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    done = run("build", "--input-list", str(listing), "--output", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
+    missing = [r for r in report if r["relpath"].endswith("never_there.jpg")]
+    assert [(r["action"], r["reason"], r["message"]) for r in missing] == [
+        ("skipped", "vanished", "not found (named in --input-list)")
+    ]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["written"] == len(images)
+    assert "vanished: 1" in done.stdout
