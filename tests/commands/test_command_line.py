@@ -851,3 +851,28 @@ def test_17_a_missing_path_in_an_input_list_is_reported_not_found(src, tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"]["written"] == len(images)
     assert "vanished: 1" in done.stdout
+
+
+# 18. Paths no flag takes (an unquoted pattern the shell expanded) get a hint.
+
+
+def test_18_paths_from_an_unquoted_pattern_are_refused_with_a_hint(src, tmp_path):
+    # What the shell makes of `--input SRC/cat/*` unquoted: the first path goes to --input.
+    paths = sorted(str(p) for p in (src / "cat").glob("*.jpg"))
+    out = tmp_path / "out"
+    done = run("build", "--input", *paths, "--output", str(out), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"beam-tfrecord build: error: unexpected argument {paths[1]!r} "
+        f"(and {len(paths) - 2} more); if the shell expanded a pattern, quote it so that it "
+        "does not (--input 'DIR/**'), or give --input once per path"
+    ]
+    assert not out.exists()
+
+
+def test_18_a_stray_word_gets_no_path_hint(src, tmp_path):
+    out = tmp_path / "out"
+    done = run("build", "--input", str(src), "--output", str(out), "stray", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["beam-tfrecord build: error: unexpected argument 'stray'"]
+    assert not out.exists()
