@@ -150,7 +150,8 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
     write_build_files(output_dir, manifest, census.classes, extra=tfds)
     removed = remove_stale_files(output_dir, keep=[*tfds, *shard_files])
     if removed:
-        _LOG.info(
+        # Housekeeping, shown with -v: a build is quiet by default.
+        _LOG.debug(
             "removed %s of an earlier build: %s",
             count(len(removed), "stale file"),
             ", ".join(removed[:5]),

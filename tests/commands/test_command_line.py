@@ -876,3 +876,27 @@ def test_18_a_stray_word_gets_no_path_hint(src, tmp_path):
     assert done.returncode == 2
     assert done.stderr.splitlines() == ["beam-tfrecord build: error: unexpected argument 'stray'"]
     assert not out.exists()
+
+
+# 19. Removing an earlier build's stale files is housekeeping: quiet unless -v.
+
+
+def test_19_stale_files_are_removed_quietly_and_named_with_verbose(src, tmp_path):
+    out = tmp_path / "out"
+    common = ["build", "--input", str(src), "--output", str(out), "--splits", "train=1"]
+    small = ["--min-shard-size", "5KB", "--max-shard-size", "15KB"]
+    first = run(*common, *small, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert len(shards_in(out)) >= 3
+    done = run(*common, "--overwrite", cwd=tmp_path)  # one shard now: the others are stale
+    assert done.returncode == 0, done.stderr
+    assert "stale" not in done.stderr and " INFO " not in done.stderr, done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert shards_in(out) == [s["file"] for s in manifest["shards"]]  # the stale ones went
+    again = run(*common, *small, "--overwrite", "-v", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    said = [line for line in again.stderr.splitlines() if "stale file" in line]
+    assert len(said) == 1
+    assert re.search(
+        r"DEBUG beam_tfrecord\.beam\.pipeline: removed \d+ stale files? of an", said[0]
+    )
