@@ -900,3 +900,21 @@ def test_19_stale_files_are_removed_quietly_and_named_with_verbose(src, tmp_path
     assert re.search(
         r"DEBUG beam_tfrecord\.beam\.pipeline: removed \d+ stale files? of an", said[0]
     )
+
+
+# 20. A bad --resize is named once.
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("0", "the shorter side must be a positive integer, got 0"),
+        ("0x5", "fit needs a positive WxH, got 0x5"),
+    ],
+)
+def test_20_a_bad_resize_names_the_flag_once(src, tmp_path, value, problem):
+    out = tmp_path / "out"
+    done = run("build", "--input", str(src), "--output", str(out), "--resize", value, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"beam-tfrecord build: error: --resize: {problem}"]
+    assert not out.exists()
