@@ -918,3 +918,17 @@ def test_20_a_bad_resize_names_the_flag_once(src, tmp_path, value, problem):
     assert done.returncode == 2
     assert done.stderr.splitlines() == [f"beam-tfrecord build: error: --resize: {problem}"]
     assert not out.exists()
+
+
+# 21. preview refuses a split the build does not have as a bad value: exit 2, named.
+
+
+def test_21_preview_of_a_split_that_does_not_exist_is_refused(built, tmp_path):
+    sheet = tmp_path / "sheet.png"
+    done = run("preview", str(built), "--split", "nosuch", "-o", str(sheet), cwd=tmp_path)
+    assert done.returncode == 2
+    splits = ", ".join(json.loads((built / "manifest.json").read_text())["splits"])
+    assert done.stderr.splitlines() == [
+        f"beam-tfrecord preview: error: --split: no split 'nosuch' in {built}; it has {splits}"
+    ]
+    assert not sheet.exists()
