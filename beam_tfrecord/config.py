@@ -205,7 +205,8 @@ class BuildConfig:
         dedup: write one of each set of byte-identical images and report the other copies.
         split_by: a regex over the relative path; images whose capture (first group, or the
             group named `group`) is equal share a split (one subject, patient or scene).
-        max_skipped_fraction: fail the build (after writing the report) when more inputs are skipped.
+        max_skipped_fraction: fail the build when more inputs are skipped: it writes the report
+            and its shards, and publishes nothing (no manifest), as an interrupted build.
         planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
         read_ahead: images each worker reads concurrently, ahead of the one it checks or writes;
             None to choose by the inputs' store (deep for object stores, where every read waits

@@ -26,7 +26,7 @@ class Reason(str, Enum):
     BAD_CLASS_NAME = "bad_class_name"  # a name no labels file can hold (labels.class_name_problem)
     # Reading the source.
     READ_ERROR = "read_error"
-    VANISHED = "vanished"
+    VANISHED = "vanished"  # listed (matched, or named in --input-list) but not found when read
     SOURCE_CHANGED = "source_changed"
     TOO_LARGE = "larger_than_max_shard_size"
     DUPLICATE = "duplicate"  # byte-identical to another input, which was written instead

@@ -35,6 +35,7 @@ __all__ = [
     "read_manifest",
     "remove_stale_files",
     "remove_temporaries",
+    "too_many_skipped",
     "withdraw_build",
     "withdrawn_reason",
     "write_build_files",
@@ -175,16 +176,28 @@ def write_build_files(
 
 
 class BuildFailed(Exception):
-    """A build that ran but must not be published: its one-line reason, for the command line."""
+    """A build that ran but must not be published: its one-line reason, for the command line.
+
+    `resumable`: the build's finished shards are kept, and `--resume` (with settings that let it
+    pass) publishes them without writing them again.
+    """
+
+    def __init__(self, message: str, *, resumable: bool = False):
+        super().__init__(message)
+        self.resumable = resumable
 
 
-def withdraw_build(output_dir: str, report: Iterable[ReportEntry] | None = None) -> None:
-    """Leaves a build that wrote no image as a folder holding its report.jsonl, and nothing else.
+def withdraw_build(
+    output_dir: str, report: Iterable[ReportEntry] | None = None, keep: Iterable[str] = ()
+) -> None:
+    """Leaves a build that must not be published as a folder holding its report.jsonl and the
+    files in `keep` (its finished shards, for `--resume`), and nothing else.
 
     Nothing may claim a dataset: no manifest.json, no labels.txt, no TFDS files, and no shard or
     index of an earlier build (which --overwrite or --resume asked to replace), so that neither
     we nor TFDS take the folder for a finished build. With `report` None, report.jsonl is in
-    place already (a build composes it from its parts).
+    place already (a build composes it from its parts). `keep` names files relative to the
+    folder, as `remove_stale_files` does.
     """
     discard_manifest(output_dir)
     if report is not None:
@@ -193,11 +206,38 @@ def withdraw_build(output_dir: str, report: Iterable[ReportEntry] | None = None)
         fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
         if fs.exists(path):
             fs.rm(path)
-    remove_stale_files(output_dir, keep=())
+    remove_stale_files(output_dir, keep=keep)
 
 
-def withdrawn_reason(output_dir: str) -> str:
-    """Why a build was withdrawn, in one line, from the report.jsonl `withdraw_build` wrote."""
+def too_many_skipped(inputs: Mapping[str, int], max_skipped_fraction: float | None) -> bool:
+    """Whether a build skipped more of its inputs (the manifest's `inputs`) than it may."""
+    return (
+        max_skipped_fraction is not None
+        and inputs["listed"] > 0
+        and inputs["skipped"] / inputs["listed"] > max_skipped_fraction
+    )
+
+
+def _holds_shards(output_dir: str) -> bool:
+    fs, path = fsspec.core.url_to_fs(output_dir)
+    fs.invalidate_cache(path)
+    try:
+        listed = fs.ls(path, detail=False)
+    except FileNotFoundError:
+        return False
+    names = (posixpath.basename(p.rstrip("/")) for p in listed)
+    return any(fnmatch.fnmatch(n, _SHARD_GLOB) and not is_temporary(n) for n in names)
+
+
+def withdrawn_reason(
+    output_dir: str, max_skipped_fraction: float | None = None, listed: int | None = None
+) -> BuildFailed:
+    """Why a build was withdrawn, in one line, from the report.jsonl `withdraw_build` wrote:
+    the BuildFailed to raise.
+
+    A build that wrote images and was withdrawn skipped more than `max_skipped_fraction` of its
+    inputs: its finished shards stay. `listed`, when known (a runner's counter), gives the share.
+    """
     url = posixpath.join(output_dir, REPORT_FILE)
     reasons: Counter[str] = Counter()
     with fsspec.open(url, "r", encoding="utf-8") as f:
@@ -205,13 +245,24 @@ def withdrawn_reason(output_dir: str) -> str:
             entry = json.loads(line)
             if entry.get("action", "skipped") == "skipped":
                 reasons[entry["reason"]] += 1
+    counts = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
+    if max_skipped_fraction is not None and _holds_shards(output_dir):
+        skipped = reasons.total()
+        share = f" ({skipped / listed:.1%})" if listed else ""
+        of = f" of {listed}" if listed else ""
+        return BuildFailed(
+            f"{skipped}{of} inputs{share} {'was' if skipped == 1 else 'were'} skipped ({counts}), "
+            "more than "
+            f"--max-skipped-fraction {max_skipped_fraction:g} allows; nothing was published "
+            f"(the finished shards are kept), see {url}",
+            resumable=True,
+        )
     if not reasons:
-        return (
+        return BuildFailed(
             "no image was written and no input was reported: none was listed, or the runner "
             "lost them between stages; nothing was published"
         )
-    counts = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
-    return (
+    return BuildFailed(
         f"no image was written: {reasons.total()} inputs were reported ({counts}); "
         f"nothing was published, see {url}"
     )

@@ -180,6 +180,8 @@ class Preparer:
             )
 
         size = source.size
+        # Named in an input list, which gives no sizes (nothing has looked at it yet), or a
+        # local link to nothing, which the listing keeps for this report.
         if size < 0:
             try:
                 fs, path = fsspec.core.url_to_fs(source.url)
@@ -188,7 +190,8 @@ class Preparer:
                 if "://" not in source.url and os.path.islink(source.url):
                     target = os.readlink(source.url)
                     return skipped(Reason.VANISHED, f"a link to {target!r}, which does not exist")
-                return skipped(Reason.VANISHED, "the file was listed but is gone")
+                # It may never have existed: not "gone", which says it was seen once.
+                return skipped(Reason.VANISHED, "not found (named in --input-list)")
             except OSError as err:
                 return skipped(Reason.READ_ERROR, f"cannot read: {err}")
         record_size = self.record_size(

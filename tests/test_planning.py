@@ -78,6 +78,7 @@ def test_an_input_list_without_sizes_costs_a_size_look_up_not_a_read(tmp_path):
     assert isinstance(entry, ImageEntry) and entry.source_size == 1000
     gone = planner.plan(SourceFile(str(tmp_path / "gone.jpg"), "gone.jpg", -1), None, None)
     assert isinstance(gone, ReportEntry) and gone.reason == "vanished"
+    assert gone.message == "not found (named in --input-list)"
 
 
 def test_raw_pixels_of_an_exact_size_are_planned_exactly():

@@ -40,11 +40,11 @@ from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.manifest import (
     MANIFEST_FILE,
     REPORT_FILE,
-    BuildFailed,
     build_manifest,
     discard_manifest,
     read_manifest,
     remove_stale_files,
+    too_many_skipped,
     withdraw_build,
     withdrawn_reason,
     write_build_files,
@@ -137,15 +137,21 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
         # An empty dataset published as finished would pass for a build that worked.
         withdraw_build(output_dir)
         return manifest["inputs"]
+    shard_files = [s["file"] for s in manifest["shards"]]
+    shard_files += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
+    shard_files += [shard_report_name(s["file"]) for s in manifest["shards"]]
+    if too_many_skipped(manifest["inputs"], config_dict.get("max_skipped_fraction")):
+        # Decided here, not by the command line, so that no runner publishes such a build. Its
+        # finished shards stay, as an interrupted build's do: --resume publishes them.
+        withdraw_build(output_dir, keep=shard_files)
+        return manifest["inputs"]
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
     tfds = tfds_files(manifest)
     write_build_files(output_dir, manifest, census.classes, extra=tfds)
-    keep = [*tfds, *(s["file"] for s in manifest["shards"])]
-    keep += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
-    keep += [shard_report_name(s["file"]) for s in manifest["shards"]]
-    removed = remove_stale_files(output_dir, keep=keep)
+    removed = remove_stale_files(output_dir, keep=[*tfds, *shard_files])
     if removed:
-        _LOG.info(
+        # Housekeeping, shown with -v: a build is quiet by default.
+        _LOG.debug(
             "removed %s of an earlier build: %s",
             count(len(removed), "stale file"),
             ", ".join(removed[:5]),
@@ -362,7 +368,9 @@ def build(
     Raises:
         ConfigError: the config cannot work, or `--dry_run` is given to a runner that would
             run the build anyway (before anything is written).
-        BuildFailed: the build wrote no image; report.jsonl says why, and nothing else is left.
+        BuildFailed: the build wrote no image, or skipped more than --max-skipped-fraction of
+            its inputs; report.jsonl says why, and nothing claims a finished dataset (the
+            finished shards of the second kind stay, for --resume).
     """
     options = PipelineOptions(list(beam_args))
     dry_run = bool(options.view_as(TestOptions).dry_run)
@@ -418,5 +426,7 @@ def build(
     fs, path = fsspec.core.url_to_fs(posixpath.join(config.output, MANIFEST_FILE))
     fs.invalidate_cache()  # object store listings are cached for the life of the process
     if not fs.exists(path):
-        raise BuildFailed(withdrawn_reason(config.output))
+        raise withdrawn_reason(
+            config.output, config.max_skipped_fraction, counters.get("images_listed")
+        )
     return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import os
+import posixpath
 from collections.abc import Iterable, Sequence
 
 from beam_tfrecord.config import ConfigError
@@ -94,13 +96,33 @@ def check_beam_args(extra: Sequence[str], own_flags: Iterable[str]) -> argparse.
     for arg in unknown:
         flag = arg.split("=", 1)[0]
         if not flag.startswith("-"):
-            raise FlagError("beam_options", f"unexpected argument {arg!r}")
+            raise FlagError("beam_options", _unexpected(unknown))
         candidates = [*own_flags, *(s for s in parser._option_string_actions if s.startswith("--"))]
         raise _unknown_flag(flag, candidates)
     name = runner_name(known)
     if name is not None:
         _check_runner(name)
     return known
+
+
+def _looks_like_path(arg: str) -> bool:
+    return (
+        any(c in arg for c in "/\\*?[") or bool(posixpath.splitext(arg)[1]) or os.path.lexists(arg)
+    )
+
+
+def _unexpected(unknown: Sequence[str]) -> str:
+    """One line on the first argument no flag takes: paths most often come from a pattern the
+    shell expanded (`--input samples/**` unquoted), whose first path went to --input."""
+    extra = [arg for arg in unknown if not arg.startswith("-")]
+    more = f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""
+    message = f"unexpected argument {extra[0]!r}{more}"
+    if any(_looks_like_path(arg) for arg in extra):
+        message += (
+            "; if the shell expanded a pattern, quote it so that it does not "
+            "(--input 'DIR/**'), or give --input once per path"
+        )
+    return message
 
 
 def _unknown_flag(flag: str, candidates: Iterable[str]) -> ConfigError:

@@ -168,7 +168,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--max-skipped-fraction",
         type=float,
-        help="fail when more of the inputs are skipped (default: off, never fail for it)",
+        help="fail, publishing nothing, when more of the inputs are skipped "
+        "(default: off, never fail for it)",
     )
     group = parser.add_argument_group("image transforms")
     group.add_argument(
@@ -445,6 +446,8 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         return 2
     except BuildFailed as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
+        if err.resumable:
+            print(f"To publish it anyway: {_publish_anyway_command(config)}", file=sys.stderr)
         return 1
     if interruption.signum is not None:
         _discard_partial_files(config.output)
@@ -471,17 +474,24 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             file=sys.stderr,
         )
         return 1
-    if (
-        config.max_skipped_fraction is not None
-        and result.skipped_fraction > config.max_skipped_fraction
-    ):
-        print(
-            f"{prog}: error: {result.skipped_fraction:.1%} of the inputs were skipped, more than "
-            f"--max-skipped-fraction {config.max_skipped_fraction:g}",
-            file=sys.stderr,
-        )
-        return 1
     return 0
+
+
+def _publish_anyway_command(config: BuildConfig) -> str:
+    """The command that publishes a build withdrawn for --max-skipped-fraction: the same, with
+    --resume (which keeps its finished shards) and no bound on the inputs skipped."""
+    argv, i = [], 0
+    while i < len(sys.argv):
+        arg = sys.argv[i]
+        if arg == "--max-skipped-fraction":
+            i += 2
+            continue
+        if not arg.startswith("--max-skipped-fraction="):
+            argv.append(arg)
+        i += 1
+    if config.max_skipped_fraction is not None and len(argv) == len(sys.argv):
+        argv.append("--max-skipped-fraction=1")  # the bound came from the YAML file
+    return resume_command(argv)
 
 
 def _discard_partial_files(output: str) -> None:

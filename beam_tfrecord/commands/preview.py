@@ -231,11 +231,27 @@ def _first_split(output: str) -> str:
     return splits[0] if splits else "train"
 
 
+def _unknown_split(output: str, split: str) -> str | None:
+    """Why `--split` names no split of the build's manifest; None if it does, or if there is no
+    manifest to say (a folder of shards is read by their names)."""
+    try:
+        splits = list(read_manifest(output).get("splits", {}))
+    except (OSError, ValueError):  # no manifest, or a damaged one: reading the dataset says so
+        return None
+    if split in splits:
+        return None
+    return f"--split: no split {split!r} in {output}; it has {', '.join(splits)}"
+
+
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Writes the contact sheet; returns 1 if the dataset or some of its records are unreadable."""
     del extra  # the dispatcher refuses unknown flags for this command
     refusal = _refusal(args.out, args.overwrite)
     if refusal is not None:  # before any work, so that nothing is read or written
+        print(f"beam-tfrecord preview: error: {refusal}", file=sys.stderr)
+        return 2
+    refusal = args.split and _unknown_split(args.output, args.split)
+    if refusal:  # a value the user gave, refused as other commands refuse a bad value
         print(f"beam-tfrecord preview: error: {refusal}", file=sys.stderr)
         return 2
     try:

@@ -182,7 +182,8 @@ class ImagePolicy:
             try:
                 object.__setattr__(self, "resize", Resize.parse(self.resize))
             except ValueError as err:
-                raise PolicyError("resize", str(err)) from None
+                # The problem is shown after the setting's name: Resize's own "resize: " goes.
+                raise PolicyError("resize", re.sub(r"^resize:? ", "", str(err))) from None
         if self.resize is not None and not isinstance(self.resize, Resize):
             raise PolicyError("resize", f"must be a Resize or None, got {self.resize!r}")
         if self.encode is not None:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,40 @@ def test_dataset_info_leaves_out_an_empty_split_and_says_so():
         "Split validation received no images and is left out"
         in dataset_info_json(manifest)["description"]
     )
+
+
+@pytest.mark.slow
+def test_a_build_that_skipped_too_many_is_withheld_by_the_pipeline_itself(src, tmp_path):
+    import apache_beam as beam
+
+    from beam_tfrecord.beam.pipeline import ConvertImages
+
+    out = tmp_path / "out"
+    # The dogs get no label: half of the inputs are skipped, more than the quarter allowed.
+    config = BuildConfig.from_settings(
+        dict(
+            inputs=(f"{src}/**",),
+            output=str(out),
+            labels="regex:^(cat)/",
+            max_skipped_fraction=0.25,
+            min_shard_size="20KB",
+            max_shard_size="100KB",
+        )
+    )
+    # The graph alone, on Beam's own runner, with no command line and no build() around it.
+    with beam.Pipeline(runner="BundleBasedDirectRunner") as pipeline:
+        _ = pipeline | ConvertImages(config)
+    files = _files(out)
+    assert not set(_CLAIMS) & set(files)
+    shards = [name for name in files if ".tfrecord-" in name and "/" not in name]
+    assert shards and "report.jsonl" in files
+    # The folder is an interrupted build's. build() says why, and that --resume can publish it.
+    with pytest.raises(BuildFailed) as failed:
+        build(replace(config, resume=True), [])
+    assert str(failed.value) == (
+        "60 of 120 inputs (50.0%) were skipped (no_label: 60), more than "
+        "--max-skipped-fraction 0.25 allows; nothing was published (the finished shards are "
+        f"kept), see {out}/report.jsonl"
+    )
+    assert failed.value.resumable
+    assert not set(_CLAIMS) & set(_files(out))

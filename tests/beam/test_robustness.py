@@ -97,7 +97,9 @@ def test_every_written_hostile_image_decodes_in_tensorflow_as_stated(hostile_bui
     assert count > 15
 
 
-def test_max_skipped_fraction_fails_after_writing_the_report(hostile_build, tmp_path, capsys):
+def test_max_skipped_fraction_fails_after_writing_the_report_and_publishes_nothing(
+    hostile_build, tmp_path, capsys
+):
     _, out, _ = hostile_build
     src = Path(json.loads((out / "manifest.json").read_text())["config"]["inputs"][0][:-3])
     target = tmp_path / "ds"
@@ -106,8 +108,9 @@ def test_max_skipped_fraction_fails_after_writing_the_report(hostile_build, tmp_
     )
     assert status == 1
     captured = capsys.readouterr()
-    assert "more than --max-skipped-fraction 0.05" in captured.err
-    assert "inputs were NOT written" in captured.out
+    assert "more than --max-skipped-fraction 0.05 allows; nothing was published" in captured.err
+    assert "Built" not in captured.out
+    assert not (target / "manifest.json").exists() and not (target / "labels.txt").exists()
 
     def skipped(folder):
         lines = [json.loads(line) for line in (folder / "report.jsonl").read_text().splitlines()]

@@ -777,3 +777,158 @@ def test_15_preview_of_one_bad_record_is_singular(built, tmp_path):
     assert re.fullmatch(
         r"error: 1 of \d+ records could not be shown as it states \(its tile says why\)", lines[0]
     ), lines
+
+
+# 16. A build that skips more than --max-skipped-fraction allows publishes nothing.
+
+
+def test_16_too_many_skipped_publishes_nothing_and_resume_publishes_it(
+    src_with_truncated, tmp_path
+):
+    import shlex
+
+    out = tmp_path / "out"
+    first = run("build", "--input", str(src_with_truncated), "--output", str(out), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert (out / "manifest.json").exists() and (out / "dataset_info.json").exists()
+    # 1 of the 7 inputs is truncated: 14.3%, more than 10%. The earlier build's claims go too.
+    done = run(
+        "build", "--input", str(src_with_truncated), "--output", str(out), "--overwrite",
+        "--max-skipped-fraction", "0.1", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Built" not in done.stdout
+    error, hint = done.stderr.splitlines()
+    assert error == (
+        "beam-tfrecord build: error: 1 of 7 inputs (14.3%) was skipped (truncated: 1), more "
+        "than --max-skipped-fraction 0.1 allows; nothing was published (the finished shards "
+        f"are kept), see {out}/report.jsonl"
+    )
+    assert hint.startswith("To publish it anyway: ")
+    command = shlex.split(hint.removeprefix("To publish it anyway: "))
+    assert "--resume" in command and "--max-skipped-fraction" not in command
+    assert "--overwrite" not in command
+    shards = shards_in(out)
+    assert shards
+    # Only what an interrupted build leaves: shards, their indexes and report lines, the report.
+    assert files_below(out) == sorted(
+        ["report.jsonl"]
+        + shards
+        + [f"index/{name}.index" for name in shards]
+        + [f"reports/{name}.jsonl" for name in shards]
+    )
+    verified = run("verify", str(out), cwd=tmp_path)
+    assert verified.returncode == 1
+    assert "INCOMPLETE" in verified.stdout
+    # The way out it printed publishes the build without writing its shards again.
+    before = {name: (out / name).stat().st_mtime_ns for name in shards}
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"  resumed: kept {len(shards)} of {len(shards)} finished shards" in resumed.stdout
+    assert {name: (out / name).stat().st_mtime_ns for name in shards_in(out)} == before
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["skipped_by_reason"] == {"truncated": 1}
+    assert (out / "labels.txt").exists() and (out / "dataset_info.json").exists()
+    assert run("verify", str(out), cwd=tmp_path).returncode == 0
+
+
+# 17. A path an input list names that does not exist is reported as not found, not as gone.
+
+
+def test_17_a_missing_path_in_an_input_list_is_reported_not_found(src, tmp_path):
+    images = sorted(p.relative_to(src) for p in src.rglob("*.jpg"))
+    listing = tmp_path / "list.csv"
+    lines = [f"{src / p},{p.parent}" for p in images] + [f"{src}/cat/never_there.jpg,cat"]
+    listing.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    done = run("build", "--input-list", str(listing), "--output", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
+    missing = [r for r in report if r["relpath"].endswith("never_there.jpg")]
+    assert [(r["action"], r["reason"], r["message"]) for r in missing] == [
+        ("skipped", "vanished", "not found (named in --input-list)")
+    ]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["inputs"]["written"] == len(images)
+    assert "vanished: 1" in done.stdout
+
+
+# 18. Paths no flag takes (an unquoted pattern the shell expanded) get a hint.
+
+
+def test_18_paths_from_an_unquoted_pattern_are_refused_with_a_hint(src, tmp_path):
+    # What the shell makes of `--input SRC/cat/*` unquoted: the first path goes to --input.
+    paths = sorted(str(p) for p in (src / "cat").glob("*.jpg"))
+    out = tmp_path / "out"
+    done = run("build", "--input", *paths, "--output", str(out), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"beam-tfrecord build: error: unexpected argument {paths[1]!r} "
+        f"(and {len(paths) - 2} more); if the shell expanded a pattern, quote it so that it "
+        "does not (--input 'DIR/**'), or give --input once per path"
+    ]
+    assert not out.exists()
+
+
+def test_18_a_stray_word_gets_no_path_hint(src, tmp_path):
+    out = tmp_path / "out"
+    done = run("build", "--input", str(src), "--output", str(out), "stray", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["beam-tfrecord build: error: unexpected argument 'stray'"]
+    assert not out.exists()
+
+
+# 19. Removing an earlier build's stale files is housekeeping: quiet unless -v.
+
+
+def test_19_stale_files_are_removed_quietly_and_named_with_verbose(src, tmp_path):
+    out = tmp_path / "out"
+    common = ["build", "--input", str(src), "--output", str(out), "--splits", "train=1"]
+    small = ["--min-shard-size", "5KB", "--max-shard-size", "15KB"]
+    first = run(*common, *small, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert len(shards_in(out)) >= 3
+    done = run(*common, "--overwrite", cwd=tmp_path)  # one shard now: the others are stale
+    assert done.returncode == 0, done.stderr
+    assert "stale" not in done.stderr and " INFO " not in done.stderr, done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert shards_in(out) == [s["file"] for s in manifest["shards"]]  # the stale ones went
+    again = run(*common, *small, "--overwrite", "-v", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    said = [line for line in again.stderr.splitlines() if "stale file" in line]
+    assert len(said) == 1
+    assert re.search(
+        r"DEBUG beam_tfrecord\.beam\.pipeline: removed \d+ stale files? of an", said[0]
+    )
+
+
+# 20. A bad --resize is named once.
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("0", "the shorter side must be a positive integer, got 0"),
+        ("0x5", "fit needs a positive WxH, got 0x5"),
+    ],
+)
+def test_20_a_bad_resize_names_the_flag_once(src, tmp_path, value, problem):
+    out = tmp_path / "out"
+    done = run("build", "--input", str(src), "--output", str(out), "--resize", value, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"beam-tfrecord build: error: --resize: {problem}"]
+    assert not out.exists()
+
+
+# 21. preview refuses a split the build does not have as a bad value: exit 2, named.
+
+
+def test_21_preview_of_a_split_that_does_not_exist_is_refused(built, tmp_path):
+    sheet = tmp_path / "sheet.png"
+    done = run("preview", str(built), "--split", "nosuch", "-o", str(sheet), cwd=tmp_path)
+    assert done.returncode == 2
+    splits = ", ".join(json.loads((built / "manifest.json").read_text())["splits"])
+    assert done.stderr.splitlines() == [
+        f"beam-tfrecord preview: error: --split: no split 'nosuch' in {built}; it has {splits}"
+    ]
+    assert not sheet.exists()
