@@ -448,6 +448,11 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         return 1
     if interruption.signum is not None:
         _discard_partial_files(config.output)
+        # The interrupted build kept the output locked until its workers and partial files
+        # were gone (build()); the lock file goes too, for the next build to start clean.
+        from beam_tfrecord.output_lock import release_output
+
+        release_output(config.output)
         _report_interruption(prog, config, interruption, time.monotonic() - started)
         # Beam's threads (and a worker stuck in a read) must not hold the exit up.
         os._exit(interruption.exit_status)
