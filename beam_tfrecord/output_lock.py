@@ -23,9 +23,9 @@ import os
 import threading
 
 import fsspec
+from fsspec.utils import get_protocol
 
 from beam_tfrecord.config import ConfigError
-from beam_tfrecord.storage import is_local
 
 __all__ = ["LOCK_FILE", "is_lockable", "lock_output", "release_output"]
 
@@ -40,8 +40,7 @@ _guard = threading.Lock()
 
 def is_lockable(output: str) -> bool:
     """Whether `output` is a folder on a local filesystem, which the kernel can lock."""
-    fs, _ = fsspec.core.url_to_fs(output)
-    return is_local(fs)
+    return get_protocol(output) in ("file", "local")
 
 
 def _lock_path(output: str) -> str:
