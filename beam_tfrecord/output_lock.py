@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import logging
 import os
 import threading
@@ -36,6 +37,8 @@ LOCK_FILE = ".beam-tfrecord.lock"
 # The locks this process holds: the lock file's path -> its open descriptor.
 _held: dict[str, int] = {}
 _guard = threading.Lock()
+# Each retry follows another build's end (or a folder removed): a few are plenty.
+_ATTEMPTS = 10
 
 
 def is_lockable(output: str) -> bool:
@@ -66,11 +69,13 @@ def lock_output(output: str) -> None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
         except OSError as err:
             raise ConfigError("output", f"{output!r} is not writable: {err}") from None
-        while True:
+        for attempt in itertools.count():
             try:
                 fd = _open(path)
-            except FileNotFoundError:  # the folder was removed meanwhile: make it again
-                os.makedirs(os.path.dirname(path), exist_ok=True)
+            except FileNotFoundError as err:
+                if attempt >= _ATTEMPTS:
+                    raise ConfigError("output", f"{output!r} cannot be locked: {err}") from None
+                os.makedirs(os.path.dirname(path), exist_ok=True)  # removed meanwhile
                 continue
             except OSError as err:
                 raise ConfigError("output", f"{output!r} is not writable: {err}") from None
@@ -104,6 +109,12 @@ def lock_output(output: str) -> None:
             ):
                 break
             os.close(fd)
+            if attempt >= _ATTEMPTS:
+                raise ConfigError(
+                    "output",
+                    f"{output!r}: another build is writing there (its lock file keeps "
+                    "being replaced)",
+                )
         try:  # who holds it, for the message of a build refused meanwhile
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
@@ -115,10 +126,13 @@ def lock_output(output: str) -> None:
 def _open(path: str) -> int:
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:
+    except PermissionError as err:
         # Left by another user's build that was killed: a read-only descriptor locks as well,
         # and removing the file needs only the folder to be writable.
-        return os.open(path, os.O_RDONLY)
+        try:
+            return os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # none there: the folder is not writable
+            raise err from None
 
 
 def _holder(fd: int) -> str:
