@@ -286,3 +286,28 @@ def test_a_killed_build_that_wrote_nothing_else_leaves_a_folder_a_plain_build_ta
     assert built.returncode == 0, built.stderr
     assert run("verify", str(out), cwd=tmp_path).returncode == 0
     assert LOCK_FILE not in _snapshot(out)
+
+
+def test_an_interrupted_build_removes_partial_files_only_from_a_folder_it_holds(tmp_path):
+    """Interrupted before it took the lock (while it still checked its inputs), a build wrote
+    nothing: the half-written files in the folder are the holder's, not its to remove. (No
+    real build can be stopped at that point on cue, so this asks the command's check.)"""
+    from beam_tfrecord.commands.build import _owns_output
+    from beam_tfrecord.output_lock import release_output
+
+    out = tmp_path / "out"
+    assert not _owns_output(str(out)), "no folder: nothing of this build's is there"
+    assert not out.exists()
+    out.mkdir()
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        assert not _owns_output(str(out))
+    finally:
+        os.close(fd)
+    try:
+        assert _owns_output(str(out))  # free: taken, and held through the clean-up
+        assert _owns_output(str(out))
+    finally:
+        release_output(str(out))
+    assert _owns_output("gs://bucket/out"), "no lock on object stores: unchanged"
