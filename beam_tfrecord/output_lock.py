@@ -1,5 +1,4 @@
-"""The exclusive lock a build holds on its local output folder, so that two builds never write
-into one folder at the same time.
+"""The lock a build holds on its local output folder: no two builds write into one at once.
 
 The lock is the kernel's (`flock`) on a hidden file in the folder, `.beam-tfrecord.lock`: it
 is released when the process holding it ends, however it ends, so a crashed or killed build
@@ -8,8 +7,8 @@ so that a finished dataset holds no stray file: its holder removes it while stil
 lock, and a build that takes the lock checks that the file it locked is still the one at that
 name (a build that opened the file before it was removed would otherwise hold a lock on a file
 no one else can see, beside a second build holding the new one). A killed build leaves the file
-behind, unlocked; it is hidden, no build, `verify` or TFDS takes it for part of a dataset, and
-the next build into the folder takes it over and removes it when done.
+behind, unlocked; it is hidden, neither a build nor `verify` takes it for part of a dataset,
+and the next build into the folder takes it over and removes it when done.
 
 Object stores have no such lock; their outputs are not locked (see the README).
 """
