@@ -14,6 +14,7 @@ from beam_tfrecord.build_folder import shard_names
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.listing import first_match, has_magic, input_list_chunks, pattern_base
 from beam_tfrecord.manifest import MANIFEST_FILE
+from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.storage import is_object_store
 from beam_tfrecord.wording import count
@@ -48,27 +49,31 @@ def refuse_placeholders(config: BuildConfig) -> None:
             )
 
 
-def preflight(config: BuildConfig, timeout: float = STORE_TIMEOUT_SECONDS) -> None:
+def preflight(
+    config: BuildConfig, timeout: float = STORE_TIMEOUT_SECONDS, *, lock: bool = False
+) -> None:
     """Refuses a build that cannot work, naming the setting, before anything is written.
 
-    Checks that reach an object store get `timeout` seconds in all.
+    Checks that reach an object store get `timeout` seconds in all. With `lock`, the output's
+    lock (`output_lock`) is taken once the inputs passed, before the output is looked at, and
+    held when this returns or raises: the caller releases it.
 
     Raises:
-        ConfigError: an input matches nothing, the output is inside an input, the output holds
-            an earlier build and neither --overwrite nor --resume is given, it is not writable,
-            or a store does not answer in time.
+        ConfigError: an input matches nothing, the output is inside an input, another build
+            holds the output's lock, the output holds an earlier build and neither --overwrite
+            nor --resume is given, it is not writable, or a store does not answer in time.
     """
     refuse_placeholders(config)
     urls = [*config.inputs, config.output, *([config.input_list] if config.input_list else [])]
     remote = [u for u in urls if "://" in u and not u.startswith(("file://", "memory://"))]
     if not remote:
-        _preflight(config)
+        _preflight(config, lock)
         return
     outcome: list[BaseException | None] = []
 
     def check() -> None:
         try:
-            _preflight(config)
+            _preflight(config, lock)
             outcome.append(None)
         except BaseException as err:  # handed to the waiting thread
             outcome.append(err)
@@ -87,7 +92,7 @@ def preflight(config: BuildConfig, timeout: float = STORE_TIMEOUT_SECONDS) -> No
         raise outcome[0]
 
 
-def _preflight(config: BuildConfig) -> None:
+def _preflight(config: BuildConfig, lock: bool) -> None:
     output = _canonical(config.output)
     for pattern in config.inputs:
         try:
@@ -109,7 +114,7 @@ def _preflight(config: BuildConfig) -> None:
     if config.input_list is not None:
         checks.append(functools.partial(_check_input_list, config.input_list))
     run_concurrently(checks)
-    _check_output(config)
+    _check_output(config, lock)
 
 
 def _check_input(pattern: str, config: BuildConfig) -> None:
@@ -139,14 +144,19 @@ def _check_input_list(input_list: str) -> None:
         raise ConfigError("input_list", f"{input_list!r} cannot be read: {err}") from None
 
 
-def _check_output(config: BuildConfig) -> None:
+def _check_output(config: BuildConfig, lock: bool) -> None:
     fs, path = fsspec.core.url_to_fs(config.output)
+    if fs.isfile(path):
+        raise ConfigError("output", f"{config.output!r} is a file, not a folder")
+    if lock:  # before the folder is looked at: what another build is writing is not a stray file
+        lock_output(config.output)
     try:
         existing = fs.ls(path, detail=False) if fs.isdir(path) else []
     except FileNotFoundError:
         existing = []
-    if fs.isfile(path):
-        raise ConfigError("output", f"{config.output!r} is a file, not a folder")
+    # A killed build's lock file (unlocked, or it would have refused this build) is not a file
+    # of a build.
+    existing = [p for p in existing if posixpath.basename(p.rstrip("/")) != LOCK_FILE]
     if existing and not (config.overwrite or config.resume):
         has_build = any(posixpath.basename(p.rstrip("/")) == MANIFEST_FILE for p in existing)
         shards = shard_names(existing)

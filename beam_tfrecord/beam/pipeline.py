@@ -6,7 +6,8 @@ import logging
 import posixpath
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,6 +50,7 @@ from beam_tfrecord.manifest import (
     withdrawn_reason,
     write_build_files,
 )
+from beam_tfrecord.output_lock import is_lockable, release_output
 from beam_tfrecord.planning import Preparer
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import default_depth
@@ -365,9 +367,16 @@ def build(
         beam_args: flags for Beam's PipelineOptions (`--runner`, `--direct_num_workers`, ...).
         wait: wait for the job to finish (runners that run in this process finish anyway).
 
+    A local output folder is locked (`output_lock`) while this process runs or waits for the
+    build, from before anything in it is written or removed: a second build into it is
+    refused. An interrupted build (KeyboardInterrupt, SystemExit) keeps the lock: its threads
+    and worker processes may still be writing; call `release_output` once they have ended (the
+    command does), or the lock goes when the process does.
+
     Raises:
-        ConfigError: the config cannot work, or `--dry_run` is given to a runner that would
-            run the build anyway (before anything is written).
+        ConfigError: the config cannot work, another build is writing into the output folder,
+            or `--dry_run` is given to a runner that would run the build anyway (before
+            anything is written).
         BuildFailed: the build wrote no image, or skipped more than --max-skipped-fraction of
             its inputs; report.jsonl says why, and nothing claims a finished dataset (the
             finished shards of the second kind stay, for --resume).
@@ -381,7 +390,35 @@ def build(
             f"{_runner_name(options)} would run the build: only DataflowRunner honours "
             "--dry_run=True (it builds the job and does not submit it)",
         )
-    preflight(config)
+    # A job not waited for runs on after this process has returned, maybe ended: no lock
+    # held here would cover it. Nor is there one on object stores.
+    lock = (
+        not dry_run
+        and (wait or isinstance(_runner(options), LocalRunner))
+        and is_lockable(config.output)
+    )
+    with _released_at_end(config.output, lock):
+        return _build(config, options, dry_run, wait, lock)
+
+
+@contextmanager
+def _released_at_end(output: str, lock: bool) -> Iterator[None]:
+    """Releases the output's lock when the build ends or fails; not when it is interrupted."""
+    if not lock:
+        yield
+        return
+    try:
+        yield
+    except Exception:
+        release_output(output)
+        raise
+    release_output(output)
+
+
+def _build(
+    config: BuildConfig, options: PipelineOptions, dry_run: bool, wait: bool, lock: bool
+) -> BuildResult | SubmittedBuild:
+    preflight(config, lock=lock)
     if config.overwrite and not dry_run:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)

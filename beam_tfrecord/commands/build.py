@@ -450,7 +450,13 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             print(f"To publish it anyway: {_publish_anyway_command(config)}", file=sys.stderr)
         return 1
     if interruption.signum is not None:
-        _discard_partial_files(config.output)
+        from beam_tfrecord.output_lock import release_output
+
+        if _owns_output(config.output):
+            _discard_partial_files(config.output)
+        # The interrupted build kept the output locked until its workers and partial files
+        # were gone (build()); the lock file goes too, for the next build to start clean.
+        release_output(config.output)
         _report_interruption(prog, config, interruption, time.monotonic() - started)
         # Beam's threads (and a worker stuck in a read) must not hold the exit up.
         os._exit(interruption.exit_status)
@@ -492,6 +498,26 @@ def _publish_anyway_command(config: BuildConfig) -> str:
     if config.max_skipped_fraction is not None and len(argv) == len(sys.argv):
         argv.append("--max-skipped-fraction=1")  # the bound came from the YAML file
     return resume_command(argv)
+
+
+def _owns_output(output: str) -> bool:
+    """Whether the partial files in `output` may be this build's: it holds the folder's lock,
+    or takes it now. Interrupted before it took it (while checking its inputs), it wrote
+    nothing, and what is there belongs to the build that holds it. Object stores have no lock.
+    """
+    import fsspec
+
+    from beam_tfrecord.output_lock import is_lockable, lock_output
+
+    if not is_lockable(output):
+        return True
+    if not os.path.isdir(fsspec.core.url_to_fs(output)[1]):
+        return False
+    try:
+        lock_output(output)  # kept as it is if this process holds it
+    except ConfigError:
+        return False
+    return True
 
 
 def _discard_partial_files(output: str) -> None:

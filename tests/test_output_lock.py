@@ -1,0 +1,90 @@
+"""The output folder's lock on its own: taken, refused, released, and the race of a lock file
+removed by its holder while another build has it open."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+
+import pytest
+
+from beam_tfrecord import output_lock
+from beam_tfrecord.config import ConfigError
+from beam_tfrecord.output_lock import LOCK_FILE, is_lockable, lock_output, release_output
+
+
+def _locked_elsewhere(path) -> bool:
+    """Whether another open file description cannot take the lock at `path` now."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        assert err.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_the_lock_is_taken_in_a_new_folder_and_its_file_goes_with_it(tmp_path):
+    out = tmp_path / "a" / "out"
+    lock_output(str(out))
+    try:
+        assert _locked_elsewhere(out / LOCK_FILE)
+        assert (out / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+        lock_output(str(out))  # held by this process already: kept, not refused
+    finally:
+        release_output(str(out))
+    assert list(out.iterdir()) == []
+    release_output(str(out))  # not held: nothing
+
+
+def test_a_folder_locked_by_another_holder_is_refused_naming_it(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, b"77\n")
+        with pytest.raises(ConfigError, match=r"another build \(process 77\) is writing there"):
+            lock_output(str(out))
+        assert (out / LOCK_FILE).read_text() == "77\n"
+    finally:
+        os.close(fd)
+
+
+def test_a_lock_on_a_file_its_holder_removed_meanwhile_does_not_count(tmp_path, monkeypatch):
+    """Build A ends (removes the lock file, then releases) between B's open and B's lock: B
+    then locks a file that is no longer at the name, where C would make and lock a new one.
+    B must see that and lock the file at the name."""
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / LOCK_FILE
+    a = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(a, fcntl.LOCK_EX)
+    opened = output_lock._open
+
+    def open_then_a_ends(name):
+        fd = opened(name)
+        if a_open:
+            os.unlink(path)  # what release_output does, in this order
+            os.close(a)
+            a_open.clear()
+        return fd
+
+    a_open = [True]
+    monkeypatch.setattr(output_lock, "_open", open_then_a_ends)
+    lock_output(str(out))
+    try:
+        assert not a_open, "the race did not happen"
+        assert path.exists(), "B holds a lock on a file no other build can see"
+        assert _locked_elsewhere(path), "a build C could take the lock beside B"
+    finally:
+        release_output(str(out))
+
+
+def test_object_stores_are_not_locked():
+    assert is_lockable("relative/out") and is_lockable("file:///tmp/out")
+    assert not is_lockable("memory://out")
+    assert not is_lockable("gs://bucket/out")
