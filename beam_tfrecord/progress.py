@@ -19,6 +19,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -115,6 +116,10 @@ def set_total(number: int) -> None:
 
 
 def _flush_loop(folder: str) -> None:
+    if hasattr(signal, "pthread_sigmask"):
+        # A signal to the process is the main thread's to take: delivered to this thread, it
+        # would not break a call the main thread is blocked in.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     while _state["folder"] == folder and _state["pid"] == os.getpid():
         time.sleep(_FLUSH_SECONDS)
         if not flush(folder):

@@ -32,8 +32,10 @@ R = TypeVar("R")
 DEFAULT_BUDGET = 64 * 1024 * 1024
 
 
-def new_executor(threads: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(threads, thread_name_prefix="read-ahead")
+def new_executor(
+    threads: int, initializer: Callable[[], object] | None = None
+) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="read-ahead", initializer=initializer)
 
 
 def worker_threads() -> int:

@@ -73,14 +73,14 @@ class ShardProcesses:
         """Writes the shard in a worker process; the future holds what `write_shard` returns."""
         # Entries in their compact form: a few dozen bytes each, where a pickle takes hundreds.
         packed = [entry.to_bytes() for entry in entries]
-        with _sigint_blocked():  # a process it starts inherits the mask
+        with _signals_blocked():  # a process it starts inherits the mask
             return self._pool.submit(
                 _write, spec, packed, policy, max_record_size, resume, read_ahead
             )
 
     def start(self) -> None:
         """Starts every process now, where the first shards would start them."""
-        with _sigint_blocked():
+        with _signals_blocked():
             # The executor starts a process for each task no idle process can take.
             for _ in range(self.processes):
                 self._pool.submit(int)
@@ -144,23 +144,34 @@ class _SpawnWithoutMain(multiprocessing.context.SpawnContext):
 
 
 @contextlib.contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """SIGINT held back from this thread while the block runs, and from the processes it starts
-    (the mask survives exec): a Ctrl-C while one still imports cannot end it with a traceback.
-    A SIGINT sent meanwhile reaches this process when the block ends."""
+def _signals_blocked() -> Iterator[None]:
+    """SIGINT and SIGTERM held back from this thread while the block runs, and from the
+    processes it starts (the mask survives exec): a Ctrl-C while one still imports cannot end it
+    with a traceback, and the threads its imports start take neither (`_start_worker`). A signal
+    sent meanwhile reaches this process when the block ends."""
     if not hasattr(signal, "pthread_sigmask"):  # not POSIX
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def _block_sigterm() -> None:
+    """Keeps SIGTERM from this thread, for the process's main thread to take."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
 def _start_worker(log_level: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_term)
+    # SIGTERM must reach this, the main thread: its handler runs only here, and only a signal
+    # to this thread breaks a read it is blocked in (of a stalled file, say). The process
+    # started with it blocked, so the threads its imports started (numpy's BLAS) block it;
+    # the threads it starts from now on block it too (`_block_sigterm`), and this one takes it.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     quiet_pillow_for_good()  # this process is the tool's own
     # The launcher's level for this tool's own lines (-v shows each shard written).
     handler = logging.StreamHandler()
@@ -169,7 +180,7 @@ def _start_worker(log_level: int) -> None:
     own.addHandler(handler)
     own.setLevel(log_level)
     own.propagate = False
-    _worker["executor"] = new_executor(worker_threads())
+    _worker["executor"] = new_executor(worker_threads(), initializer=_block_sigterm)
     _worker["cpu"] = threading.Semaphore(usable_cores())
 
 
