@@ -65,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         "--data", type=Path, default=REPO.parent / "bench-data", help="where collections live"
     )
     parser.add_argument("--before", help="also run our builds from this git revision")
-    parser.add_argument("--only", help="comma-separated parts of row names to run (default all)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="run only the workloads whose name holds this text (repeatable; default all)",
+    )
     parser.add_argument(
         "--cold", action="store_true", help="evict the collection from the page cache first"
     )
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     rows = []
     for workload, source, meta, baseline, flags in workloads:
-        if args.only and not any(w.strip() in workload for w in args.only.split(",")):
+        if args.only and not any(part in workload for part in args.only):
             continue
         contenders = [("plain loop, 2 processes", baseline, REPO)] if baseline else []
         contenders += [
