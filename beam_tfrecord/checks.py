@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import posixpath
 import re
 import threading
@@ -122,18 +123,33 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
         first = first_match(pattern, config.extensions)
         if first is None:
             # Only to word the refusal (no round trip when the input is fine): a path named
-            # outright, without a wildcard, may simply not exist.
+            # outright, without a wildcard, may simply not exist, nor the folder a pattern
+            # starts from.
             fs, path = fsspec.core.url_to_fs(pattern)
             if not has_magic(path) and not fs.exists(path):
-                raise ConfigError("input", f"{pattern!r} does not exist")
+                raise ConfigError("input", f"{pattern!r} does not exist{_taken_from(pattern)}")
+            base = pattern_base(pattern)
+            if has_magic(path) and base and not fs.exists(pattern_base(path)):
+                raise ConfigError(
+                    "input",
+                    f"{pattern!r}: its folder {base!r} does not exist{_taken_from(pattern)}",
+                )
     except OSError as err:
         raise ConfigError("input", f"{pattern!r} cannot be listed: {err}") from None
     if first is None:
         raise ConfigError(
             "input",
             f"{pattern!r} matches no image file (extensions {', '.join(config.extensions)}; "
-            "hidden files and folders are ignored)",
+            f"hidden files and folders are ignored){_taken_from(pattern)}",
         )
+
+
+def _taken_from(pattern: str) -> str:
+    """Where a relative local path was looked for (a config file's paths, too, are taken from
+    the current folder, not the file's), to add to a refusal; nothing for any other."""
+    if "://" in pattern or os.path.isabs(pattern):
+        return ""
+    return f" (a relative path: taken from the current folder, {os.getcwd()})"
 
 
 def _check_input_list(input_list: str) -> None:

@@ -91,6 +91,27 @@ def test_input_folder_that_does_not_exist(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_relative_input_that_finds_nothing_says_where_it_was_looked_for(
+    tmp_path, capsys, monkeypatch
+):
+    """A config file's relative paths are taken from the current folder, not the file's: a
+    build started elsewhere says so, and names the folder that is not there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "empty").mkdir()
+    config = tmp_path / "build.yaml"
+    config.write_text("input: [samples/fruits/**]\noutput: out\n")
+    assert main(["build", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--input: 'samples/fruits/**': its folder 'samples/fruits' does not exist "
+        f"(a relative path: taken from the current folder, {tmp_path})"
+    ) in err, err
+    assert main(["build", "--input", "empty/**", "--output", "out"]) == 2
+    assert "matches no image file (extensions" in (err := capsys.readouterr().err), err
+    assert f"taken from the current folder, {tmp_path})" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_output_inside_an_input(src, capsys):
     before = _snapshot(src)
     status = main(["build", "--input", f"{src}/**", "--output", str(src / "cat" / "dataset")])
