@@ -35,6 +35,7 @@ __all__ = [
     "read_manifest",
     "remove_stale_files",
     "remove_temporaries",
+    "skipped_fraction",
     "too_many_skipped",
     "withdraw_build",
     "withdrawn_reason",
@@ -209,13 +210,14 @@ def withdraw_build(
     remove_stale_files(output_dir, keep=keep)
 
 
+def skipped_fraction(inputs: Mapping[str, int]) -> float:
+    """The share of a build's inputs (the manifest's `inputs`) it skipped; 0 when none listed."""
+    return inputs["skipped"] / inputs["listed"] if inputs["listed"] else 0.0
+
+
 def too_many_skipped(inputs: Mapping[str, int], max_skipped_fraction: float | None) -> bool:
     """Whether a build skipped more of its inputs (the manifest's `inputs`) than it may."""
-    return (
-        max_skipped_fraction is not None
-        and inputs["listed"] > 0
-        and inputs["skipped"] / inputs["listed"] > max_skipped_fraction
-    )
+    return max_skipped_fraction is not None and skipped_fraction(inputs) > max_skipped_fraction
 
 
 def _holds_shards(output_dir: str) -> bool:

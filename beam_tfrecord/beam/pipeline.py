@@ -45,6 +45,7 @@ from beam_tfrecord.manifest import (
     discard_manifest,
     read_manifest,
     remove_stale_files,
+    skipped_fraction,
     too_many_skipped,
     withdraw_build,
     withdrawn_reason,
@@ -255,8 +256,7 @@ class BuildResult:
 
     @property
     def skipped_fraction(self) -> float:
-        inputs = self.manifest["inputs"]
-        return inputs["skipped"] / inputs["listed"] if inputs["listed"] else 0.0
+        return skipped_fraction(self.manifest["inputs"])
 
 
 @dataclass(frozen=True)
