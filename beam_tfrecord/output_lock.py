@@ -16,7 +16,6 @@ Object stores have no such lock; their outputs are not locked (see the README).
 from __future__ import annotations
 
 import errno
-import fcntl
 import itertools
 import logging
 import os
@@ -26,6 +25,11 @@ import fsspec
 from fsspec.utils import get_protocol
 
 from beam_tfrecord.config import ConfigError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no flock, and no lock (see `is_lockable`)
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["LOCK_FILE", "is_lockable", "lock_output", "release_output"]
 
@@ -42,7 +46,7 @@ _ATTEMPTS = 10
 
 def is_lockable(output: str) -> bool:
     """Whether `output` is a folder on a local filesystem, which the kernel can lock."""
-    return get_protocol(output) in ("file", "local")
+    return fcntl is not None and get_protocol(output) in ("file", "local")
 
 
 def _lock_path(output: str) -> str:

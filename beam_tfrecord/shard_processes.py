@@ -161,7 +161,8 @@ def _signals_blocked() -> Iterator[None]:
 
 def _block_sigterm() -> None:
     """Keeps SIGTERM from this thread, for the process's main thread to take."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    if hasattr(signal, "pthread_sigmask"):  # not POSIX: no thread takes a signal of its own
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 def _start_worker(log_level: int) -> None:
@@ -171,7 +172,8 @@ def _start_worker(log_level: int) -> None:
     # to this thread breaks a read it is blocked in (of a stalled file, say). The process
     # started with it blocked, so the threads its imports started (numpy's BLAS) block it;
     # the threads it starts from now on block it too (`_block_sigterm`), and this one takes it.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     quiet_pillow_for_good()  # this process is the tool's own
     # The launcher's level for this tool's own lines (-v shows each shard written).
     handler = logging.StreamHandler()

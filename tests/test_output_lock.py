@@ -88,3 +88,20 @@ def test_object_stores_are_not_locked():
     assert is_lockable("relative/out") and is_lockable("file:///tmp/out")
     assert not is_lockable("memory://out")
     assert not is_lockable("gs://bucket/out")
+
+
+def test_without_flock_the_package_still_imports_and_no_output_is_lockable(tmp_path):
+    """Where `fcntl` does not exist (not POSIX), a build goes on unlocked: importing the lock
+    module, and with it every build, must not fail."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['fcntl'] = None\n"  # `import fcntl` then raises ImportError
+        "from beam_tfrecord.output_lock import is_lockable\n"
+        "import beam_tfrecord.checks, beam_tfrecord.commands.build\n"
+        f"print(is_lockable({str(tmp_path)!r}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

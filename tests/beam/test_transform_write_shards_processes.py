@@ -275,3 +275,12 @@ def test_only_a_shard_process_main_thread_takes_sigterm(shards, tmp_path, monkey
     assert blocked.pop("main") is False
     # The BLAS thread (2 cores or more), the read-ahead threads and the flusher, at least.
     assert len(blocked) >= 2 and all(blocked.values()), blocked
+
+
+def test_a_worker_thread_blocks_sigterm_only_where_threads_have_signal_masks(monkeypatch):
+    """Not POSIX (no pthread_sigmask): the read-ahead threads' initializer does nothing, where
+    failing would break every shard process's thread pool."""
+    from beam_tfrecord.shard_processes import _block_sigterm
+
+    monkeypatch.delattr(signal, "pthread_sigmask")
+    _block_sigterm()  # no AttributeError
