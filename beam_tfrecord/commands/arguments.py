@@ -8,7 +8,7 @@ import sys
 from beam_tfrecord.codec.compression import COMPRESSION_TYPES
 from beam_tfrecord.verification import expand_paths
 
-__all__ = ["add_compression_argument", "expand_or_complain", "non_negative_int"]
+__all__ = ["add_compression_argument", "expand_or_complain", "non_negative_int", "print_error"]
 
 
 def non_negative_int(text: str) -> int:
@@ -31,9 +31,15 @@ def add_compression_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def expand_or_complain(patterns: list[str]) -> tuple[list[str], list[str]]:
+def print_error(command: str, message: str) -> None:
+    """One error line on stderr, named as argparse names a usage error, so that a line read
+    among others (a script's log, a CI job's) says which command it came from."""
+    print(f"beam-tfrecord {command}: error: {message}", file=sys.stderr)
+
+
+def expand_or_complain(patterns: list[str], command: str) -> tuple[list[str], list[str]]:
     """`expand_paths`, printing an error for each pattern that names nothing."""
     files, unmatched = expand_paths(patterns)
     for pattern in unmatched:
-        print(f"error: {pattern}: no such file or directory", file=sys.stderr)
+        print_error(command, f"{pattern}: no such file or directory")
     return files, unmatched

@@ -23,6 +23,7 @@ from beam_tfrecord.commands.arguments import (
     add_compression_argument,
     expand_or_complain,
     non_negative_int,
+    print_error,
 )
 from beam_tfrecord.wording import count
 
@@ -229,7 +230,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Shows the records of the files; returns 1 if a file is missing or damaged."""
     del extra  # the dispatcher refuses unknown flags for this command
-    files, unmatched = expand_or_complain(args.files)
+    files, unmatched = expand_or_complain(args.files, "inspect")
     status = 1 if unmatched else 0
     limit = args.records or None
     for url in files:
@@ -253,6 +254,6 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         except (CorruptRecordError, OSError) as error:
             # Keep what was shown; name the damage (its file and offset) and go on.
             sys.stdout.flush()
-            print(f"error: {error}", file=sys.stderr)
+            print_error("inspect", str(error))
             status = 1
     return status

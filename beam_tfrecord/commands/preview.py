@@ -6,7 +6,6 @@ import argparse
 import io
 import math
 import random
-import sys
 import textwrap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from beam_tfrecord.codec.reader import TFRecordReader, read_records
+from beam_tfrecord.commands.arguments import print_error
 from beam_tfrecord.manifest import read_manifest
 from beam_tfrecord.reader import Dataset, Shard, decode_image, parse_record
 from beam_tfrecord.wording import count
@@ -248,11 +248,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     del extra  # the dispatcher refuses unknown flags for this command
     refusal = _refusal(args.out, args.overwrite)
     if refusal is not None:  # before any work, so that nothing is read or written
-        print(f"beam-tfrecord preview: error: {refusal}", file=sys.stderr)
+        print_error("preview", refusal)
         return 2
     refusal = args.split and _unknown_split(args.output, args.split)
     if refusal:  # a value the user gave, refused as other commands refuse a bad value
-        print(f"beam-tfrecord preview: error: {refusal}", file=sys.stderr)
+        print_error("preview", refusal)
         return 2
     try:
         split = args.split or _first_split(args.output)
@@ -270,10 +270,10 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             else:
                 tiles.append(_tile(item, dataset.classes))
     except (OSError, ValueError) as error:  # no dataset, no such split, framing damage...
-        print(f"error: {error}", file=sys.stderr)
+        print_error("preview", str(error))
         return 1
     if not tiles:
-        print(f"error: split {split!r} of {args.output} has no records", file=sys.stderr)
+        print_error("preview", f"split {split!r} of {args.output} has no records")
         return 1
     sheet = _contact_sheet(tiles, args.columns, args.size)
     buffer = io.BytesIO()
@@ -282,9 +282,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         with fsspec.open(args.out, "wb") as f:
             f.write(buffer.getvalue())
     except OSError as error:  # no such folder, no permission: the path is the user's to fix
-        print(
-            f"beam-tfrecord preview: error: -o {args.out}: cannot write: {error}", file=sys.stderr
-        )
+        print_error("preview", f"-o {args.out}: cannot write: {error}")
         return 2
     columns = min(args.columns, len(tiles))
     rows = math.ceil(len(tiles) / columns)
@@ -296,10 +294,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     problems = sum(tile.image is None or tile.warn for tile in tiles)
     if problems:
         as_stated = "it states (its tile says" if problems == 1 else "they state (their tiles say"
-        print(
-            f"error: {problems} of {count(len(tiles), 'record')} could not be shown as "
-            f"{as_stated} why)",
-            file=sys.stderr,
+        print_error(
+            "preview",
+            f"{problems} of {count(len(tiles), 'record')} could not be shown as {as_stated} why)",
         )
         return 1
     return 0

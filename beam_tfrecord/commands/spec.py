@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from beam_tfrecord.commands.arguments import non_negative_int
+from beam_tfrecord.commands.arguments import non_negative_int, print_error
 from beam_tfrecord.feature_spec import feature_spec, spec_to_python
 
 __all__ = ["add_arguments", "run"]
@@ -37,7 +36,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         description = feature_spec(args.output, scan=args.scan or None)
     # CorruptRecordError and FileNotFoundError are OSErrors; their messages name the file.
     except (OSError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print_error("spec", str(error))
         return 1
     if args.json:
         print(json.dumps(description, indent=1))

@@ -51,7 +51,7 @@ def _count(number: int, noun: str) -> str:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Verifies the files; returns 0 when all are sound, 1 otherwise."""
     del extra  # the dispatcher refuses unknown flags for this command
-    files, unmatched = expand_or_complain(args.paths)
+    files, unmatched = expand_or_complain(args.paths, "verify")
     status = 1 if unmatched else 0
     totals = {"records": 0, "bytes": 0, "damaged": 0}
     not_examples = False

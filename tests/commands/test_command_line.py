@@ -775,7 +775,9 @@ def test_15_preview_of_one_bad_record_is_singular(built, tmp_path):
     lines = done.stderr.splitlines()
     assert len(lines) == 1
     assert re.fullmatch(
-        r"error: 1 of \d+ records could not be shown as it states \(its tile says why\)", lines[0]
+        r"beam-tfrecord preview: error: 1 of \d+ records could not be shown as it states "
+        r"\(its tile says why\)",
+        lines[0],
     ), lines
 
 
@@ -932,3 +934,26 @@ def test_21_preview_of_a_split_that_does_not_exist_is_refused(built, tmp_path):
         f"beam-tfrecord preview: error: --split: no split 'nosuch' in {built}; it has {splits}"
     ]
     assert not sheet.exists()
+
+
+# 22. Every command names itself in its error lines, as a usage error does: a line read among
+# others (a script's log) says which command it came from.
+
+
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        (["inspect"], "no such file or directory"),
+        (["verify"], "no such file or directory"),
+        (["spec"], "no such folder"),
+        (["preview", "-o", "sheet.png"], "no such folder"),
+    ],
+    ids=["inspect", "verify", "spec", "preview"],
+)
+def test_22_a_missing_path_is_one_line_naming_the_command(tmp_path, command, says):
+    missing = tmp_path / "missing"
+    name, *flags = command
+    done = run(name, str(missing), *flags, cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"beam-tfrecord {name}: error: {missing}: {says}"]
+    assert not (tmp_path / "sheet.png").exists()
