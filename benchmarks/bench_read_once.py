@@ -5,7 +5,9 @@
 Three workloads, each ours (2 workers, the multi-process DirectRunner; and a plain build with no
 Beam flags: one process, its shards written by shard processes of its own once the plan holds
 64 MB) against benchmarks/baseline_plain.py (2 processes, no Beam) doing
-the same work per image:
+the same work per image, and benchmarks/baseline_write_shard.py: our own shard writer in the same
+2 processes with no pipeline around it, which splits a build's time between the work per image
+and the pipeline's start, listing, planning and finish:
 
 - the 1.5 GB JPEG collection, default build (`--validate decode`): read, reduced-size decode,
   SHA-256, framing, write;
@@ -85,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.data / "out"
     python = sys.executable
     plain = [python, str(HERE / "baseline_plain.py")]
+    writer = [python, str(HERE / "baseline_write_shard.py")]
     trees = {"ours": REPO}
     if args.before:
         trees[f"before ({args.before})"] = _checkout(args.before, args.data)
@@ -107,7 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     for workload, source, meta, baseline, flags in workloads:
         if args.only and not any(part in workload for part in args.only):
             continue
-        contenders = [("plain loop, 2 processes", baseline, REPO)] if baseline else []
+        contenders = []
+        if baseline:
+            # The plain loop, then our own per-image work alone: the same processes running
+            # write_shard, none of the pipeline around it.
+            contenders.append(("plain loop, 2 processes", baseline, REPO))
+            alone = [*writer, *baseline[2:3], str(out / "build"), *baseline[4:]]
+            contenders.append(("our shard writer alone, 2 processes", alone, REPO))
         contenders += [
             (f"{tree}, 2 workers", ours(source, *flags), cwd) for tree, cwd in trees.items()
         ]
