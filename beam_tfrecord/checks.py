@@ -17,7 +17,7 @@ from beam_tfrecord.listing import first_match, has_magic, input_list_chunks, pat
 from beam_tfrecord.manifest import MANIFEST_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
-from beam_tfrecord.storage import is_object_store
+from beam_tfrecord.storage import is_local, is_object_store
 from beam_tfrecord.wording import count
 
 __all__ = ["STORE_TIMEOUT_SECONDS", "preflight", "refuse_placeholders"]
@@ -25,6 +25,8 @@ __all__ = ["STORE_TIMEOUT_SECONDS", "preflight", "refuse_placeholders"]
 
 def _canonical(url: str) -> str:
     fs, path = fsspec.core.url_to_fs(url)
+    if is_local(fs):  # `out/../data` is `data`, as the listing takes it
+        path = posixpath.normpath(path)
     return fs.unstrip_protocol(path.rstrip("/"))
 
 

@@ -115,6 +115,8 @@ class ListingTask:
     @classmethod
     def for_pattern(cls, pattern: str) -> ListingTask:
         fs, path = fsspec.core.url_to_fs(pattern)
+        if isinstance(fs, LocalFileSystem):
+            path = _without_dot_dots(path)
         if has_magic(path):
             base = pattern_base(path)
         elif fs.isdir(path):
@@ -187,6 +189,15 @@ def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
         if e.get("type") == "directory"
         and not posixpath.basename(e["name"].rstrip("/")).startswith(".")
     )
+
+
+def _without_dot_dots(path: str) -> str:
+    """A local path or pattern with `.` and `..` taken out of its folders before any wildcard,
+    as `os.path.abspath` takes them out: `data/../data` and `data` list the same files under the
+    same names, so a file named both ways is one input. (Past a wildcard, `..` is left to the
+    glob.)"""
+    fixed = pattern_base(path) if has_magic(path) else path
+    return posixpath.normpath(fixed) + path[len(fixed) :] if fixed else path
 
 
 def _plain_local(path: str) -> bool:
@@ -395,11 +406,17 @@ def parse_input_line(line: str, list_url: str) -> SourceFile | None:
         raise ValueError(f"{list_url}: expected `path` or `path,label`, got {line.rstrip()!r}")
     path = fields[0].strip()
     label = fields[1].strip() if len(fields) == 2 and fields[1].strip() else None
-    if "://" in path or path.startswith("/"):
+    if "://" in path:
         url, relpath = path, path.split("://", 1)[-1].lstrip("/")
+    elif path.startswith("/"):
+        # The file's own name, as a relative line beside it gives it: one file is one input.
+        url = posixpath.normpath(path)
+        relpath = url.lstrip("/")
     else:
         relpath = posixpath.normpath(path)
         url = posixpath.join(posixpath.dirname(list_url), relpath)
+        if "://" not in list_url:
+            url = posixpath.normpath(url)
     return SourceFile(url=url, relpath=relpath, size=-1, label=label)
 
 
@@ -411,6 +428,10 @@ def input_list_chunks(list_url: str, chunk_bytes: int = 64 << 20) -> list[tuple[
     """
     fs, path = fsspec.core.url_to_fs(list_url)
     size = fs.size(path)
+    if "://" not in list_url:
+        # The list's relative lines then name their files as its absolute lines do, wherever
+        # the chunks are read.
+        list_url = path
     return [
         (list_url, start, min(start + chunk_bytes, size)) for start in range(0, size, chunk_bytes)
     ]

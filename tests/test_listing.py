@@ -230,6 +230,8 @@ def test_pattern_base():
         ('"odd, name.jpg",dog', SourceFile("/lists/odd, name.jpg", "odd, name.jpg", -1, "dog")),
         ("gs://b/imgs/x.jpg,fox", SourceFile("gs://b/imgs/x.jpg", "b/imgs/x.jpg", -1, "fox")),
         ("/abs/y.png", SourceFile("/abs/y.png", "abs/y.png", -1)),
+        ("/abs/./x/../y.png", SourceFile("/abs/y.png", "abs/y.png", -1)),
+        ("../other/z.png", SourceFile("/other/z.png", "../other/z.png", -1)),
         ("path,label", None),
         ("# a comment", None),
         ("   ", None),
@@ -282,3 +284,32 @@ def test_local_bytes_reach_counts_the_files_of_the_suffixes_below_each_pattern(t
     assert not local_bytes_reach([f"{tmp_path}/a/**"], jpg, 1200, most_files=1)  # it stops counting
     assert local_bytes_reach([f"{tmp_path}/missing/**", str(tmp_path / "a/1.jpg")], jpg, 600)
     assert not local_bytes_reach([f"{tmp_path}/missing/**", str(tmp_path / "a/1.jpg")], jpg, 601)
+
+
+def test_dot_dots_before_a_wildcard_name_the_same_files(tree):
+    """`a/../a` is `a`, as `os.path.abspath` has it: a file listed both ways is one input, under
+    one name, and the fast local walk lists it."""
+    plain = list(expand_pattern(f"{tree}/a/**", EXTS))
+    assert plain
+    for roundabout in (f"{tree}/a/../a/**", f"{tree}/b/./../a/**", f"{tree}/a/x/..//**"):
+        assert list(expand_pattern(roundabout, EXTS)) == plain
+    assert list(expand_pattern(f"{tree}/b/../a", EXTS)) == plain  # a folder, no wildcard
+    task = ListingTask.for_pattern(f"{tree}/b/../a/*/*.jpg")
+    assert (task.pattern, task.base) == (f"{tree}/a/*/*.jpg", f"{tree}/a")
+
+
+def test_a_file_named_relative_and_absolute_in_an_input_list_has_one_url(tmp_path, monkeypatch):
+    (tmp_path / "imgs" / "cat").mkdir(parents=True)
+    (tmp_path / "imgs" / "cat" / "1.jpg").write_bytes(b"x")
+    listing = tmp_path / "imgs" / "list.csv"
+    absolute = tmp_path / "imgs" / "cat" / "1.jpg"
+    listing.write_text(f"cat/1.jpg\n{absolute}\n./cat/../cat/1.jpg\n{tmp_path}/imgs/./cat/1.jpg\n")
+    monkeypatch.chdir(tmp_path)  # the list named by a relative path, as on a command line
+    entries = [e for c in input_list_chunks("imgs/list.csv") for e in read_input_list_chunk(c)]
+    assert {e.url for e in entries} == {str(absolute)}
+    assert [e.relpath for e in entries] == [
+        "cat/1.jpg",
+        str(absolute).lstrip("/"),
+        "cat/1.jpg",
+        str(absolute).lstrip("/"),
+    ]

@@ -119,3 +119,25 @@ def test_linked_folders_and_files_are_built_and_a_broken_link_is_reported(tmp_pa
     assert len(gone) == 1 and gone[0]["reason"] == "vanished", report
     assert "a link to" in gone[0]["message"] and "nowhere.jpg" in gone[0]["message"]
     assert (tmp_path / "out" / "labels.txt").read_text().split() == ["apple", "banana"]
+
+
+def test_a_file_named_two_ways_is_one_input_written_once(tmp_path):
+    """`src/cat/..` is `src`, and a list line `/abs/src/cat/a.jpg` is the file that `cat/a.jpg`
+    names beside the list: each file is written once (it was twice, in two splits), and an
+    output beside the input reached through `..` is not taken to be inside it."""
+    src = tmp_path / "src"
+    names = [f"{cls}/{i}.jpg" for cls in ("cat", "dog") for i in range(3)]
+    for i, name in enumerate(names):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (8, 8), (40 * i, 0, 0)).save(src / name, "JPEG")
+    twice = build(
+        _config(f"{src}/../out1", inputs=(str(src), f"{src}/cat/../../src/**")), []
+    )  # fmt: skip
+    assert twice.manifest["inputs"]["listed"] == len(names)
+    assert twice.manifest["inputs"]["written"] == len(names)
+    assert (tmp_path / "out1" / "manifest.json").exists()
+
+    listing = src / "list.csv"
+    listing.write_text("".join(f"{n}\n{src / n}\n./{n}\n" for n in names))
+    listed = build(_config(tmp_path / "out2", input_list=str(listing)), [])
+    assert listed.manifest["inputs"]["written"] == len(names)
