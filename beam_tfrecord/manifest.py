@@ -287,8 +287,17 @@ def discard_manifest(output_dir: str) -> None:
 
 
 def read_manifest(output_dir: str) -> dict[str, Any]:
-    with fsspec.open(posixpath.join(output_dir, MANIFEST_FILE), "r", encoding="utf-8") as f:
-        return json.load(f)
+    """The build's manifest.
+
+    Raises:
+        FileNotFoundError: the folder holds no manifest, or does not exist.
+        NotADirectoryError: `output_dir` is a file.
+    """
+    try:
+        with fsspec.open(posixpath.join(output_dir, MANIFEST_FILE), "r", encoding="utf-8") as f:
+            return json.load(f)
+    except NotADirectoryError:
+        raise NotADirectoryError(f"{output_dir}: a file, not a build folder") from None
 
 
 def is_build_file(file_name: str) -> bool:

@@ -135,6 +135,8 @@ def _read_manifest(source: str, storage_options: Mapping[str, Any]) -> dict[str,
     try:
         with fsspec.open(url, "r", encoding="utf-8", **storage_options) as f:
             text = f.read()
+    except NotADirectoryError:
+        raise NotADirectoryError(f"{source}: a file, not a build folder") from None
     except FileNotFoundError:
         return None
     try:

@@ -263,3 +263,10 @@ def test_reading_imports_neither_beam_nor_tensorflow_nor_torch(built):
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert proc.stdout.split(" ", 1)[1].strip() == "[]", proc.stdout
+
+
+def test_a_file_given_for_a_build_folder_is_named_as_such(tmp_path):
+    given = tmp_path / "notes.txt"
+    given.write_text("not a build")
+    with pytest.raises(NotADirectoryError, match=r"notes\.txt: a file, not a build folder$"):
+        Dataset(str(given))

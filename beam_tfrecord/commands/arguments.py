@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import fsspec
+
 from beam_tfrecord.codec.compression import COMPRESSION_TYPES
 from beam_tfrecord.verification import expand_paths
 
@@ -41,5 +43,17 @@ def expand_or_complain(patterns: list[str], command: str) -> tuple[list[str], li
     """`expand_paths`, printing an error for each pattern that names nothing."""
     files, unmatched = expand_paths(patterns)
     for pattern in unmatched:
-        print_error(command, f"{pattern}: no such file or directory")
+        print_error(command, f"{pattern}: {_why_nothing(pattern)}")
     return files, unmatched
+
+
+def _why_nothing(pattern: str) -> str:
+    """Why a path given names no file to read: it is not there, or is a folder without any."""
+    try:
+        fs, path = fsspec.core.url_to_fs(pattern)
+        folder = fs.isdir(path)
+    except (OSError, ValueError, ImportError):
+        folder = False
+    if folder:
+        return "a folder with no TFRecord files below it (hidden files and sidecars are skipped)"
+    return "no such file or directory"

@@ -957,3 +957,30 @@ def test_22_a_missing_path_is_one_line_naming_the_command(tmp_path, command, say
     assert done.returncode == 1
     assert done.stderr.splitlines() == [f"beam-tfrecord {name}: error: {missing}: {says}"]
     assert not (tmp_path / "sheet.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "given", "says"),
+    [
+        (["inspect"], "folder", "a folder with no TFRecord files below it (hidden files and "
+         "sidecars are skipped)"),
+        (["verify"], "folder", "a folder with no TFRecord files below it (hidden files and "
+         "sidecars are skipped)"),
+        (["spec"], "file", "a file, not a build folder"),
+        (["preview", "-o", "sheet.png"], "file", "a file, not a build folder"),
+    ],
+    ids=["inspect", "verify", "spec", "preview"],
+)  # fmt: skip
+def test_22_a_path_of_the_wrong_kind_says_what_it_is(tmp_path, command, given, says):
+    """An empty folder is not 'no such file', and a file given for a build folder is not an
+    operating-system error about a path the user never typed."""
+    path = tmp_path / "given"
+    if given == "folder":
+        path.mkdir()
+        (path / "notes.txt").write_text("not a record")
+    else:
+        path.write_text("not a build")
+    name, *flags = command
+    done = run(name, str(path), *flags, cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [f"beam-tfrecord {name}: error: {path}: {says}"]
