@@ -24,6 +24,7 @@ from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 from fsspec.utils import get_protocol
 
+from beam_tfrecord.beam.options import check_beam_args
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
     DropDuplicates,
@@ -381,6 +382,16 @@ def build(
             its inputs; report.jsonl says why, and nothing claims a finished dataset (the
             finished shards of the second kind stay, for --resume).
     """
+    if isinstance(beam_args, (str, bytes)):
+        raise ConfigError(
+            "beam_args",
+            f"a list of Beam flags, such as ['--runner=DataflowRunner'], not one string: "
+            f"{beam_args!r}",
+        )
+    # As the command line checks them: Beam would drop an unknown flag with a log line (a
+    # setting meant for the build among them, which would then build with its default) and end
+    # the caller's process (SystemExit) on a bad value.
+    check_beam_args(list(beam_args), (), settings=(*BuildConfig.setting_names(), "input"))
     options = PipelineOptions(list(beam_args))
     dry_run = bool(options.view_as(TestOptions).dry_run)
     if dry_run and "dataflow" not in _runner_name(options).lower():

@@ -408,13 +408,13 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             if any(arg.startswith("-") for arg in extra):
                 # A mistyped flag (`--inptu`) often leaves a required setting unset: the typo,
                 # named with the flag meant, says more than "--input is required".
-                from beam_tfrecord.commands.beam_flags import check_beam_args
+                from beam_tfrecord.beam.options import check_beam_args
 
                 check_beam_args(extra, _own_flags())
             raise
         refuse_placeholders(config)  # at once: before Beam is imported
         # Beam is imported only once the config is sound.
-        from beam_tfrecord.commands.beam_flags import check_beam_args, local_defaults, runs_here
+        from beam_tfrecord.beam.options import check_beam_args, local_defaults, runs_here
 
         options = check_beam_args(extra, _own_flags())
         beam_args = local_defaults(extra, options)

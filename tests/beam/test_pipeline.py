@@ -285,6 +285,29 @@ def test_output_refused_when_not_empty_and_stale_shards_removed_on_overwrite(bui
     assert _shard_bytes(target) == _shard_bytes(out)
 
 
+@pytest.mark.parametrize(
+    ("beam_args", "says"),
+    [
+        # Beam would drop it with a log line, and build with seed 0.
+        (["--seed=3"], r"--seed is a setting of the build, not a Beam option: give it "
+         r"in the build's config \(BuildConfig.from_settings\(\{'seed': ...\}\)\)"),
+        (["--no_such_option=1"], r"--no_such_option: no such flag, of this tool or of Beam"),
+        # Beam's own parser would end the caller's process: SystemExit(2).
+        (["--direct_num_workers=abc"], r"--direct_num_workers: invalid int value: 'abc'"),
+        ("--runner=DirectRunner", r"not one string: '--runner=DirectRunner'"),
+    ],
+    ids=["a-setting", "unknown", "bad-value", "one-string"],
+)  # fmt: skip
+def test_the_library_refuses_beam_flags_before_anything_is_written(
+    collection, tmp_path, beam_args, says
+):
+    src, _ = collection
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match=says):
+        build(_config(src, out), beam_args)
+    assert not out.exists()
+
+
 def _largest_record(kv) -> int:
     """A GroupByKey input's size: of the whole element, or of its largest entry with the key
     when it holds a chunk of entries (a list of them, as planning moves them; inside a combine,

@@ -12,7 +12,7 @@ import types
 import pytest
 
 from beam_tfrecord.commands import console
-from beam_tfrecord.commands.beam_flags import local_defaults, runs_here
+from beam_tfrecord.beam.options import local_defaults, runs_here
 
 
 def test_resume_command_is_the_same_with_resume(monkeypatch):

@@ -75,12 +75,16 @@ def _suggest(flag: str, candidates: Iterable[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-def check_beam_args(extra: Sequence[str], own_flags: Iterable[str]) -> argparse.Namespace:
+def check_beam_args(
+    extra: Sequence[str], own_flags: Iterable[str], *, settings: Iterable[str] = ()
+) -> argparse.Namespace:
     """Refuses any flag neither ours nor Beam's, any bad option value and any unknown runner.
 
     Args:
         extra: the arguments the tool's own parser did not take.
         own_flags: the tool's own flags, for suggestions.
+        settings: the build's setting names, where Beam's flags come apart from the build's
+            config (the library's `build`): such a flag is named as the setting it is.
 
     Returns:
         Beam's options, parsed.
@@ -97,6 +101,13 @@ def check_beam_args(extra: Sequence[str], own_flags: Iterable[str]) -> argparse.
         flag = arg.split("=", 1)[0]
         if not flag.startswith("-"):
             raise FlagError("beam_options", _unexpected(unknown))
+        setting = flag.lstrip("-").replace("-", "_")
+        if setting in set(settings):
+            raise FlagError(
+                setting,
+                f"{flag} is a setting of the build, not a Beam option: give it in the "
+                f"build's config (BuildConfig.from_settings({{{setting!r}: ...}}))",
+            )
         candidates = [*own_flags, *(s for s in parser._option_string_actions if s.startswith("--"))]
         raise _unknown_flag(flag, candidates)
     name = runner_name(known)
