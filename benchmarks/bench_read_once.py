@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             f"python benchmarks/bench_read_once.py --images {args.images} --small {args.small}"
         )
         command += f" --before {args.before}" if args.before else ""
+        command += "".join(f' --only "{part}"' for part in args.only or ())
         header = f"{os.cpu_count()} cores, {'cold' if args.cold else 'warm'} page cache. Command: `{command}`.\n\n"
         args.markdown.write_text(header + table + "\n")
     return 0
