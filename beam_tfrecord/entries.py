@@ -24,6 +24,7 @@ class Reason(str, Enum):
     NO_LABEL = "no_label"
     UNKNOWN_CLASS = "unknown_class"
     BAD_CLASS_NAME = "bad_class_name"  # a name no labels file can hold (labels.class_name_problem)
+    CONFLICTING_LABELS = "conflicting_labels"  # one file, lines of an input list that disagree
     # Reading the source.
     READ_ERROR = "read_error"
     VANISHED = "vanished"  # listed (matched, or named in --input-list) but not found when read

@@ -9,7 +9,7 @@ import posixpath
 import re
 import struct
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -26,6 +26,7 @@ __all__ = [
     "has_magic",
     "input_list_chunks",
     "is_hidden",
+    "one_input",
     "parse_input_line",
     "pattern_base",
     "read_input_list_chunk",
@@ -418,6 +419,23 @@ def parse_input_line(line: str, list_url: str) -> SourceFile | None:
         if "://" not in list_url:
             url = posixpath.normpath(url)
     return SourceFile(url=url, relpath=relpath, size=-1, label=label)
+
+
+def one_input(sources: Iterable[SourceFile]) -> tuple[SourceFile, tuple[str, ...]]:
+    """The one input that a file listed several times is (by overlapping patterns, or on several
+    lines of an input list), and the labels those lines disagree on.
+
+    Returns:
+        The listing under the smallest relative path, with the label its lines give (a line
+        without a label gives none, and defers to the others); and the distinct labels, sorted,
+        when they are more than one (empty otherwise): which one is meant is not ours to guess.
+    """
+    sources = list(sources)
+    kept = min(sources, key=lambda s: (s.relpath, s.url))
+    labels = sorted({s.label for s in sources if s.label is not None})
+    if len(labels) > 1:
+        return kept, tuple(labels)
+    return (replace(kept, label=labels[0]) if labels else kept), ()
 
 
 def input_list_chunks(list_url: str, chunk_bytes: int = 64 << 20) -> list[tuple[str, int, int]]:

@@ -179,10 +179,10 @@ class ConvertImages(beam.PTransform):
         config = self._config
         prep = preparer(config)
         read_ahead = read_depth(config)
-        sources = pbegin | "ListImages" >> ListImages(
+        listed = pbegin | "ListImages" >> ListImages(
             config.inputs, config.extensions, input_list=config.input_list, listing=config.listing
         )
-        planned_images = sources | "PlanImages" >> PlanImages(prep)
+        planned_images = listed["sources"] | "PlanImages" >> PlanImages(prep, listed.get("report"))
         census = planned_images["census"]
         entries, reports = planned_images["entries"], [planned_images["report"]]
         if config.dedup:

@@ -27,6 +27,7 @@ from beam_tfrecord.listing import (
     expand_pattern,
     expand_task,
     input_list_chunks,
+    one_input,
     read_input_list_chunk,
     split_task,
 )
@@ -100,17 +101,34 @@ class _OnePerFileFn(_TallyFn):
     def __init__(self):
         self._listed = metric_counter("images_listed")
 
-    def process(self, url_and_sources: tuple[str, Iterable[SourceFile]]) -> Iterable[SourceFile]:
-        # Overlapping patterns can match one file twice; it is one input, kept under its smallest
-        # relative path.
+    def process(self, url_and_sources: tuple[str, Iterable[SourceFile]]):
+        # Overlapping patterns can match one file twice, and a list can name it twice: it is one
+        # input, kept under its smallest relative path.
         _, sources = url_and_sources
         self._listed.inc()
         self._tally.add("listed")
-        yield min(sources)
+        kept, labels = one_input(sources)
+        if not labels:
+            yield kept
+            return
+        yield pvalue.TaggedOutput(
+            REPORT,
+            ReportEntry(
+                kept.url,
+                kept.relpath,
+                Reason.CONFLICTING_LABELS,
+                f"the input list gives it {len(labels)} labels ({', '.join(map(repr, labels))}); "
+                "give it one",
+            ),
+        )
 
 
 class ListImages(beam.PTransform):
     """Lists the image files that glob patterns (or an input list) name, each file once.
+
+    Returns a dict: `sources` (SourceFile) and, where a file can be listed more than once (an
+    input list, several patterns), `report`: files an input list labels more than one way,
+    listed but not to be written (PlanImages reports them, so that they count as listed).
 
     With `listing="pipeline"` the workers list: each pattern is split by the folders at its first
     wildcards, two levels deep, and the parts are listed in parallel, so no machine ever holds
@@ -163,15 +181,20 @@ class ListImages(beam.PTransform):
             ).with_output_types(SourceFile)
         if self._input_list is None and len(self._patterns) == 1:
             # The parts of one pattern are disjoint, so no file can be listed twice: no shuffle.
-            return found | "CountListed" >> beam.ParDo(_CountFn("images_listed")).with_output_types(
-                SourceFile
-            )
-        return (
+            counted = found | "CountListed" >> beam.ParDo(
+                _CountFn("images_listed")
+            ).with_output_types(SourceFile)
+            return {"sources": counted}
+        listed = (
             found
             | "KeyByUrl" >> beam.Map(lambda s: (s.url, s)).with_output_types(tuple[str, SourceFile])
             | "GroupByUrl" >> beam.GroupByKey()
-            | "OnePerFile" >> beam.ParDo(_OnePerFileFn()).with_output_types(SourceFile)
+            | "OnePerFile"
+            >> beam.ParDo(_OnePerFileFn())
+            .with_output_types(SourceFile)
+            .with_outputs(REPORT, main="sources")
         )
+        return {"sources": listed.sources, "report": listed[REPORT]}
 
 
 class _ImageEntryCoder(beam.coders.Coder):
@@ -319,12 +342,14 @@ class PlanImages(beam.PTransform):
 
     Returns a dict: `entries` (ImageEntry: label, class id, split, shuffle key, planned record
     size), `census` (a one-element PCollection: the listed count and the class map, which the
-    record sizes need) and `report` (inputs that get no label, or cannot fit in any shard).
+    record sizes need) and `report` (inputs that get no label, or cannot fit in any shard, and
+    those of `listing_report`, ListImages' report, if given).
     """
 
-    def __init__(self, preparer: Preparer):
+    def __init__(self, preparer: Preparer, listing_report=None):
         super().__init__()
         self._preparer = preparer
+        self._listing_report = listing_report
 
     def expand(self, sources):
         # Each file is labelled once: the census counts the labels, and the plan uses them.
@@ -340,6 +365,13 @@ class PlanImages(beam.PTransform):
                 lambda chunk: [(source, preparer.label(source)) for source in chunk]
             ).with_output_types(list[tuple[SourceFile, Any]])
         )
+        if self._listing_report is not None:
+            # Files the listing found but will not give to a shard (ListImages' report): each
+            # is counted as listed, and reported, as a file that gets no label is.
+            unlabelled = self._listing_report | "Unlabelled" >> beam.Map(
+                lambda entry: [(SourceFile(entry.url, entry.relpath, -1), entry)]
+            ).with_output_types(list[tuple[SourceFile, Any]])
+            labelled = (labelled, unlabelled) | "AllListed" >> beam.Flatten()
         census = labelled | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
         results = labelled | "Plan" >> beam.ParDo(
             _PlanFn(self._preparer), census=pvalue.AsSingleton(census)

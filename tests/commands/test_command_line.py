@@ -11,6 +11,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -853,6 +854,37 @@ def test_17_a_missing_path_in_an_input_list_is_reported_not_found(src, tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"]["written"] == len(images)
     assert "vanished: 1" in done.stdout
+
+
+def test_17_a_file_an_input_list_labels_two_ways_is_reported_and_the_books_balance(src, tmp_path):
+    """A file on two lines of a list is one input: labelled once and unlabelled once, it is
+    written with the one label (this crashed the build: None against a str); labelled two ways,
+    it is reported, not guessed, and counted as listed."""
+    src = Path(shutil.copytree(src, tmp_path / "src"))  # the list goes beside the images
+    images = sorted(p.relative_to(src) for p in src.rglob("*.jpg"))
+    agree, disagree = images[0], images[1]
+    listing = src / "twice.csv"
+    lines = [f"{p},{p.parent}" for p in images] + [f"{agree}", f"{disagree},zebra"]
+    listing.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    done = run("build", "--input-list", str(listing), "--output", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
+    labels = sorted([str(disagree.parent), "zebra"])
+    assert [(r["relpath"], r["reason"], r["message"]) for r in report] == [
+        (
+            str(disagree),
+            "conflicting_labels",
+            f"the input list gives it 2 labels ({labels[0]!r}, {labels[1]!r}); give it one",
+        )
+    ]
+    inputs = json.loads((out / "manifest.json").read_text())["inputs"]
+    assert (inputs["listed"], inputs["written"], inputs["skipped"]) == (
+        len(images),
+        len(images) - 1,
+        1,
+    )
+    assert "conflicting_labels: 1" in done.stdout
 
 
 # 18. Paths no flag takes (an unquoted pattern the shell expanded) get a hint.
