@@ -169,12 +169,13 @@ def _check_output(config: BuildConfig, lock: bool) -> None:
     if lock:  # before the folder is looked at: what another build is writing is not a stray file
         lock_output(config.output)
     try:
-        existing = fs.ls(path, detail=False) if fs.isdir(path) else []
+        listed = fs.ls(path, detail=True) if fs.isdir(path) else []
     except FileNotFoundError:
-        existing = []
+        listed = []
     # A killed build's lock file (unlocked, or it would have refused this build) is not a file
     # of a build.
-    existing = [p for p in existing if posixpath.basename(p.rstrip("/")) != LOCK_FILE]
+    listed = [e for e in listed if posixpath.basename(e["name"].rstrip("/")) != LOCK_FILE]
+    existing = [e["name"] for e in listed]
     if existing and not (config.overwrite or config.resume):
         has_build = any(posixpath.basename(p.rstrip("/")) == MANIFEST_FILE for p in existing)
         shards = shard_names(existing)
@@ -184,7 +185,12 @@ def _check_output(config: BuildConfig, lock: bool) -> None:
                 f"{config.output!r} holds an interrupted build ({count(len(shards), 'finished shard')}"
                 ", no manifest.json); pass --resume to finish it, or --overwrite to replace it",
             )
-        what = "an earlier build" if has_build else count(len(existing), "file")
+        if has_build:
+            what = "an earlier build"
+        else:
+            folders = sum(e.get("type") == "directory" for e in listed)
+            kinds = [(len(existing) - folders, "file"), (folders, "folder")]
+            what = " and ".join(count(n, kind) for n, kind in kinds if n)
         raise ConfigError(
             "output", f"{config.output!r} already holds {what}; pass --overwrite to replace it"
         )

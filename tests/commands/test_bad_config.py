@@ -138,6 +138,23 @@ def test_non_empty_output_without_overwrite(src, tmp_path, capsys):
     assert _snapshot(out) == {"keep.txt": b"precious"}
 
 
+@pytest.mark.parametrize(
+    ("files", "folders", "says"),
+    [(0, 1, "1 folder"), (1, 2, "1 file and 2 folders"), (2, 0, "2 files")],
+)
+def test_a_non_empty_output_is_counted_in_files_and_folders(
+    src, tmp_path, capsys, files, folders, says
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    for i in range(files):
+        (out / f"keep{i}.txt").write_text("precious")
+    for i in range(folders):
+        (out / f"sub{i}").mkdir()  # empty: once counted as a file
+    assert main(["build", "--input", f"{src}/**", "--output", str(out)]) == 2
+    assert f"already holds {says}; pass --overwrite" in capsys.readouterr().err
+
+
 def test_unknown_yaml_setting_and_missing_config(src, tmp_path, capsys):
     config = tmp_path / "c.yaml"
     config.write_text(f"input: ['{src}/**']\noutput: {tmp_path / 'out'}\nshard_size: 10MB\n")
