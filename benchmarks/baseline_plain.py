@@ -64,8 +64,9 @@ def _work(args: tuple[list[str], str, str]) -> int:
     return written
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+def arguments(description: str, argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """The command line the baselines share, and the images below SOURCE, sorted."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("source", type=Path)
     parser.add_argument("output", type=Path)
     parser.add_argument("--mode", choices=["decode", "resize", "png"], default="decode")
@@ -73,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = sorted(str(p) for p in args.source.rglob("*") if p.suffix.lower() in (".jpg", ".png"))
     args.output.mkdir(parents=True, exist_ok=True)
+    return args, paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, paths = arguments(__doc__, argv)
     n = args.processes
     jobs = [(paths[i::n], str(args.output / f"part-{i}.tfrecord"), args.mode) for i in range(n)]
     with multiprocessing.Pool(n) as pool:

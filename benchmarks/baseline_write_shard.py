@@ -15,11 +15,11 @@ time between the work per image and the pipeline around it.
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing
 import os
 import sys
-from pathlib import Path
+
+from baseline_plain import arguments  # the same command line
 
 _SHARD_BYTES = 150_000_000
 
@@ -65,15 +65,8 @@ def _work(args: tuple[list[tuple[str, int]], str, str, int]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("source", type=Path)
-    parser.add_argument("output", type=Path)
-    parser.add_argument("--mode", choices=["decode", "resize", "png"], default="decode")
-    parser.add_argument("--processes", type=int, default=2)
-    args = parser.parse_args(argv)
-    paths = sorted(str(p) for p in args.source.rglob("*") if p.suffix.lower() in (".jpg", ".png"))
+    args, paths = arguments(__doc__, argv)
     files = [(path, os.path.getsize(path)) for path in paths]
-    args.output.mkdir(parents=True, exist_ok=True)
     n = args.processes
     jobs = [(files[i::n], str(args.output), args.mode, i) for i in range(n)]
     with multiprocessing.get_context("spawn").Pool(n) as pool:
