@@ -317,12 +317,12 @@ def expand_paths(
         for candidate in candidates:
             if fs.isdir(candidate):
                 root = candidate.rstrip("/")
-                listed = _listed_shards(fs, root) if others is not None else None
-                for name in sorted(fs.find(root)):
-                    relative = name[len(root) :].lstrip("/")
-                    if _is_sidecar(relative):
+                names = sorted(fs.find(root))
+                builds = _BuildFolders(fs, names) if others is not None else None
+                for name in names:
+                    if _is_sidecar(name[len(root) :].lstrip("/")):
                         continue
-                    if listed is None or _of_build(relative, listed):
+                    if builds is None or builds.owns(name):
                         found.append(url_of(name))
                     elif others is not None:
                         others.append(url_of(name))
@@ -335,19 +335,45 @@ def expand_paths(
     return files, unmatched
 
 
-def _listed_shards(fs: Any, folder: str) -> dict[str, dict[str, Any]] | None:
-    """The shards the build's manifest.json in `folder` lists; None if it holds no build's."""
-    try:
-        with fs.open(posixpath.join(folder, MANIFEST_FILE), "rb") as f:
-            return _shard_listing(f)
-    except OSError:
-        return None
+class _BuildFolders:
+    """The build folders among the files below a directory: those holding a build's
+    manifest.json, each read once (the listing names them, so no other folder is probed)."""
 
+    def __init__(self, fs: Any, names: Iterable[str]) -> None:
+        self._fs = fs
+        self._manifests = {
+            posixpath.dirname(n) for n in names if posixpath.basename(n) == MANIFEST_FILE
+        }
+        self._listings: dict[str, dict[str, dict[str, Any]] | None] = {}
 
-def _of_build(relative: str, listed: dict[str, dict[str, Any]]) -> bool:
-    """Whether a file below a build folder is the build's: a shard the manifest lists, or one
-    beside them named like a shard (which verifying then finds unlisted)."""
-    return "/" not in relative and (relative in listed or is_shard_name(relative))
+    def owns(self, name: str) -> bool:
+        """False for a file that is not its build's: below the nearest build folder above it,
+        neither a shard its manifest lists nor beside them named like a shard (which verifying
+        then finds unlisted). Every file outside build folders is taken."""
+        folder = posixpath.dirname(name)
+        probe = folder
+        while True:
+            listing = self._listing(probe)
+            if listing is not None:
+                base = posixpath.basename(name)
+                return probe == folder and (base in listing or is_shard_name(base))
+            parent = posixpath.dirname(probe)
+            if parent == probe:
+                return True
+            probe = parent
+
+    def _listing(self, folder: str) -> dict[str, dict[str, Any]] | None:
+        if folder not in self._manifests:
+            return None
+        if folder not in self._listings:
+            listing = None
+            with (
+                contextlib.suppress(OSError),
+                self._fs.open(posixpath.join(folder, MANIFEST_FILE), "rb") as f,
+            ):
+                listing = _shard_listing(f)
+            self._listings[folder] = listing
+        return self._listings[folder]
 
 
 def incomplete_builds(patterns: list[str]) -> list[tuple[str, list[str], list[str]]]:

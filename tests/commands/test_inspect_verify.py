@@ -433,3 +433,19 @@ def test_verify_reports_a_missing_index_the_manifest_names(build_copy, capsys):
     # Alone, the shard is still held to its manifest, index included.
     assert main(["verify", str(out / shard["file"])]) == 1
     assert f"{out / shard['index_file']}: missing" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_verify_a_folder_of_builds_holds_each_to_its_own_manifest(build_copy, capsys):
+    out, manifest = build_copy
+    datasets = out.parent
+    (out / "preview.png").write_bytes(b"\x89PNG not the build's")
+    (datasets / "README.txt").write_text("sidecars stay skipped\n")
+    loose = _write(datasets / "loose.tfrecord", RECORDS[:2])  # no build's: checked as before
+
+    assert main(["verify", str(datasets)]) == 0
+    out_text = capsys.readouterr().out
+    assert "preview.png" not in out_text
+    assert f"OK       {loose}: 2 records, " in out_text
+    assert f"total: {len(manifest['shards']) + 1} files, " in out_text
+    assert out_text.rstrip().endswith("; 1 other file not checked (not the build's)")
