@@ -31,6 +31,7 @@ __all__ = [
     "build_manifest",
     "discard_manifest",
     "is_build_file",
+    "is_shard_name",
     "publish_text",
     "read_manifest",
     "remove_stale_files",
@@ -318,6 +319,12 @@ def is_build_file(file_name: str) -> bool:
         or is_temporary(name)
         or fnmatch.fnmatch(name, _SHARD_GLOB)
     )
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether a file name is a shard's as a build names them (`{name}-{split}.tfrecord-00003-of-
+    00010`, whatever follows): one that a reader's glob over a split's shards would match."""
+    return fnmatch.fnmatch(name, _SHARD_GLOB) and not is_temporary(name)
 
 
 def remove_temporaries(output_dir: str) -> list[str]:

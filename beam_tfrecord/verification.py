@@ -1,8 +1,9 @@
 """Verifying TFRecord files: every record's CRCs, that it is an Example, and what the manifest says.
 
 A shard in a build's output folder is also held to what the build's manifest.json says of it:
-its record count, its size and the CRC32C of the whole file. A shard the manifest lists but the
-folder lacks is reported missing.
+its record count, its size, the CRC32C of the whole file and its record index. A shard the
+manifest lists but the folder lacks is reported missing, and a file named like a shard that it
+does not list is damage: a reader globbing the build's shards would read it too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from beam_tfrecord.codec.example import Example
 from beam_tfrecord.codec.framing import CorruptRecordError, file_crc32c, framed_size
 from beam_tfrecord.codec.reader import TFRecordReader
 from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
+from beam_tfrecord.manifest import MANIFEST_FILE, is_shard_name
 
 __all__ = [
     "FileReport",
@@ -152,12 +154,21 @@ def verify_file(
 def check_against_manifest(
     report: FileReport, shard: dict[str, Any], **storage_options: Any
 ) -> None:
-    """Adds to `report` what differs from the manifest's entry for the file: records, bytes, CRC32C.
+    """Adds to `report` what differs from the manifest's entry for the file: records, bytes,
+    CRC32C, and a record index it names that is not there.
 
     The checksum needs one more read of the file, which a manifest's listing is worth.
     """
     url = report.path
     report.manifest = True
+    index_file = shard.get("index_file")
+    if index_file:
+        index = posixpath.join(posixpath.dirname(url), index_file)
+        if report.index != index and not _exists(index, **storage_options):
+            report.errors.append(
+                f"{index}: missing: manifest.json names it as this shard's record index "
+                "(DALI needs it)"
+            )
     if report.records != shard.get("examples"):
         report.errors.append(
             f"{url}: {report.records} records, but manifest.json lists {shard.get('examples')}"
@@ -185,8 +196,16 @@ class ManifestShards:
         self._folders: dict[str, dict[str, dict[str, Any]] | None] = {}
 
     def shard(self, url: str) -> dict[str, Any] | None:
+        """The manifest's entry for the file; None if its folder's manifest lists no such shard,
+        or the folder has no manifest."""
         folder, name = posixpath.split(url)
         return (self._listing(folder) or {}).get(name)
+
+    def unlisted(self, url: str) -> bool:
+        """Whether the file is named like a shard in a folder whose manifest does not list it."""
+        folder, name = posixpath.split(url)
+        listing = self._listing(folder)
+        return listing is not None and name not in listing and is_shard_name(name)
 
     def missing(self) -> list[str]:
         """Shards a read manifest lists that are not in its folder."""
@@ -201,14 +220,22 @@ class ManifestShards:
     def _listing(self, folder: str) -> dict[str, dict[str, Any]] | None:
         if folder not in self._folders:
             listing = None
-            try:
-                with fsspec.open(posixpath.join(folder, "manifest.json"), "r") as f:
-                    manifest = json.load(f)
-                listing = {s["file"]: s for s in manifest.get("shards", [])}
-            except (OSError, ValueError, TypeError, KeyError, AttributeError):
-                pass  # no manifest, or not a build's: the files are checked on their own
+            with (
+                contextlib.suppress(OSError),
+                fsspec.open(posixpath.join(folder, MANIFEST_FILE), "rb") as f,
+            ):
+                listing = _shard_listing(f)
             self._folders[folder] = listing
         return self._folders[folder]
+
+
+def _shard_listing(manifest_file: Any) -> dict[str, dict[str, Any]] | None:
+    """The shards an open manifest.json lists, by file name; None if it is not a build's."""
+    try:
+        manifest = json.load(manifest_file)
+        return {s["file"]: s for s in manifest["shards"]}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None  # not a build's manifest: the files are checked on their own
 
 
 def _frame_is_whole(damage: CorruptRecordError) -> bool:
@@ -240,7 +267,9 @@ def _is_sidecar(relative: str) -> bool:
     return posixpath.splitext(parts[-1])[1].lower() in _SIDECAR_SUFFIXES
 
 
-def expand_paths(patterns: Iterable[str], **storage_options: Any) -> tuple[list[str], list[str]]:
+def expand_paths(
+    patterns: Iterable[str], *, others: list[str] | None = None, **storage_options: Any
+) -> tuple[list[str], list[str]]:
     """Turns command-line paths into the TFRecord files they name.
 
     A file is taken as is, whatever its name. A directory stands for every file below it,
@@ -250,6 +279,10 @@ def expand_paths(patterns: Iterable[str], **storage_options: Any) -> tuple[list[
 
     Args:
         patterns: Paths, fsspec URLs, directories or globs.
+        others: If given, a directory holding a build's manifest.json stands for the build's
+            files only: the shards the manifest lists and any file beside them named like a
+            shard. The other files below it (a preview image, notes, a subfolder's files) are
+            not the build's, and are appended here instead.
         **storage_options: Passed to fsspec.
 
     Returns:
@@ -284,11 +317,15 @@ def expand_paths(patterns: Iterable[str], **storage_options: Any) -> tuple[list[
         for candidate in candidates:
             if fs.isdir(candidate):
                 root = candidate.rstrip("/")
-                found.extend(
-                    url_of(name)
-                    for name in sorted(fs.find(root))
-                    if not _is_sidecar(name[len(root) :].lstrip("/"))
-                )
+                names = sorted(fs.find(root))
+                builds = _BuildFolders(fs, names) if others is not None else None
+                for name in names:
+                    if _is_sidecar(name[len(root) :].lstrip("/")):
+                        continue
+                    if builds is None or builds.owns(name):
+                        found.append(url_of(name))
+                    elif others is not None:
+                        others.append(url_of(name))
             else:
                 found.append(pattern if candidate == path else url_of(candidate))
         if found:
@@ -296,6 +333,47 @@ def expand_paths(patterns: Iterable[str], **storage_options: Any) -> tuple[list[
         else:
             unmatched.append(pattern)
     return files, unmatched
+
+
+class _BuildFolders:
+    """The build folders among the files below a directory: those holding a build's
+    manifest.json, each read once (the listing names them, so no other folder is probed)."""
+
+    def __init__(self, fs: Any, names: Iterable[str]) -> None:
+        self._fs = fs
+        self._manifests = {
+            posixpath.dirname(n) for n in names if posixpath.basename(n) == MANIFEST_FILE
+        }
+        self._listings: dict[str, dict[str, dict[str, Any]] | None] = {}
+
+    def owns(self, name: str) -> bool:
+        """False for a file that is not its build's: below the nearest build folder above it,
+        neither a shard its manifest lists nor beside them named like a shard (which verifying
+        then finds unlisted). Every file outside build folders is taken."""
+        folder = posixpath.dirname(name)
+        probe = folder
+        while True:
+            listing = self._listing(probe)
+            if listing is not None:
+                base = posixpath.basename(name)
+                return probe == folder and (base in listing or is_shard_name(base))
+            parent = posixpath.dirname(probe)
+            if parent == probe:
+                return True
+            probe = parent
+
+    def _listing(self, folder: str) -> dict[str, dict[str, Any]] | None:
+        if folder not in self._manifests:
+            return None
+        if folder not in self._listings:
+            listing = None
+            with (
+                contextlib.suppress(OSError),
+                self._fs.open(posixpath.join(folder, MANIFEST_FILE), "rb") as f,
+            ):
+                listing = _shard_listing(f)
+            self._listings[folder] = listing
+        return self._listings[folder]
 
 
 def incomplete_builds(patterns: list[str]) -> list[tuple[str, list[str], list[str]]]:

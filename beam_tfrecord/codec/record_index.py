@@ -11,6 +11,7 @@ import posixpath
 import re
 from collections.abc import Iterable
 
+from beam_tfrecord.codec.framing import framed_size
 from beam_tfrecord.wording import count
 
 __all__ = [
@@ -28,6 +29,7 @@ INDEX_DIR = "index"
 INDEX_SUFFIX = ".index"
 _LINE = re.compile(r"^\s*(\d+)\s+(\d+)\s*$")
 _MAX_ERRORS = 100
+_FRAMING = framed_size(0)  # a record's header and footer
 
 
 def index_file_name(shard_file_name: str) -> str:
@@ -109,10 +111,16 @@ class IndexCheck:
             return
         listed = (int(match[1]), int(match[2]))
         if listed[0] != offset or (length is not None and listed[1] != length):
-            actual = f"{length} bytes" if length is not None else "a record"
+            # Records are numbered from 0, as `inspect` numbers them, and sized both ways: the
+            # index lists framed lengths, `inspect` gives payloads.
+            actual = (
+                f", {length} bytes framed ({count(length - _FRAMING, 'byte')} of payload)"
+                if length is not None
+                else ""
+            )
             self._error(
-                f"line {number}: lists {listed[1]} bytes at byte offset {listed[0]}, but record "
-                f"{self._records} is {actual} at byte offset {offset}"
+                f"line {number}: lists {listed[1]} bytes framed at byte offset {listed[0]}, but "
+                f"record {self._records - 1} is at byte offset {offset}{actual}"
             )
 
     def finish(self, complete: bool = True) -> None:

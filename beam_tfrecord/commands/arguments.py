@@ -39,9 +39,11 @@ def print_error(command: str, message: str) -> None:
     print(f"beam-tfrecord {command}: error: {message}", file=sys.stderr)
 
 
-def expand_or_complain(patterns: list[str], command: str) -> tuple[list[str], list[str]]:
+def expand_or_complain(
+    patterns: list[str], command: str, *, others: list[str] | None = None
+) -> tuple[list[str], list[str]]:
     """`expand_paths`, printing an error for each pattern that names nothing."""
-    files, unmatched = expand_paths(patterns)
+    files, unmatched = expand_paths(patterns, others=others)
     for pattern in unmatched:
         print_error(command, f"{pattern}: {_why_nothing(pattern)}")
     return files, unmatched

@@ -1,8 +1,10 @@
 """The `beam-tfrecord verify` command: check every record's CRCs, and that it is an Example.
 
 A shard in a build's output folder is also held to what the build's manifest.json says of it:
-its record count, its size and the CRC32C of the whole file. A shard the manifest lists but the
-folder lacks is reported missing.
+its record count, its size, the CRC32C of the whole file and its record index. A shard the
+manifest lists but the folder lacks is reported missing; a file named like a shard that it does
+not list is damage. Other files in the folder (a preview image, notes) are not the build's, and
+are only counted.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         metavar="PATH",
         help="TFRecord files, directories (every file below, hidden and .json/.txt/.index "
-        "files excepted), globs; local or any fsspec URL (gs://...)",
+        "files excepted; in a build folder, only the build's shards and files named like them), "
+        "globs; local or any fsspec URL (gs://...)",
     )
     add_compression_argument(parser)
     parser.add_argument(
@@ -51,7 +54,8 @@ def _count(number: int, noun: str) -> str:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Verifies the files; returns 0 when all are sound, 1 otherwise."""
     del extra  # the dispatcher refuses unknown flags for this command
-    files, unmatched = expand_or_complain(args.paths, "verify")
+    others: list[str] = []  # files of build folders that are not the build's
+    files, unmatched = expand_or_complain(args.paths, "verify", others=others)
     status = 1 if unmatched else 0
     totals = {"records": 0, "bytes": 0, "damaged": 0}
     not_examples = False
@@ -62,6 +66,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             shard = manifests.shard(url)
             if shard is not None:
                 check_against_manifest(report, shard)
+            elif manifests.unlisted(url):
+                report.errors.append(
+                    f"{url}: not in manifest.json, but named like a shard: a reader globbing "
+                    "the build's shards would read it too"
+                )
         except OSError as error:  # unreadable: permissions, a vanished file, the network
             report = FileReport(path=url, errors=[f"{url}: cannot read: {error}"])
         state = "OK" if report.ok else "DAMAGED"
@@ -100,6 +109,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         f"{len(files) - totals['damaged']} OK, {totals['damaged']} DAMAGED"
         + (f", {len(missing)} MISSING" if missing else "")
         + (f", {len(incomplete)} INCOMPLETE" if incomplete else "")
+        + (f"; {_count(len(others), 'other file')} not checked (not the build's)" if others else "")
         + (f"; {len(unmatched)} matched nothing" if unmatched else "")
     )
     if not_examples:

@@ -115,11 +115,15 @@ def test_verify_names_a_wrong_index_line(copy, built, capsys):
     assert main(["verify", str(copy)]) == 1
     out = capsys.readouterr().out
     assert f"DAMAGED  {copy / shard['file']}: {shard['examples']} records" in out
+    payload = int(length) - framed_size(0)
     assert (
-        f"{index}: line 3: lists {length} bytes at byte offset {int(offset) + 1}, but record 3 is "
-        f"{length} bytes at byte offset {offset}"
+        f"{index}: line 3: lists {length} bytes framed at byte offset {int(offset) + 1}, but "
+        f"record 2 is at byte offset {offset}, {length} bytes framed ({payload} bytes of payload)"
     ) in out
     assert out.count("DAMAGED  ") == 1 and "1 DAMAGED" in out
+    # The record verify names is the one inspect shows under the same number, offset and size.
+    assert main(["inspect", str(copy / shard["file"]), "-n", "3"]) == 0
+    assert f"record 2, byte offset {offset}, {payload} bytes" in capsys.readouterr().out
 
 
 def test_verify_reports_missing_extra_and_malformed_lines(copy, built):

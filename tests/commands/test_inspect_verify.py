@@ -6,6 +6,7 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -319,3 +320,132 @@ def test_subprocess_console_script_verify(shards):
     missing = _run([*_cli(), "inspect", str(shards / "missing.tfrecord")])
     assert missing.returncode == 1
     assert "missing.tfrecord: no such file or directory" in missing.stderr
+
+
+# --- a build's folder, held to its manifest -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def build_folder(tmp_path_factory) -> tuple[Path, dict]:
+    """A real build's output folder (several train shards, each with its index) and manifest."""
+    from imagegen import make_collection
+
+    from beam_tfrecord.beam.pipeline import build
+    from beam_tfrecord.config import BuildConfig
+
+    src = tmp_path_factory.mktemp("src")
+    make_collection(src, {"cat": 12, "dog": 12}, seed=5)
+    out = tmp_path_factory.mktemp("build") / "pets"
+    settings = {"min_shard_size": "20KB", "max_shard_size": "60KB"}
+    config = BuildConfig.from_settings(dict(inputs=(f"{src}/**",), output=str(out), **settings))
+    return out, build(config, []).manifest
+
+
+@pytest.fixture
+def build_copy(build_folder, tmp_path) -> tuple[Path, dict]:
+    """A copy of the build folder, free to change."""
+    out, manifest = build_folder
+    shutil.copytree(out, tmp_path / "pets")
+    return tmp_path / "pets", manifest
+
+
+def _train_shards(manifest: dict) -> list[dict]:
+    shards = [s for s in manifest["shards"] if s["split"] == "train"]
+    assert len(shards) >= 2, "the build must cut train into several shards"
+    return shards
+
+
+@pytest.mark.slow
+def test_verify_a_build_folder_skips_files_that_are_not_the_builds(build_copy):
+    out, manifest = build_copy
+    preview = _run([*_cli(), "preview", str(out), "-o", str(out / "preview.png")])
+    assert preview.returncode == 0, preview.stderr
+    (out / "extra.bin").write_bytes(b"not a record")
+    (out / "notes").mkdir()
+    (out / "notes" / "old.tfrecord").write_bytes(b"garbage")
+
+    result = _run([*_cli(), "verify", str(out)])
+    assert result.returncode == 0, result.stdout
+    assert "preview.png" not in result.stdout and "extra.bin" not in result.stdout
+    checked = [line.split()[1].rstrip(":") for line in result.stdout.splitlines()[:-1]]
+    assert checked == sorted(str(out / s["file"]) for s in manifest["shards"])
+    assert result.stdout.splitlines()[-1].startswith(f"total: {len(manifest['shards'])} files, ")
+    assert result.stdout.splitlines()[-1].endswith(
+        " 0 DAMAGED; 3 other files not checked (not the build's)"
+    )
+
+    # Without a manifest the folder is no finished build: every file is checked, as before.
+    (out / "manifest.json").unlink()
+    loose = _run([*_cli(), "verify", "--loose", str(out)])
+    assert loose.returncode == 1
+    assert f"DAMAGED  {out / 'extra.bin'}: 0 records" in loose.stdout
+    assert f"DAMAGED  {out / 'preview.png'}: 0 records" in loose.stdout
+    assert "not checked" not in loose.stdout
+
+
+@pytest.mark.slow
+def test_verify_fails_a_shard_named_file_the_manifest_does_not_list(build_copy, capsys):
+    out, manifest = build_copy
+    first = _train_shards(manifest)[0]["file"]
+    count = len(_train_shards(manifest))
+    # A copy under the name of a shard of a one-shard-larger build: a glob over the split's
+    # shards (`*-train.tfrecord-*`, as the README reads them) takes its records twice.
+    stray = out / first.replace(f"-of-{count:05d}", f"-of-{count + 1:05d}")
+    shutil.copyfile(out / first, stray)
+    message = (
+        f"{stray}: not in manifest.json, but named like a shard: a reader globbing the build's "
+        "shards would read it too"
+    )
+
+    result = _run([*_cli(), "verify", str(out)])
+    assert result.returncode == 1
+    assert f"DAMAGED  {stray}: {_train_shards(manifest)[0]['examples']} records" in result.stdout
+    assert message in result.stdout
+    assert result.stdout.count("DAMAGED  ") == 1 and " 1 DAMAGED" in result.stdout
+
+    # Named by a glob, or outright, it fails the same; the listed shards stay sound.
+    assert main(["verify", str(out / "*-train.tfrecord-*")]) == 1
+    assert message in capsys.readouterr().out
+    assert main(["verify", str(stray)]) == 1
+    assert message in capsys.readouterr().out
+    assert main(["verify", str(out / first)]) == 0
+
+
+@pytest.mark.slow
+def test_verify_reports_a_missing_index_the_manifest_names(build_copy, capsys):
+    out, manifest = build_copy
+    shard = _train_shards(manifest)[1]
+    (out / shard["index_file"]).unlink()
+
+    result = _run([*_cli(), "verify", str(out)])
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    damaged = lines.index(
+        f"DAMAGED  {out / shard['file']}: {shard['examples']} records, "
+        f"{shard['bytes']} bytes, manifest checked"
+    )
+    assert lines[damaged + 1] == (
+        f"         {out / shard['index_file']}: missing: manifest.json names it as this "
+        "shard's record index (DALI needs it)"
+    )
+    assert result.stdout.count("DAMAGED  ") == 1 and " 1 DAMAGED" in result.stdout
+
+    # Alone, the shard is still held to its manifest, index included.
+    assert main(["verify", str(out / shard["file"])]) == 1
+    assert f"{out / shard['index_file']}: missing" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_verify_a_folder_of_builds_holds_each_to_its_own_manifest(build_copy, capsys):
+    out, manifest = build_copy
+    datasets = out.parent
+    (out / "preview.png").write_bytes(b"\x89PNG not the build's")
+    (datasets / "README.txt").write_text("sidecars stay skipped\n")
+    loose = _write(datasets / "loose.tfrecord", RECORDS[:2])  # no build's: checked as before
+
+    assert main(["verify", str(datasets)]) == 0
+    out_text = capsys.readouterr().out
+    assert "preview.png" not in out_text
+    assert f"OK       {loose}: 2 records, " in out_text
+    assert f"total: {len(manifest['shards']) + 1} files, " in out_text
+    assert out_text.rstrip().endswith("; 1 other file not checked (not the build's)")
