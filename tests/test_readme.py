@@ -56,3 +56,19 @@ def test_use_section_runs_as_written(tmp_path):
     assert "0 DAMAGED" in done.stdout.splitlines()[-1]
     assert "record 1, byte offset" in done.stdout  # inspect -n 2 showed two records
     assert done.stderr == ""
+
+
+def test_the_python_example_runs_as_written(tmp_path):
+    """The README's "From Python" block, run as a script from a folder holding the sample."""
+    readme = (_REPO / "README.md").read_text()
+    section = readme.split("**From Python.**", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    shutil.copytree(_REPO / "samples", tmp_path / "samples")
+    (tmp_path / "example.py").write_text(code)
+    done = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    manifest = (tmp_path / "out" / "fruits-py" / "manifest.json").read_text()
+    assert '"resize": "64"' in manifest or '"resize":"64"' in manifest.replace(" ", "")
+    assert "'written': 45" in done.stdout, done.stdout
