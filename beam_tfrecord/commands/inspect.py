@@ -230,7 +230,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Shows the records of the files; returns 1 if a file is missing or damaged."""
     del extra  # the dispatcher refuses unknown flags for this command
-    files, unmatched = expand_or_complain(args.files, "inspect")
+    # In a build folder, only the build's files: a preview image or notes beside the shards are
+    # not records (as verify takes a folder).
+    files, unmatched = expand_or_complain(args.files, "inspect", others=[])
     status = 1 if unmatched else 0
     limit = args.records or None
     for url in files:

@@ -383,6 +383,16 @@ def test_verify_a_build_folder_skips_files_that_are_not_the_builds(build_copy):
     assert "not checked" not in loose.stdout
 
 
+def test_inspect_a_build_folder_shows_the_builds_files_only(build_copy):
+    out, manifest = build_copy
+    (out / "extra.bin").write_bytes(b"not a record")
+    result = _run([*_cli(), "inspect", "-n", "1", str(out)])
+    assert result.returncode == 0, result.stderr
+    shown = [line for line in result.stdout.splitlines() if line.startswith(str(out))]
+    assert shown == sorted(str(out / s["file"]) for s in manifest["shards"])
+    assert "extra.bin" not in result.stdout + result.stderr
+
+
 @pytest.mark.slow
 def test_verify_fails_a_shard_named_file_the_manifest_does_not_list(build_copy, capsys):
     out, manifest = build_copy
