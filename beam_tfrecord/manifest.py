@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fnmatch
 import functools
@@ -20,7 +21,7 @@ from beam_tfrecord.entries import ReportEntry, ShardResult
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.report import SHARD_REPORT_SUFFIX, SHARD_REPORTS_DIR, ReportTally, tally_counts
-from beam_tfrecord.storage import is_temporary, publish
+from beam_tfrecord.storage import is_local, is_temporary, publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 
 __all__ = [
@@ -209,6 +210,11 @@ def withdraw_build(
         if fs.exists(path):
             fs.rm(path)
     remove_stale_files(output_dir, keep=keep)
+    for name in (INDEX_DIR, SHARD_REPORTS_DIR):  # left empty: not worth leaving (local disks)
+        fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
+        with contextlib.suppress(OSError):
+            if is_local(fs) and fs.isdir(path) and not fs.ls(path):
+                fs.rmdir(path)
 
 
 def skipped_fraction(inputs: Mapping[str, int]) -> float:

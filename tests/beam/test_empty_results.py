@@ -94,8 +94,10 @@ def test_an_empty_rebuild_leaves_no_earlier_build_claiming_success(src, tmp_path
         build(
             BuildConfig.from_settings(dict(**settings, labels="regex:^(x*)", **{again: True})), []
         )
-    # The earlier build's shards, indexes and metadata went with it: only the report is left.
+    # The earlier build's shards, indexes and metadata went with it: only the report is left,
+    # and no folder its files were in.
     assert _files(out) == ["report.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.jsonl"]
 
 
 @pytest.fixture(scope="module")
