@@ -292,7 +292,9 @@ def _submitted(
         try:
             job_id = result.job_id()
         except (AttributeError, NotImplementedError):  # no job (a template), or no ids
-            job_id = None
+            # The portable runner's result (Flink, Spark, a job service) keeps its id without
+            # a method to ask for it.
+            job_id = getattr(result, "_job_id", None)
     return SubmittedBuild(
         runner=_runner_name(options),
         state=state or str(result.state),

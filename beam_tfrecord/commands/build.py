@@ -370,9 +370,18 @@ def _print_resumed(counters: dict[str, int], found: int, output: str, out) -> No
     )
 
 
-def _print_submitted(submitted, config: BuildConfig, out=None) -> None:
+def _print_submitted(submitted, config: BuildConfig, out=None, template: str | None = None) -> None:
     out = out or sys.stdout
     graph = f"{submitted.transforms} transforms, a {format_size(submitted.graph_bytes)} graph"
+    if submitted.state == "TEMPLATE_WRITTEN":
+        print(
+            f"Wrote the job for {config.name!r} ({graph}) as a template to "
+            f"{template or 'its --template_location'}; nothing was submitted. A job launched "
+            f"from it is done when {config.output.rstrip('/')}/manifest.json exists; then check "
+            f"it with:\n  beam-tfrecord verify {config.output}",
+            file=out,
+        )
+        return
     if submitted.dry_run:
         print(
             f"Dry run: {submitted.runner} built the job for {config.name!r} ({graph}) and did not "
@@ -465,7 +474,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             # Waited for, and ended otherwise than done (cancelled, say).
             print(f"{prog}: error: the job ended {result.state}", file=sys.stderr)
             return 1
-        _print_submitted(result, config)
+        _print_submitted(result, config, template=getattr(options, "template_location", None))
         return 0
     _print_summary(
         result, config, seconds=time.monotonic() - started, finished_before=finished_before

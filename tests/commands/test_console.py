@@ -11,8 +11,8 @@ import types
 
 import pytest
 
-from beam_tfrecord.commands import console
 from beam_tfrecord.beam.options import local_defaults, runs_here
+from beam_tfrecord.commands import console
 
 
 def test_resume_command_is_the_same_with_resume(monkeypatch):
@@ -66,3 +66,21 @@ def test_ending_child_processes_leaves_the_resource_tracker_and_does_not_wait_fo
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True", "1"], done.stdout  # the tracker is left
+
+
+def test_a_written_template_is_not_called_submitted(capsys):
+    """--template_location: DataflowRunner writes the job to a file and submits nothing."""
+    from beam_tfrecord.beam.pipeline import SubmittedBuild
+    from beam_tfrecord.commands.build import _print_submitted
+    from beam_tfrecord.config import BuildConfig
+
+    written = SubmittedBuild("DataflowRunner", "TEMPLATE_WRITTEN", None, False, 116, 171_000)
+    config = BuildConfig(inputs=("gs://b/src/**",), output="gs://b/ds/pets", name="pets")
+    _print_submitted(written, config, template="gs://b/templates/pets.json")
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "Wrote the job for 'pets' (116 transforms, a 171.0 KB graph) as a template to "
+        "gs://b/templates/pets.json; nothing was submitted."
+    )
+    assert "Submitted" not in out
+    assert out.rstrip().endswith("beam-tfrecord verify gs://b/ds/pets")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -136,6 +137,9 @@ def test_no_wait_exits_0_with_the_job_running_and_the_build_verifies_later(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Submitted 'out' to PortableRunner" in done.stdout
+    # The job service's id, for a scheduler to follow the job by (Beam's portable result has
+    # no job_id() to ask).
+    assert re.search(r"Submitted 'out' to PortableRunner: job \S+ \(", done.stdout), done.stdout
     assert f"beam-tfrecord verify {out}" in done.stdout
     # The command printed no summary: it read no manifest, whether or not the job had ended.
     assert "Built 'out'" not in done.stdout
