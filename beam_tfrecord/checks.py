@@ -17,7 +17,7 @@ from beam_tfrecord.listing import first_match, has_magic, input_list_chunks, pat
 from beam_tfrecord.manifest import MANIFEST_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
-from beam_tfrecord.storage import is_local, is_object_store
+from beam_tfrecord.storage import is_local, is_object_store, is_store_refusal, store_reason
 from beam_tfrecord.wording import count
 
 __all__ = ["STORE_TIMEOUT_SECONDS", "preflight", "refuse_placeholders"]
@@ -136,8 +136,12 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
                     "input",
                     f"{pattern!r}: its folder {base!r} does not exist{_taken_from(pattern)}",
                 )
-    except OSError as err:
-        raise ConfigError("input", f"{pattern!r} cannot be listed: {err}") from None
+    except ConfigError:
+        raise
+    except Exception as err:
+        if not is_store_refusal(err):
+            raise
+        raise ConfigError("input", f"{pattern!r} cannot be listed: {store_reason(err)}") from None
     if first is None:
         raise ConfigError(
             "input",
@@ -158,11 +162,30 @@ def _check_input_list(input_list: str) -> None:
     try:
         if not input_list_chunks(input_list):
             raise ConfigError("input_list", f"{input_list!r} is empty")
-    except (OSError, ValueError) as err:
-        raise ConfigError("input_list", f"{input_list!r} cannot be read: {err}") from None
+    except ConfigError:
+        raise
+    except Exception as err:
+        if not (is_store_refusal(err) or isinstance(err, ValueError)):
+            raise
+        raise ConfigError(
+            "input_list", f"{input_list!r} cannot be read: {store_reason(err)}"
+        ) from None
 
 
 def _check_output(config: BuildConfig, lock: bool) -> None:
+    try:
+        _check_output_here(config, lock)
+    except ConfigError:
+        raise
+    except Exception as err:
+        if not is_store_refusal(err):
+            raise
+        raise ConfigError(
+            "output", f"{config.output!r} cannot be checked: {store_reason(err)}"
+        ) from None
+
+
+def _check_output_here(config: BuildConfig, lock: bool) -> None:
     fs, path = fsspec.core.url_to_fs(config.output)
     if fs.isfile(path):
         raise ConfigError("output", f"{config.output!r} is a file, not a folder")
@@ -204,5 +227,9 @@ def _check_output(config: BuildConfig, lock: bool) -> None:
             fs.makedirs(path, exist_ok=True)
         fs.pipe_file(probe, b"")
         fs.rm(probe)
-    except (OSError, ValueError) as err:
-        raise ConfigError("output", f"{config.output!r} is not writable: {err}") from None
+    except Exception as err:
+        if not (is_store_refusal(err) or isinstance(err, ValueError)):
+            raise
+        raise ConfigError(
+            "output", f"{config.output!r} is not writable: {store_reason(err)}"
+        ) from None

@@ -13,10 +13,12 @@ __all__ = [
     "TEMP_MARKER",
     "is_local",
     "is_object_store",
+    "is_store_refusal",
     "is_temporary",
     "protocol_of",
     "publish",
     "read_source",
+    "store_reason",
     "temporary_name",
     "to_url",
     "whole_read_options",
@@ -41,6 +43,27 @@ def is_temporary(file_name: str) -> bool:
 def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
     """The filesystem's main protocol: `file`, `memory`, `gs`, `s3`, ..."""
     return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
+# The client libraries under gcsfs and s3fs raise errors of their own, not OSErrors, when a store
+# cannot be asked at all: no credentials (botocore's NoCredentialsError), a token that cannot be
+# refreshed (google.auth), a connection refused below the retries (aiohttp, requests).
+_STORE_CLIENTS = ("botocore.", "google.auth.", "google.api_core.", "aiohttp.", "requests.")
+
+
+def is_store_refusal(error: BaseException) -> bool:
+    """Whether an error says that a store could not be reached or asked (an OSError, or one of
+    its client library's own), rather than that something here went wrong."""
+    if isinstance(error, OSError):
+        return True
+    return any(cls.__module__.startswith(_STORE_CLIENTS) for cls in type(error).__mro__[:-1])
+
+
+def store_reason(error: BaseException) -> str:
+    """An error as one line for a refusal: its message, and its kind where the message alone
+    ('Unable to locate credentials') does not say whose it is."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    return message if isinstance(error, OSError) else f"{message} ({type(error).__name__})"
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:

@@ -313,6 +313,37 @@ def test_missing_output_bucket_is_refused_not_created(s3_store, tmp_path, capsys
     assert not fs.exists("no-such-bucket-typo")
 
 
+def test_no_credentials_is_one_line_not_a_traceback(s3_store, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """botocore's NoCredentialsError is no OSError: it escaped the checks as a traceback, from
+    build (exit 1) and from verify and spec alike."""
+    from cloud_servers import _clear_instances
+
+    src = tmp_path / "src"
+    make_collection(src, {"a": 2}, seed=1)
+    source = f"{s3_store.new_bucket('photos')}/src"
+    upload(src, source)
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance to ask either
+    _clear_instances("s3")
+    try:
+        out = tmp_path / "out"
+        assert main(["build", "--input", source, "--output", str(out)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"beam-tfrecord build: error: --input: {source!r} cannot be listed: Unable to locate "
+            "credentials (NoCredentialsError)"
+        ]
+        assert not out.exists()
+        for command in ("verify", "spec"):
+            assert main([command, source]) == 1
+            assert capsys.readouterr().err.strip().splitlines() == [
+                f"beam-tfrecord {command}: error: Unable to locate credentials (NoCredentialsError)"
+            ]
+    finally:
+        monkeypatch.undo()
+        _clear_instances("s3")
+
+
 # A first read of each of these fails as a flaky store's might; the next succeeds.
 TRANSIENT = {"dog/dog_0003.jpg": 503, "cat/cat_0004.jpg": "reset", "fox/fox_0001.jpg": 429}
 

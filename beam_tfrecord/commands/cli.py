@@ -69,6 +69,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C outside a build's own handling (which says more)
         print(f"beam-tfrecord {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:
+        from beam_tfrecord.storage import is_store_refusal, store_reason
+
+        if not is_store_refusal(err):
+            raise
+        # A store that cannot be asked (no credentials, a wrong endpoint) is the user's to fix:
+        # one line, not the client library's traceback.
+        print(f"beam-tfrecord {args.command}: error: {store_reason(err)}", file=sys.stderr)
+        return 1
     return status
 
 
