@@ -6,10 +6,10 @@ import logging
 import posixpath
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import apache_beam as beam
 import fsspec
@@ -72,6 +72,8 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def preparer(config: BuildConfig) -> Preparer:
@@ -281,6 +283,30 @@ def _runner_name(options: PipelineOptions) -> str:
     return runner if isinstance(runner, str) else type(runner).__name__
 
 
+def _refused_as_config_error(runner, options: PipelineOptions, step: Callable[[], T]) -> T:
+    """`step()`, with a remote runner's refusal of the job (`_refused_job`) as a ConfigError."""
+    try:
+        return step()
+    except (ValueError, RuntimeError) as err:
+        refusal = None if isinstance(runner, LocalRunner) else _refused_job(err)
+        if refusal is None:
+            raise
+        raise ConfigError("runner", f"{_runner_name(options)}: {refusal}") from None
+
+
+def _refused_job(error: Exception) -> str | None:
+    """What a remote runner's refusal of the job's options says, on one line; None for any other
+    error. Before it submits anything, DataflowRunner checks its options (project, region,
+    temp_location...) and stages the packages it is given."""
+    message = str(error)
+    if isinstance(error, ValueError) and message.startswith("Pipeline has validations errors"):
+        problems = [line.strip() for line in message.splitlines()[1:] if line.strip()]
+        return "; ".join(problems) or message
+    if isinstance(error, RuntimeError) and "cannot be found" in message:
+        return " ".join(message.split())
+    return None
+
+
 def _submitted(
     result, pipeline, options: PipelineOptions, dry_run: bool, state: str | None = None
 ) -> SubmittedBuild:
@@ -431,6 +457,11 @@ def _released_at_end(output: str, lock: bool) -> Iterator[None]:
 def _build(
     config: BuildConfig, options: PipelineOptions, dry_run: bool, wait: bool, lock: bool
 ) -> BuildResult | SubmittedBuild:
+    runner = _runner(options)
+    # Before anything is looked at or written: DataflowRunner checks its options here.
+    pipeline = _refused_as_config_error(
+        runner, options, lambda: beam.Pipeline(runner=runner, options=options)
+    )
     preflight(config, lock=lock)
     if config.overwrite and not dry_run:
         # A folder half-way through being replaced must not claim to be a finished build.
@@ -444,12 +475,14 @@ def _build(
     ):
         start_early(processes)
     try:
-        runner = _runner(options)
-        pipeline = beam.Pipeline(runner=runner, options=options)
         _ = pipeline | "ConvertImages" >> ConvertImages(config, processes)
         # Beam first sends a pipeline through its runner-API form and back, as a check, unless
         # the runner runs from that form anyway; it knows its DirectRunner does, not this one.
-        result = pipeline.run(test_runner_api=not isinstance(runner, LocalRunner))
+        result = _refused_as_config_error(
+            runner,
+            options,
+            lambda: pipeline.run(test_runner_api=not isinstance(runner, LocalRunner)),
+        )
     finally:
         discard_started()  # started, and not taken: the plan was too small after all
     if dry_run:

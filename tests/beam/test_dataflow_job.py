@@ -249,6 +249,29 @@ def test_both_entry_points_dry_run_exit_0_without_a_manifest(entry, bucket, dry_
     assert not fs.exists(f"{path}/manifest.json")
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--runner=DataflowRunner", "--dry_run=True"], r"DataflowRunner: .*Missing required "
+         r"option: project\.; Missing required option: region\."),
+        (["--extra_package=/nowhere/x.whl"], r"DataflowRunner: The file /nowhere/x\.whl cannot "
+         r"be found"),
+    ],
+    ids=["missing-options", "missing-package"],
+)  # fmt: skip
+def test_a_job_dataflow_refuses_is_one_refusal_not_a_traceback(bucket, args, says):
+    """DataflowRunner checks its options and stages its packages before it submits: what it
+    refuses is a ConfigError (one line, exit 2, from the command), and nothing is written."""
+    output = f"{bucket}/out-refused"
+    config = BuildConfig(inputs=(f"{bucket}/pets/**",), output=output)
+    full = args if args[0].startswith("--runner") else _dataflow_args(bucket, *args)
+    with pytest.raises(ConfigError, match=says):
+        build(config, full)
+    fs, path = fsspec.core.url_to_fs(output)
+    fs.invalidate_cache()
+    assert not fs.exists(path)
+
+
 def test_a_template_launch_returns_without_reading_a_manifest(bucket):
     # With --template_location (how a Flex Template launches), DataflowRunner stages the job and
     # writes its request to the template file instead of submitting it; its result says DONE,
