@@ -75,6 +75,8 @@ _LOG = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+_MAIN_SESSION_FLAGS = ("--save_main_session", "--no_save_main_session")
+
 
 def preparer(config: BuildConfig) -> Preparer:
     return Preparer(
@@ -420,7 +422,13 @@ def build(
     # setting meant for the build among them, which would then build with its default) and end
     # the caller's process (SystemExit) on a bad value.
     check_beam_args(list(beam_args), (), settings=(*BuildConfig.setting_names(), "input"))
-    options = PipelineOptions(list(beam_args))
+    beam_args = list(beam_args)
+    if not any(a.split("=", 1)[0] in _MAIN_SESSION_FLAGS for a in beam_args):
+        # Beam pickles the launcher's __main__ for a service runner's workers by default: a
+        # build needs nothing of it (its DoFns are the package's own), and must not depend on
+        # the machine it was launched from.
+        beam_args.append("--no_save_main_session")
+    options = PipelineOptions(beam_args)
     dry_run = bool(options.view_as(TestOptions).dry_run)
     if dry_run and "dataflow" not in _runner_name(options).lower():
         # Other runners ignore the flag and run the build.
@@ -429,6 +437,8 @@ def build(
             f"{_runner_name(options)} would run the build: only DataflowRunner honours "
             "--dry_run=True (it builds the job and does not submit it)",
         )
+    if "dataflow" in _runner_name(options).lower():
+        _refuse_local_paths(config, _runner_name(options))
     # A job not waited for runs on after this process has returned, maybe ended: no lock
     # held here would cover it. Nor is there one on object stores.
     lock = (
@@ -438,6 +448,20 @@ def build(
     )
     with _released_at_end(config.output, lock):
         return _build(config, options, dry_run, wait, lock)
+
+
+def _refuse_local_paths(config: BuildConfig, runner: str) -> None:
+    """Dataflow's workers run elsewhere: a path on this machine is one they cannot reach."""
+    places = [("input", url) for url in config.inputs] + [("output", config.output)]
+    if config.input_list:
+        places.append(("input_list", config.input_list))
+    for setting, url in places:
+        if get_protocol(url) in ("file", "local"):
+            raise ConfigError(
+                setting,
+                f"{url!r} is a path on this machine, which {runner}'s workers cannot reach; "
+                "give a URL they can (gs://...)",
+            )
 
 
 @contextmanager

@@ -272,6 +272,13 @@ def test_a_job_dataflow_refuses_is_one_refusal_not_a_traceback(bucket, args, say
     assert not fs.exists(path)
 
 
+def test_a_local_path_is_refused_for_dataflow(bucket, tmp_path):
+    config = BuildConfig(inputs=(f"{bucket}/pets/**",), output=str(tmp_path / "out"))
+    with pytest.raises(ConfigError, match=r"is a path on this machine, which DataflowRunner's"):
+        build(config, _dataflow_args(bucket))
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_template_launch_returns_without_reading_a_manifest(bucket):
     # With --template_location (how a Flex Template launches), DataflowRunner stages the job and
     # writes its request to the template file instead of submitting it; its result says DONE,
@@ -296,3 +303,7 @@ def test_a_template_launch_returns_without_reading_a_manifest(bucket):
     assert fs.exists(staged) and fs.size(staged) == submitted.graph_bytes
     assert len(request) < REQUEST_LIMIT / 10 and submitted.graph_bytes < GRAPH_LIMIT / 10
     assert not fs.exists(f"{output}/manifest.json")
+    # Nothing of the launching machine goes with the job: Beam would pickle its __main__ for a
+    # service runner unless told not to.
+    staged_files = [p.rsplit("/", 1)[-1] for p in fs.find(staged.rsplit("/", 1)[0])]
+    assert staged_files and "pickled_main_session" not in staged_files
