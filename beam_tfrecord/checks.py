@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import posixpath
 import re
 import threading
 import uuid
+from collections.abc import Iterator
 
 import fsspec
 
@@ -120,8 +122,24 @@ def _preflight(config: BuildConfig, lock: bool) -> None:
     _check_output(config, lock)
 
 
-def _check_input(pattern: str, config: BuildConfig) -> None:
+@contextlib.contextmanager
+def _store_refusals(
+    setting: str, what: str, also: tuple[type[Exception], ...] = ()
+) -> Iterator[None]:
+    """Turns an error saying the store could not be asked (`is_store_refusal`), or one of
+    `also`, into a ConfigError for `setting`: `{what}: {reason}`."""
     try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as err:
+        if not (is_store_refusal(err) or isinstance(err, also)):
+            raise
+        raise ConfigError(setting, f"{what}: {store_reason(err)}") from None
+
+
+def _check_input(pattern: str, config: BuildConfig) -> None:
+    with _store_refusals("input", f"{pattern!r} cannot be listed"):
         first = first_match(pattern, config.extensions)
         if first is None:
             # Only to word the refusal (no round trip when the input is fine): a path named
@@ -136,12 +154,6 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
                     "input",
                     f"{pattern!r}: its folder {base!r} does not exist{_taken_from(pattern)}",
                 )
-    except ConfigError:
-        raise
-    except Exception as err:
-        if not is_store_refusal(err):
-            raise
-        raise ConfigError("input", f"{pattern!r} cannot be listed: {store_reason(err)}") from None
     if first is None:
         raise ConfigError(
             "input",
@@ -159,30 +171,14 @@ def _taken_from(pattern: str) -> str:
 
 
 def _check_input_list(input_list: str) -> None:
-    try:
+    with _store_refusals("input_list", f"{input_list!r} cannot be read", also=(ValueError,)):
         if not input_list_chunks(input_list):
             raise ConfigError("input_list", f"{input_list!r} is empty")
-    except ConfigError:
-        raise
-    except Exception as err:
-        if not (is_store_refusal(err) or isinstance(err, ValueError)):
-            raise
-        raise ConfigError(
-            "input_list", f"{input_list!r} cannot be read: {store_reason(err)}"
-        ) from None
 
 
 def _check_output(config: BuildConfig, lock: bool) -> None:
-    try:
+    with _store_refusals("output", f"{config.output!r} cannot be checked"):
         _check_output_here(config, lock)
-    except ConfigError:
-        raise
-    except Exception as err:
-        if not is_store_refusal(err):
-            raise
-        raise ConfigError(
-            "output", f"{config.output!r} cannot be checked: {store_reason(err)}"
-        ) from None
 
 
 def _check_output_here(config: BuildConfig, lock: bool) -> None:
@@ -220,16 +216,10 @@ def _check_output_here(config: BuildConfig, lock: bool) -> None:
     # Prove the output is writable with a real write, so the failure comes now and not after
     # hours of work on the first shard.
     probe = posixpath.join(path, f".write-probe-{uuid.uuid4().hex}")
-    try:
+    with _store_refusals("output", f"{config.output!r} is not writable", also=(ValueError,)):
         # On object stores folders are implicit, and makedirs would create a missing bucket
         # (s3fs does): a typo in a bucket name must be refused, not become a new bucket.
         if not is_object_store(fs):
             fs.makedirs(path, exist_ok=True)
         fs.pipe_file(probe, b"")
         fs.rm(probe)
-    except Exception as err:
-        if not (is_store_refusal(err) or isinstance(err, ValueError)):
-            raise
-        raise ConfigError(
-            "output", f"{config.output!r} is not writable: {store_reason(err)}"
-        ) from None
