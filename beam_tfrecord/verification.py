@@ -391,6 +391,6 @@ def incomplete_builds(patterns: list[str]) -> list[tuple[str, list[str], list[st
         except OSError:
             continue
         shards = shard_names(names)
-        if shards and "manifest.json" not in names:
+        if shards and MANIFEST_FILE not in names:
             found.append((pattern.rstrip("/") or pattern, shards, missing_shards(shards)))
     return found

@@ -24,7 +24,7 @@ from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 from fsspec.utils import get_protocol
 
-from beam_tfrecord.beam.options import check_beam_args
+from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
     DropDuplicates,
@@ -281,8 +281,7 @@ class SubmittedBuild:
 
 
 def _runner_name(options: PipelineOptions) -> str:
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    return runner if isinstance(runner, str) else type(runner).__name__
+    return runner_name(options.view_as(StandardOptions)) or "DirectRunner"
 
 
 def _refused_as_config_error(runner, options: PipelineOptions, step: Callable[[], T]) -> T:
@@ -372,8 +371,7 @@ def shard_processes(config: BuildConfig, options: PipelineOptions) -> int:
         or (direct.direct_num_workers or 1) != 1
     ):
         return 0
-    places = [*config.inputs, *filter(None, [config.input_list]), config.output]
-    if any(get_protocol(place) not in ("file", "local") for place in places):
+    if any(not _is_local_path(url) for _, url in _places(config)):
         return 0
     cores = usable_cores()
     return cores if cores > 1 else 0
@@ -430,33 +428,41 @@ def build(
         beam_args.append("--no_save_main_session")
     options = PipelineOptions(beam_args)
     dry_run = bool(options.view_as(TestOptions).dry_run)
-    if dry_run and "dataflow" not in _runner_name(options).lower():
+    name = _runner_name(options)
+    on_dataflow = "dataflow" in name.lower()
+    if dry_run and not on_dataflow:
         # Other runners ignore the flag and run the build.
         raise ConfigError(
             "runner",
-            f"{_runner_name(options)} would run the build: only DataflowRunner honours "
+            f"{name} would run the build: only DataflowRunner honours "
             "--dry_run=True (it builds the job and does not submit it)",
         )
-    if "dataflow" in _runner_name(options).lower():
-        _refuse_local_paths(config, _runner_name(options))
+    if on_dataflow:
+        _refuse_local_paths(config, name)
+    runner = _runner(options)
     # A job not waited for runs on after this process has returned, maybe ended: no lock
     # held here would cover it. Nor is there one on object stores.
-    lock = (
-        not dry_run
-        and (wait or isinstance(_runner(options), LocalRunner))
-        and is_lockable(config.output)
-    )
+    lock = not dry_run and (wait or isinstance(runner, LocalRunner)) and is_lockable(config.output)
     with _released_at_end(config.output, lock):
-        return _build(config, options, dry_run, wait, lock)
+        return _build(config, options, runner, dry_run, wait, lock)
+
+
+def _places(config: BuildConfig) -> list[tuple[str, str]]:
+    """Where the build reads and writes, each with its setting."""
+    places = [("input", url) for url in config.inputs] + [("output", config.output)]
+    if config.input_list:
+        places.append(("input_list", config.input_list))
+    return places
+
+
+def _is_local_path(url: str) -> bool:
+    return get_protocol(url) in ("file", "local")
 
 
 def _refuse_local_paths(config: BuildConfig, runner: str) -> None:
     """Dataflow's workers run elsewhere: a path on this machine is one they cannot reach."""
-    places = [("input", url) for url in config.inputs] + [("output", config.output)]
-    if config.input_list:
-        places.append(("input_list", config.input_list))
-    for setting, url in places:
-        if get_protocol(url) in ("file", "local"):
+    for setting, url in _places(config):
+        if _is_local_path(url):
             raise ConfigError(
                 setting,
                 f"{url!r} is a path on this machine, which {runner}'s workers cannot reach; "
@@ -479,9 +485,13 @@ def _released_at_end(output: str, lock: bool) -> Iterator[None]:
 
 
 def _build(
-    config: BuildConfig, options: PipelineOptions, dry_run: bool, wait: bool, lock: bool
+    config: BuildConfig,
+    options: PipelineOptions,
+    runner: str | PipelineRunner,
+    dry_run: bool,
+    wait: bool,
+    lock: bool,
 ) -> BuildResult | SubmittedBuild:
-    runner = _runner(options)
     # Before anything is looked at or written: DataflowRunner checks its options here.
     pipeline = _refused_as_config_error(
         runner, options, lambda: beam.Pipeline(runner=runner, options=options)
