@@ -184,9 +184,13 @@ def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
         return sorted(
             e.path for e in found if not e.is_symlink() or os.path.realpath(e.path) not in above
         )
+    try:
+        listed = fs.ls(path, detail=True)
+    finally:
+        _forget_listings(fs, path)
     return sorted(
         e["name"].rstrip("/")
-        for e in fs.ls(path, detail=True)
+        for e in listed
         if e.get("type") == "directory"
         and not posixpath.basename(e["name"].rstrip("/")).startswith(".")
     )
@@ -233,11 +237,63 @@ def _glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:
         found = _local_glob_files(path)
         if found is not None:
             return found
+        return _fsspec_glob_files(fs, path)
+    try:
+        return _store_glob_files(fs, path)
+    finally:
+        _forget_listings(fs, pattern_base(path))
+
+
+def _fsspec_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:
     return {
         name: int(info.get("size") or 0)
         for name, info in fs.glob(path, detail=True).items()
         if info.get("type") == "file"
     }
+
+
+def _store_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:
+    """`_glob_files` on an object store: a pattern whose wildcards are all in its last part
+    (`data/*.jpg`, the files right in a folder, as `split_task` makes of `data/**`) takes one
+    listing of that folder, by delimiter.
+
+    Not `fs.glob`: gcsfs lists every object below the folder for it, however deep, and then
+    keeps those of the first level (its `find` ignores `maxdepth` in the request), so the files
+    right in a collection's top folder would cost a listing of the whole collection.
+    """
+    folder, _, last = path.rpartition("/")
+    if not folder or has_magic(folder) or "**" in last:
+        return _fsspec_glob_files(fs, path)
+    match = re.compile(glob_translate(path)).match
+    try:
+        listed = fs.ls(folder, detail=True)
+    except FileNotFoundError:
+        return {}
+    return {
+        e["name"]: int(e.get("size") or 0)
+        for e in listed
+        if e.get("type") == "file" and match(e["name"])
+    }
+
+
+def _forget_listings(fs: fsspec.AbstractFileSystem, top: str) -> None:
+    """Drops what `fs` keeps of its listings of `top` and below.
+
+    gcsfs and s3fs keep every listing they make (`fs.dircache`) for as long as the filesystem
+    object lives, and a worker's is shared by all the listing tasks it runs: about 3 KB an
+    object listed, gigabytes once a worker has listed a million. A listing task reads each
+    folder once, so nothing is lost.
+    """
+    if isinstance(fs, LocalFileSystem):
+        return
+    cache = getattr(fs, "dircache", None)
+    if not cache:
+        return
+    top = fs._strip_protocol(top).rstrip("/")
+    below = top + "/"
+    for key in list(cache):  # a copy: other threads of the worker may list meanwhile
+        if key == top or key.startswith(below) or not top:
+            cache.pop(key, None)
 
 
 def _local_glob_files(path: str) -> dict[str, int] | None:

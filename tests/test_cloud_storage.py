@@ -33,7 +33,13 @@ from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.entries import ImageEntry, ShardSpec
-from beam_tfrecord.listing import SourceFile
+from beam_tfrecord.listing import (
+    ListingTask,
+    SourceFile,
+    expand_task,
+    first_match,
+    split_task,
+)
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
 from beam_tfrecord.readahead import worker_threads
 from beam_tfrecord.report import shard_report_name
@@ -490,3 +496,71 @@ def test_an_object_unreadable_when_its_shard_is_written_is_reported(request, col
         for record in read_records(io.BytesIO(data))
     }
     assert written == set(images) - {lost}
+
+
+def _listings_of(store: ObjectStore) -> tuple[list[str], object]:
+    """A proxy hook recording the listings sent to the store (their query strings, decoded)."""
+    seen: list[str] = []
+
+    def fault(method, target):
+        if request_kind(method, target) == "list":
+            seen.append(urllib.parse.unquote(target.partition("?")[2]))
+        return None
+
+    return seen, fault
+
+
+def _recursive(listing: str) -> bool:
+    """Whether a listing asks for everything below its prefix (no delimiter)."""
+    params = dict(p.split("=", 1) for p in listing.split("&") if "=" in p)
+    return not params.get("delimiter")
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_the_files_right_in_a_folder_take_one_listing_not_the_whole_collection(
+    request, protocol, tmp_path
+):
+    """`data/**` is split into `data/*` and a task per subfolder; `data/*` must not list every
+    object below `data/` (gcsfs's glob does) to find the few right in it. On a collection of
+    millions that is thousands of requests, and their entries held in memory, for nothing."""
+    store = _store(request, protocol)
+    root = f"{store.new_bucket('listing')}/data"
+    names = ["top.jpg", "a/1.jpg", "a/b/2.jpg", "c/3.jpg", "notes.txt"]
+    for name in names:
+        store.fs.pipe_file(f"{root}/{name}", b"x" * len(name))
+    seen, store.proxy.fault = _listings_of(store)
+    try:
+        here = list(expand_task(ListingTask(f"{root}/*", root), [".jpg"]))
+        # The whole pattern, split and listed part by part as a build lists it.
+        parts = split_task(ListingTask(f"{root}/**", root))
+        whole = sorted(f.relpath for part in parts for f in expand_task(part, [".jpg"]))
+        found = first_match(f"{root}/**", [".jpg"])
+    finally:
+        store.proxy.fault = None
+    assert [f.relpath for f in here] == ["top.jpg"]
+    assert whole == ["a/1.jpg", "a/b/2.jpg", "c/3.jpg", "top.jpg"]
+    assert found is not None and found.relpath.endswith(".jpg")
+    bucket_key = root.split("://", 1)[1].split("/", 1)[1]
+    everything = [s for s in seen if _recursive(s) and f"prefix={bucket_key}/&" in s + "&"]
+    assert not everything, f"listed all of {bucket_key}/: {everything}"
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_a_listing_task_leaves_nothing_of_its_listing_in_the_filesystem_cache(request, protocol):
+    """gcsfs and s3fs keep every listing for the life of the filesystem object, which a worker
+    shares between its listing tasks: a worker that lists a million objects would keep them."""
+    store = _store(request, protocol)
+    root = f"{store.new_bucket('cache')}/data"
+    for i in range(30):
+        store.fs.pipe_file(f"{root}/k{i % 3}/{i:02d}.jpg", b"x")
+    fs = store.fs
+    fs.invalidate_cache()
+    listed = [
+        f
+        for part in split_task(ListingTask(f"{root}/**", root))
+        for f in expand_task(part, [".jpg"])
+    ]
+    assert len(listed) == 30
+    bucket = root.split("://", 1)[1].split("/", 1)[0]
+    kept = [key for key in fs.dircache if key.startswith(bucket)]
+    assert kept == []
