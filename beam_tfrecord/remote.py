@@ -27,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
 import fsspec
+from fsspec.spec import AbstractBufferedFile
 
 from beam_tfrecord.readahead import DEFAULT_BUDGET
 from beam_tfrecord.storage import is_object_store, read_source, whole_read_options
@@ -43,6 +44,7 @@ __all__ = [
     "is_remote",
     "is_transient",
     "run_concurrently",
+    "unsent",
     "upload_block_size",
 ]
 
@@ -129,6 +131,20 @@ def default_depth(urls: Iterable[str]) -> int:
 def upload_block_size(fs: fsspec.AbstractFileSystem) -> int:
     """Bytes per upload request for a shard on `fs`: the filesystem's default, if larger."""
     return max(getattr(fs, "default_block_size", 0) or 0, UPLOAD_BLOCK_SIZE)
+
+
+def unsent(file) -> bytes | None:
+    """All that was written to a store's write-mode file, if none of it has been sent yet.
+
+    gcsfs and s3fs send nothing until a file's buffer holds a block (`upload_block_size`), so a
+    file smaller than that is still whole in memory when it is closed. Finished as an upload
+    left open for commit (`autocommit=False`), it would take three requests (start, data,
+    commit), each a round trip in turn; sent with `fs.pipe_file`, it takes one. None for a file
+    that started its upload, or that is not an fsspec buffered file.
+    """
+    if not isinstance(file, AbstractBufferedFile) or file.offset is not None:
+        return None
+    return file.buffer.getvalue()
 
 
 def is_transient(err: BaseException) -> bool:

@@ -28,6 +28,7 @@ from beam_tfrecord.remote import (
     BackgroundWriter,
     fetch_in_order,
     is_remote,
+    unsent,
     upload_block_size,
 )
 from beam_tfrecord.report import shard_report_name
@@ -155,8 +156,13 @@ def write_shard(
         publish(fs, report_path, "".join(r.to_json() + "\n" for r in report).encode("utf-8"))
         if direct:
             out.close()
-            raw.close()
-            raw.commit()
+            whole = unsent(raw)
+            if whole is None:
+                raw.close()
+                raw.commit()
+            else:  # a shard smaller than one upload block: one request, not three
+                raw.closed = True  # it sent nothing, so there is nothing to cancel
+                publish(fs, final_path, whole)
         else:
             raw.close()
             fs.mv(temp_path, final_path)

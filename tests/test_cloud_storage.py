@@ -307,6 +307,29 @@ def test_a_failed_shard_leaves_no_object(request, protocol, collection, monkeypa
     assert _objects(bucket) == {}
 
 
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_a_shard_smaller_than_an_upload_block_is_one_upload(request, protocol, collection):
+    """Its report part, the shard and its index: three uploads in turn, not five (a resumable
+    or multipart upload takes three: start, data, commit). On a distant store each is a round
+    trip, and a build of many small shards pays them shard after shard."""
+    store = _store(request, protocol)
+    src, images = collection
+    config = _config(f"{src}/**", f"{store.new_bucket('small')}/pets")
+    prep = preparer(config)
+    entries = [
+        prep.plan(SourceFile(str(src / relpath), relpath, len(data)), "cat", 0)
+        for relpath, data in sorted(images.items())[:6]
+        if "broken" not in relpath
+    ]
+    spec = ShardSpec(config.output, "pets-train.tfrecord-00000-of-00001", "train", 0, 1)
+    store.proxy.counts.clear()
+    result, _ = write_shard(spec, entries, config.image)
+    assert store.proxy.counts["upload"] == 3
+    shard = _objects(config.output)[spec.file_name]
+    assert len(shard) == result.bytes and f"{crc32c.crc32c(shard):08x}" == result.crc32c
+    assert len(list(read_records(io.BytesIO(shard)))) == len(entries) == result.examples
+
+
 def test_missing_output_bucket_is_refused_not_created(s3_store, tmp_path, capsys):  # noqa: F811
     """A typo in the output bucket's name fails before the build; no bucket appears."""
     src = tmp_path / "src"
