@@ -183,14 +183,24 @@ def _check_output(config: BuildConfig, lock: bool) -> None:
 
 def _check_output_here(config: BuildConfig, lock: bool) -> None:
     fs, path = fsspec.core.url_to_fs(config.output)
-    if fs.isfile(path):
-        raise ConfigError("output", f"{config.output!r} is a file, not a folder")
-    if lock:  # before the folder is looked at: what another build is writing is not a stray file
-        lock_output(config.output)
-    try:
-        listed = fs.ls(path, detail=True) if fs.isdir(path) else []
-    except FileNotFoundError:
-        listed = []
+    if is_object_store(fs):
+        # One listing says both whether the output is a file and what it holds: asked apart,
+        # each question is a round trip or two (no lock to take first: `output_lock`).
+        try:
+            listed = fs.ls(path, detail=True)
+        except FileNotFoundError:
+            listed = []
+        if [(e["name"].rstrip("/"), e.get("type")) for e in listed] == [(path.rstrip("/"), "file")]:
+            raise ConfigError("output", f"{config.output!r} is a file, not a folder")
+    else:
+        if fs.isfile(path):
+            raise ConfigError("output", f"{config.output!r} is a file, not a folder")
+        if lock:  # before the folder is looked at: what another build is writing is not a stray
+            lock_output(config.output)
+        try:
+            listed = fs.ls(path, detail=True) if fs.isdir(path) else []
+        except FileNotFoundError:
+            listed = []
     # A killed build's lock file (unlocked, or it would have refused this build) is not a file
     # of a build.
     listed = [e for e in listed if posixpath.basename(e["name"].rstrip("/")) != LOCK_FILE]

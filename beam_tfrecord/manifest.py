@@ -285,8 +285,9 @@ def discard_manifest(output_dir: str) -> None:
 
     def discard(name: str) -> None:
         fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
-        if fs.exists(path):
-            fs.rm(path)
+        # One request: asking first whether the file exists is one or two more to a store.
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(path)
 
     run_concurrently(
         [functools.partial(discard, name) for name in (MANIFEST_FILE, DATASET_INFO_FILE)]

@@ -26,7 +26,7 @@ from cloud_servers import ObjectStore, gcs_store, s3_store, upload  # noqa: F401
 from imagegen import make_collection
 from latency_proxy import request_kind
 
-from beam_tfrecord import shard_writer
+from beam_tfrecord import checks, shard_writer
 from beam_tfrecord.beam.pipeline import BuildResult, build, preparer
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
@@ -328,6 +328,42 @@ def test_a_shard_smaller_than_an_upload_block_is_one_upload(request, protocol, c
     shard = _objects(config.output)[spec.file_name]
     assert len(shard) == result.bytes and f"{crc32c.crc32c(shard):08x}" == result.crc32c
     assert len(list(read_records(io.BytesIO(shard)))) == len(entries) == result.examples
+
+
+@pytest.mark.parametrize("protocol", ["s3", "gs", "local"])
+def test_an_output_that_is_a_file_is_refused_and_left_as_it_is(
+    request, protocol, collection, tmp_path, capsys
+):
+    src, _ = collection
+    if protocol == "local":
+        output = str(tmp_path / "pets")
+    else:
+        output = f"{_store(request, protocol).new_bucket('file')}/pets"
+    with fsspec.open(output, "wb") as f:
+        f.write(b"not a folder")
+    assert main(["build", "--input", f"{src}/**", "--output", output]) == 2
+    assert f"--output: {output!r} is a file, not a folder" in capsys.readouterr().err
+    fs, path = fsspec.core.url_to_fs(output)
+    fs.invalidate_cache()
+    assert fs.cat_file(path) == b"not a folder"
+
+
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+@pytest.mark.parametrize("holds", ["nothing", "a build"])
+def test_the_output_is_looked_at_in_one_listing(request, protocol, holds):
+    """Whether the output is a file, and what it holds: one listing (gcsfs adds a look at an
+    object of the folder's name), where isfile, isdir and ls took up to six requests in turn."""
+    store = _store(request, protocol)
+    output = f"{store.new_bucket('checked')}/pets"
+    if holds == "a build":
+        store.fs.pipe_file(f"{output}/{MANIFEST_FILE}", b"{}")
+    config = _config("unused/**", output, overwrite=True)
+    store.fs.invalidate_cache()
+    store.proxy.counts.clear()
+    checks._check_output(config, lock=False)
+    looks = Counter(store.proxy.counts)
+    del looks["upload"], looks["delete"]  # the probe that proves the output writable
+    assert sum(looks.values()) <= 2, looks
 
 
 def test_missing_output_bucket_is_refused_not_created(s3_store, tmp_path, capsys):  # noqa: F811
