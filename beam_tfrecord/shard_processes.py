@@ -18,9 +18,11 @@ any error would, its temporary file removed, and then the process.
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -29,6 +31,9 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
+import fsspec
+import fsspec.config
+
 from beam_tfrecord import progress
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.images.decode import quiet_pillow_for_good
@@ -36,7 +41,7 @@ from beam_tfrecord.images.policy import ImagePolicy
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.shard_writer import write_shard
 
-__all__ = ["ShardProcesses", "discard_started", "start_early", "take_started"]
+__all__ = ["ShardProcesses", "discard_started", "settings_travel", "start_early", "take_started"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -57,7 +62,9 @@ class ShardProcesses:
             processes,
             mp_context=_SpawnWithoutMain(),
             initializer=_start_worker,
-            initargs=(log_level,),
+            # Settings a program gave fsspec (credentials, endpoints), which a spawned process
+            # would not have; the environment it inherits.
+            initargs=(log_level, copy.deepcopy(fsspec.config.conf)),
         )
 
     def submit(
@@ -98,6 +105,16 @@ class ShardProcesses:
                 with contextlib.suppress(OSError):
                     process.terminate()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+def settings_travel() -> bool:
+    """Whether fsspec's settings in this process can be handed to a worker process: a program
+    may have put an object there (a credentials object, say) that cannot be pickled."""
+    try:
+        pickle.dumps(fsspec.config.conf)
+    except Exception:
+        return False
+    return True
 
 
 def start_early(processes: int) -> None:
@@ -165,7 +182,7 @@ def _block_sigterm() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
-def _start_worker(log_level: int) -> None:
+def _start_worker(log_level: int, fsspec_conf: dict[str, Any]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_term)
     # SIGTERM must reach this, the main thread: its handler runs only here, and only a signal
@@ -175,6 +192,8 @@ def _start_worker(log_level: int) -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     quiet_pillow_for_good()  # this process is the tool's own
+    for protocol, settings in fsspec_conf.items():
+        fsspec.config.conf.setdefault(protocol, {}).update(settings)
     # The launcher's level for this tool's own lines (-v shows each shard written).
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -20,6 +20,7 @@ from pathlib import Path
 import crc32c
 import fsspec
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 
 # The fixtures are imported for pytest to find them; tests ask for them by name.
 from cloud_servers import ObjectStore, gcs_store, s3_store, upload  # noqa: F401
@@ -27,6 +28,7 @@ from imagegen import make_collection
 from latency_proxy import request_kind
 
 from beam_tfrecord import checks, shard_writer
+from beam_tfrecord.beam import pipeline
 from beam_tfrecord.beam.pipeline import BuildResult, build, preparer
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
@@ -41,7 +43,7 @@ from beam_tfrecord.listing import (
     split_task,
 )
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
-from beam_tfrecord.readahead import worker_threads
+from beam_tfrecord.readahead import usable_cores, worker_threads
 from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.splits import assign_split
@@ -261,6 +263,29 @@ def test_verify_and_inspect_a_bucket(bucket_build, capsys):
     assert lines[0]["features"]["image/filename"] == {"kind": "bytes", "values": [expected]}
 
 
+def test_shard_processes_find_the_store_through_settings_given_to_fsspec(
+    s3_store,
+    collection,
+    local_build,
+    monkeypatch,  # noqa: F811
+):
+    """A program may point fsspec at its store in code rather than in the environment: a
+    build's own shard processes get those settings too (here the endpoint; without it they
+    would look for the real AWS, and fail)."""
+    src, images = collection
+    source = f"{s3_store.new_bucket('photos')}/pets"
+    upload(src, source)
+    output = f"{s3_store.new_bucket('datasets')}/pets"
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    monkeypatch.setitem(fsspec.config.conf, "s3", {"endpoint_url": s3_store.endpoint})
+    fsspec.filesystem("s3").clear_instance_cache()
+    config = _config(f"{source}/**", output)
+    assert pipeline.shard_processes(config, PipelineOptions([])) > 1 or usable_cores() < 2
+    result = build(config, [])
+    assert result.manifest["inputs"]["written"] == len(images)
+    assert _shards(_objects(output)) == local_build[1]
+
+
 def test_multi_process_workers_find_the_store_through_the_environment(
     request, collection, local_build
 ):
@@ -475,8 +500,11 @@ def test_transient_failures_are_retried_in_a_build(
 
 @pytest.mark.parametrize("protocol", ["s3", "gs"])
 def test_dedup_hashes_through_the_async_reader_with_retries(
-    request, protocol, collection, local_build, link
+    request, protocol, collection, local_build, link, monkeypatch
 ):
+    # The shards are written in this process, whose threads are counted below; a build would
+    # write them in processes of its own.
+    monkeypatch.setattr(pipeline, "shard_processes", lambda config, options: 0)
     store = _store(request, protocol)
     src, images = collection
     source, output = _buckets(store, src, "hashed")

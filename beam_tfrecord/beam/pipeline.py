@@ -57,7 +57,7 @@ from beam_tfrecord.planning import Preparer
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import default_depth
 from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
-from beam_tfrecord.shard_processes import discard_started, start_early
+from beam_tfrecord.shard_processes import discard_started, settings_travel, start_early
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.wording import count
 
@@ -209,6 +209,9 @@ class ConvertImages(beam.PTransform):
             resume=config.resume,
             read_ahead=read_ahead,
             processes=self._shard_processes,
+            # A shard on a store waits on round trips more than on the CPU: two written at once
+            # take about the time of one, however small the build.
+            processes_min_bytes=0 if _reaches_a_store(config) else None,
         )
         report = (*reports, written["report"]) | "Report" >> beam.Flatten()
         # The report's lines go to files from the workers; the manifest gets only their counts.
@@ -358,11 +361,12 @@ class LocalRunner(SwitchingDirectRunner):
 
 def shard_processes(config: BuildConfig, options: PipelineOptions) -> int:
     """Processes to write shards in: the cores, for a build that runs in this one process
-    (LocalRunner in memory) and reads and writes local files only; else 0, each worker writing
-    its own shards.
+    (LocalRunner in memory) and reads and writes local files and gs:// or s3:// objects only;
+    else 0, each worker writing its own shards.
 
-    Only local files: a `memory://` store, or a filesystem registered by this process alone,
-    is not there for a process of its own.
+    A process of its own finds the stores as this one does: through the environment it
+    inherits and the fsspec settings it is given (`shard_processes`). A `memory://` store, or a
+    filesystem registered by this process alone, is not there for it.
     """
     direct = options.view_as(DirectOptions)
     if (
@@ -371,7 +375,9 @@ def shard_processes(config: BuildConfig, options: PipelineOptions) -> int:
         or (direct.direct_num_workers or 1) != 1
     ):
         return 0
-    if any(not _is_local_path(url) for _, url in _places(config)):
+    if any(get_protocol(url) not in _SHARED_PROTOCOLS for _, url in _places(config)):
+        return 0
+    if _reaches_a_store(config) and not settings_travel():
         return 0
     cores = usable_cores()
     return cores if cores > 1 else 0
@@ -459,6 +465,15 @@ def _is_local_path(url: str) -> bool:
     return get_protocol(url) in ("file", "local")
 
 
+# What a process this one starts reaches as this one does.
+_SHARED_PROTOCOLS = frozenset({"file", "local", "gs", "gcs", "s3", "s3a"})
+
+
+def _reaches_a_store(config: BuildConfig) -> bool:
+    """Whether the build reads or writes an object store (not this machine's disk or memory)."""
+    return any(get_protocol(url) not in ("file", "local", "memory") for _, url in _places(config))
+
+
 def _refuse_local_paths(config: BuildConfig, runner: str) -> None:
     """Dataflow's workers run elsewhere: a path on this machine is one they cannot reach."""
     for setting, url in _places(config):
@@ -502,10 +517,12 @@ def _build(
         discard_manifest(config.output)
     started = time.monotonic()
     processes = shard_processes(config, options)  # none for a dry run: that is Dataflow's
-    if (
-        processes
-        and not config.input_list
-        and local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
+    if processes and (
+        _reaches_a_store(config)
+        or (
+            not config.input_list
+            and local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
+        )
     ):
         start_early(processes)
     try:

@@ -61,7 +61,7 @@ class _WriteShardFn(_ReadAheadFn):
         resume: bool,
         read_ahead: int,
         processes: int = 0,
-        processes_min_bytes: int = PROCESSES_MIN_BYTES,
+        processes_min_bytes: int | None = None,
     ):
         super().__init__(read_ahead)
         self._output_dir = output_dir
@@ -70,7 +70,9 @@ class _WriteShardFn(_ReadAheadFn):
         self._max_record_size = max_record_size
         self._resume = resume
         self._processes = processes
-        self._processes_min_bytes = processes_min_bytes
+        self._processes_min_bytes = (
+            PROCESSES_MIN_BYTES if processes_min_bytes is None else processes_min_bytes
+        )
         self._written = metric_counter("images_written")
         self._skipped = metric_counter("images_skipped")
         self._bytes = metric_counter("bytes_written")
@@ -170,7 +172,7 @@ class WriteShards(beam.PTransform):
 
     `processes` > 1: a worker that runs the whole build in one process (a local build) writes
     its shards in that many processes of its own (`shard_processes`), once the plan holds more
-    than one shard and `processes_min_bytes` planned bytes.
+    than one shard and `processes_min_bytes` planned bytes (None: PROCESSES_MIN_BYTES).
 
     Returns a dict: `results` (ShardResult per shard) and `report` (images that could not be
     written, and images written changed).
@@ -186,7 +188,7 @@ class WriteShards(beam.PTransform):
         resume: bool = False,
         read_ahead: int = 16,
         processes: int = 0,
-        processes_min_bytes: int = PROCESSES_MIN_BYTES,
+        processes_min_bytes: int | None = None,
     ):
         super().__init__()
         self._fn = _WriteShardFn(

@@ -135,18 +135,34 @@ def test_a_small_plan_is_written_without_worker_processes(pipeline, shards, tmp_
         (("data/**",), "out", ["--direct_running_mode=multi_threading"], 0),
         (("data/**",), "out", ["--direct_num_workers=2"], 0),
         (("memory://data/**",), "out", [], 0),
-        (("data/**",), "gs://bucket/out", [], 0),
-        (("s3://bucket/data/**",), "out", [], 0),
+        (("data/**",), "gs://bucket/out", [], "cores"),
+        (("s3://bucket/data/**",), "out", [], "cores"),
+        (("s3://bucket/data/**",), "out", ["--direct_num_workers=2"], 0),
+        (("data/**",), "memory://out", [], 0),
+        (("hdfs://host/data/**",), "out", [], 0),
         (("data/**",), "out", ["--runner=FlinkRunner"], 0),
     ],
 )
-def test_only_a_one_process_build_of_local_files_writes_in_processes(
+def test_only_a_one_process_build_of_files_and_objects_writes_in_processes(
     inputs, output, flags, expected
 ):
     config = BuildConfig(inputs=inputs, output=output)
     cores = usable_cores()
     want = (cores if cores > 1 else 0) if expected == "cores" else expected
     assert shard_processes(config, PipelineOptions(flags)) == want
+
+
+def test_a_store_build_writes_here_when_its_fsspec_settings_cannot_travel(monkeypatch):
+    """A worker process gets this process's fsspec settings (credentials, endpoints), pickled:
+    a setting that cannot be (a credentials object) keeps a store build's shards here."""
+    import fsspec.config
+
+    monkeypatch.setitem(fsspec.config.conf, "gs", {"token": lambda: "a credentials object"})
+    cores = usable_cores()
+    local = BuildConfig(inputs=("data/**",), output="out")
+    bucket = BuildConfig(inputs=("data/**",), output="gs://bucket/out")
+    assert shard_processes(bucket, PipelineOptions([])) == 0
+    assert shard_processes(local, PipelineOptions([])) == (cores if cores > 1 else 0)
 
 
 def test_a_shard_process_silences_pillow_for_good_and_the_launcher_does_not():
