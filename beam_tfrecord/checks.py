@@ -231,5 +231,11 @@ def _check_output_here(config: BuildConfig, lock: bool) -> None:
         # (s3fs does): a typo in a bucket name must be refused, not become a new bucket.
         if not is_object_store(fs):
             fs.makedirs(path, exist_ok=True)
-        fs.pipe_file(probe, b"")
+        try:
+            fs.pipe_file(probe, b"")
+        except FileNotFoundError as err:
+            if is_object_store(fs):  # nothing is missing for a write to a store but the bucket
+                bucket = path.split("/", 1)[0]
+                raise FileNotFoundError(f"the bucket {bucket!r} does not exist") from err
+            raise
         fs.rm(probe)

@@ -264,10 +264,10 @@ def test_verify_and_inspect_a_bucket(bucket_build, capsys):
 
 
 def test_shard_processes_find_the_store_through_settings_given_to_fsspec(
-    s3_store,
+    s3_store,  # noqa: F811
     collection,
     local_build,
-    monkeypatch,  # noqa: F811
+    monkeypatch,
 ):
     """A program may point fsspec at its store in code rather than in the environment: a
     build's own shard processes get those settings too (here the endpoint; without it they
@@ -391,14 +391,20 @@ def test_the_output_is_looked_at_in_one_listing(request, protocol, holds):
     assert sum(looks.values()) <= 2, looks
 
 
-def test_missing_output_bucket_is_refused_not_created(s3_store, tmp_path, capsys):  # noqa: F811
-    """A typo in the output bucket's name fails before the build; no bucket appears."""
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_missing_output_bucket_is_refused_not_created(request, protocol, tmp_path, capsys):
+    """A typo in the output bucket's name fails before the build, saying so; no bucket appears."""
+    _store(request, protocol)
     src = tmp_path / "src"
     make_collection(src, {"a": 2}, seed=1)
-    status = main(["build", "--input", f"{src}/**", "--output", "s3://no-such-bucket-typo/ds"])
+    output = f"{protocol}://no-such-bucket-typo/ds"
+    status = main(["build", "--input", f"{src}/**", "--output", output])
     assert status == 2
-    assert "--output: 's3://no-such-bucket-typo/ds' is not writable" in capsys.readouterr().err
-    fs = fsspec.filesystem("s3")
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --output: {output!r} is not writable: "
+        "the bucket 'no-such-bucket-typo' does not exist\n"
+    )
+    fs = fsspec.filesystem(protocol)
     fs.invalidate_cache()
     assert not fs.exists("no-such-bucket-typo")
 
