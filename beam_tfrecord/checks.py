@@ -36,11 +36,13 @@ def _canonical(url: str) -> str:
 # a slow answer, short enough that a store out of reach (no network, a wrong endpoint) is
 # reported at once rather than after minutes of retries.
 STORE_TIMEOUT_SECONDS = 8.0
-_BUCKET = re.compile(r"^(?P<protocol>gs|gcs|s3|s3a)://(?P<bucket>[^/]*)")
+# GCS bucket names are lowercase. S3's are too, but for buckets made before March 2018 in
+# us-east-1, which may hold capitals: an S3 name is left to the store to judge.
+_BUCKET = re.compile(r"^(?P<protocol>gs|gcs)://(?P<bucket>[^/]*)")
 
 
 def refuse_placeholders(config: BuildConfig) -> None:
-    """Bucket names are lowercase on GCS and S3: an uppercase one is a placeholder left in."""
+    """GCS bucket names are lowercase: an uppercase one is a placeholder left in."""
     urls = [("input", u) for u in config.inputs] + [("output", config.output)]
     if config.input_list:
         urls.append(("input_list", config.input_list))

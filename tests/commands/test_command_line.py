@@ -530,6 +530,28 @@ def test_10_the_default_config_placeholder_is_refused(tmp_path):
     assert files_below(tmp_path) == []
 
 
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        ("gs://YOUR-BUCKET/out", True),
+        ("gcs://My-Bucket/out", True),
+        ("gs://your-bucket/out", False),
+        # S3 buckets made in us-east-1 before March 2018 may hold capitals: the store judges.
+        ("s3://Legacy-Bucket/out", False),
+    ],
+)
+def test_10_only_a_gcs_bucket_with_capitals_is_a_placeholder(url, refused):
+    from beam_tfrecord.checks import refuse_placeholders
+    from beam_tfrecord.config import BuildConfig, ConfigError
+
+    config = BuildConfig(inputs=("data/**",), output=url)
+    if refused:
+        with pytest.raises(ConfigError, match="is a placeholder"):
+            refuse_placeholders(config)
+    else:
+        refuse_placeholders(config)
+
+
 def test_10_an_unreachable_store_fails_in_one_line(src, tmp_path):
     import socket
 
