@@ -217,13 +217,18 @@ def _check_output_here(config: BuildConfig, lock: bool) -> None:
                 ", no manifest.json); pass --resume to finish it, or --overwrite to replace it",
             )
         if has_build:
-            what = "an earlier build"
-        else:
-            folders = sum(e.get("type") == "directory" for e in listed)
-            kinds = [(len(existing) - folders, "file"), (folders, "folder")]
-            what = " and ".join(count(n, kind) for n, kind in kinds if n)
+            raise ConfigError(
+                "output",
+                f"{config.output!r} already holds an earlier build; pass --overwrite to replace it",
+            )
+        folders = sum(e.get("type") == "directory" for e in listed)
+        kinds = [(len(existing) - folders, "file"), (folders, "folder")]
+        what = " and ".join(count(n, kind) for n, kind in kinds if n)
+        # --overwrite replaces a build's own files only (`remove_stale_files`): these would stay.
         raise ConfigError(
-            "output", f"{config.output!r} already holds {what}; pass --overwrite to replace it"
+            "output",
+            f"{config.output!r} already holds {what}; pass --overwrite to build beside "
+            f"{'it' if len(existing) == 1 else 'them'} (it replaces only a build's own files)",
         )
     # Prove the output is writable with a real write, so the failure comes now and not after
     # hours of work on the first shard.

@@ -134,8 +134,14 @@ def test_non_empty_output_without_overwrite(src, tmp_path, capsys):
     out.mkdir()
     (out / "keep.txt").write_text("precious")
     assert main(["build", "--input", f"{src}/**", "--output", str(out)]) == 2
-    assert "already holds 1 file; pass --overwrite" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --output: {str(out)!r} already holds 1 file; pass "
+        "--overwrite to build beside it (it replaces only a build's own files)\n"
+    )
     assert _snapshot(out) == {"keep.txt": b"precious"}
+    # As it says: the build goes in beside the file, which stays.
+    assert main(["build", "--input", f"{src}/**", "--output", str(out), "--overwrite"]) == 0
+    assert _snapshot(out)["keep.txt"] == b"precious"
 
 
 @pytest.mark.parametrize(
@@ -152,7 +158,10 @@ def test_a_non_empty_output_is_counted_in_files_and_folders(
     for i in range(folders):
         (out / f"sub{i}").mkdir()  # empty: once counted as a file
     assert main(["build", "--input", f"{src}/**", "--output", str(out)]) == 2
-    assert f"already holds {says}; pass --overwrite" in capsys.readouterr().err
+    them = "it" if files + folders == 1 else "them"
+    assert (
+        f"already holds {says}; pass --overwrite to build beside {them}" in capsys.readouterr().err
+    )
 
 
 def test_unknown_yaml_setting_and_missing_config(src, tmp_path, capsys):
