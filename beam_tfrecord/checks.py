@@ -72,15 +72,16 @@ def preflight(
     """
     refuse_placeholders(config)
     urls = [*config.inputs, config.output, *([config.input_list] if config.input_list else [])]
-    remote = [u for u in urls if "://" in u and not u.startswith(("file://", "memory://"))]
-    if not remote:
+    if not any(_is_remote(u) for u in urls):
         _preflight(config, lock)
         return
     outcome: list[BaseException | None] = []
+    # What is being checked: (setting, URLs), the inputs' then the output's.
+    checking: list[tuple[str, list[str]]] = []
 
     def check() -> None:
         try:
-            _preflight(config, lock)
+            _preflight(config, lock, checking)
             outcome.append(None)
         except BaseException as err:  # handed to the waiting thread
             outcome.append(err)
@@ -90,16 +91,24 @@ def preflight(
     worker.start()
     worker.join(timeout)
     if not outcome:
+        setting, waiting = checking[-1] if checking else ("output", [config.output])
         raise ConfigError(
-            "output" if config.output in remote else "input",
-            f"{', '.join(remote)}: no answer from the store in {timeout:g} s (check the "
+            setting,
+            f"{', '.join(map(repr, waiting))}: no answer from the store in {timeout:g} s (check the "
             "network, the endpoint and the credentials)",
         )
     if outcome[0] is not None:
         raise outcome[0]
 
 
-def _preflight(config: BuildConfig, lock: bool) -> None:
+def _is_remote(url: str) -> bool:
+    return "://" in url and not url.startswith(("file://", "memory://"))
+
+
+def _preflight(
+    config: BuildConfig, lock: bool, checking: list[tuple[str, list[str]]] | None = None
+) -> None:
+    checking = [] if checking is None else checking
     output = _canonical(config.output)
     for pattern in config.inputs:
         try:
@@ -118,9 +127,15 @@ def _preflight(config: BuildConfig, lock: bool) -> None:
     # in this order, is the error. The output is checked after: its check writes (a probe),
     # and a build refused for its inputs must leave no trace.
     checks = [functools.partial(_check_input, pattern, config) for pattern in config.inputs]
+    sources = list(config.inputs)
     if config.input_list is not None:
         checks.append(functools.partial(_check_input_list, config.input_list))
+        sources.append(config.input_list)
+    remote = [u for u in sources if _is_remote(u)]
+    setting = "input_list" if remote == [config.input_list] else "input"
+    checking.append((setting, remote or sources))
     run_concurrently(checks)
+    checking.append(("output", [config.output]))
     _check_output(config, lock)
 
 

@@ -7,13 +7,16 @@ that appear whole when complete, no rename.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
+import socket
 import threading
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -389,6 +392,62 @@ def test_the_output_is_looked_at_in_one_listing(request, protocol, holds):
     looks = Counter(store.proxy.counts)
     del looks["upload"], looks["delete"]  # the probe that proves the output writable
     assert sum(looks.values()) <= 2, looks
+
+
+@pytest.fixture
+def silent_s3(monkeypatch, tmp_path) -> Iterator[str]:
+    """s3:// pointed at a port that takes connections and never answers; returns a bucket URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def take() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(listener.accept()[0])
+
+    taker = threading.Thread(target=take, daemon=True)
+    taker.start()
+    port = listener.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
+    for name, value in [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                        ("AWS_DEFAULT_REGION", "us-east-1")]:  # fmt: skip
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    fsspec.get_filesystem_class("s3").clear_instance_cache()
+    try:
+        yield "s3://silent-bucket"
+    finally:
+        stop.set()
+        taker.join()
+        for conn in held:
+            conn.close()
+        listener.close()
+        fsspec.get_filesystem_class("s3").clear_instance_cache()
+
+
+@pytest.mark.parametrize("silent", ["input", "output"])
+def test_a_store_that_does_not_answer_is_named_alone(gcs_store, silent_s3, silent, tmp_path):  # noqa: F811
+    """The checks before a build give a store a few seconds to answer; the refusal names the
+    setting and the URL that got no answer, not every URL of the build."""
+    answering = f"{gcs_store.new_bucket('answers')}/data"
+    gcs_store.fs.pipe_file(f"{answering}/cat/a.jpg", b"x")
+    if silent == "input":
+        inputs, output = f"{silent_s3}/data/**", f"{answering}-out"
+    else:
+        inputs, output = f"{answering}/**", f"{silent_s3}/out"
+    config = BuildConfig.from_settings({"inputs": [inputs], "output": output})
+    with pytest.raises(ConfigError) as refused:
+        checks.preflight(config, timeout=2)
+    silent_url = inputs if silent == "input" else output
+    assert refused.value.setting == silent
+    assert str(refused.value).startswith(
+        f"--{silent}: {silent_url!r}: no answer from the store in 2 s"
+    )
 
 
 @pytest.mark.parametrize("protocol", ["s3", "gs"])
