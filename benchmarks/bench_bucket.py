@@ -6,8 +6,9 @@ Builds the same collection (benchmarks/collection.py, unique ~110 KB JPEGs) loca
 disk, then gs:// to gs:// (fake-gcs-server) and s3:// to s3:// (moto's server), each store
 reached through tests/latency_proxy.py, a TCP proxy on 127.0.0.1 that holds every request back
 0, 20 and 50 ms (`--delays`), as a bucket in another zone would. Every build is a whole
-`beam-tfrecord build` process (2 DirectRunner workers in multi-process mode, `--validate decode`,
-the default read-ahead), with the same `--name`, and its shards are compared byte for byte with
+`beam-tfrecord build` process (2 DirectRunner workers in multi-process mode, or with `--plain` the
+command as a user types it: one process, writing its shards in shard processes of its own;
+`--validate decode`, the default read-ahead), with the same `--name`, and its shards are compared byte for byte with
 the local build's.
 
 For each it prints seconds, MB/s, the ratio of its speed to the local build's, the requests per
@@ -195,11 +196,12 @@ def _large_collection(root: Path, count: int, pixels: tuple[int, int], seed: int
 
 
 def _build(
-    name: str, source: str, output: str, env: dict, store: _Store | None = None
+    name: str, source: str, output: str, env: dict, store: _Store | None = None, plain: bool = False
 ) -> tuple[float, float, Cpu]:
     """Seconds, the largest worker's peak MB, and the CPU used by the build (and the store)."""
+    runner = [] if plain else TWO_WORKERS
     command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
-               "--output", output, "--name", "bench", "--overwrite", *TWO_WORKERS]  # fmt: skip
+               "--output", output, "--name", "bench", "--overwrite", *runner]  # fmt: skip
     before = store.cpu() if store else None
     result = _run(name, command, env={"TF_CPP_MIN_LOG_LEVEL": "2", **env})
     if store is None:
@@ -233,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large", default="200,12", help="~1 MB and ~20 MB images for the memory rows (0,0: none)")  # fmt: skip
     parser.add_argument("--data", type=Path, default=REPO.parent / "bench-data")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
+    parser.add_argument("--plain", action="store_true", help="every build as the plain command (one process, its own shard processes), not 2 DirectRunner workers")  # fmt: skip
     args = parser.parse_args(argv)
     delays = [int(d) for d in args.delays.split(",")]
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
@@ -246,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     try:
         out = scratch / "local" / "bench"
-        seconds, worker, cpu = _build("local -> local", str(source), str(out), {})
+        seconds, worker, cpu = _build("local -> local", str(source), str(out), {}, plain=args.plain)
         local = Row("local disk -> local disk", meta["images"], mb, seconds, worker, cpu=cpu)
         rows.append(local)
         local_shards = _local_shards(out)
@@ -260,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                     store.proxy.reset_counts()
                     output = f"{store.bucket(f'out-{delay}')}/bench"
                     name = f"{protocol}:// -> {protocol}://, {delay} ms per request"
-                    seconds, worker, cpu = _build(name, src, output, store.env, store)
+                    seconds, worker, cpu = _build(name, src, output, store.env, store, args.plain)
                     row = Row(name, meta["images"], mb, seconds, worker, store.proxy.reset_counts(),
                               cpu=cpu)  # fmt: skip
                     row.identical = "yes" if store.shards(output) == local_shards else "NO"
@@ -280,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
                         store.proxy.reset_counts()
                         name = f"{protocol}:// -> {protocol}://, 20 ms, {count} images of {label}"
                         output = f"{store.bucket(f'big-out-{pixels[0]}')}/bench"
-                        seconds, worker, cpu = _build(name, big_src, output, store.env, store)
+                        seconds, worker, cpu = _build(
+                            name, big_src, output, store.env, store, args.plain
+                        )
                         rows.append(
                             Row(name, big["images"], big["bytes"] / 1e6, seconds, worker,
                                 store.proxy.reset_counts(), cpu=cpu)
@@ -298,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Collection: {meta['images']} unique JPEGs, {mb:.0f} MB, {os.cpu_count()} cores; "
             f"stores on this machine behind a latency proxy. Command: "
             f"`python benchmarks/bench_bucket.py --images {args.images} --delays {args.delays} "
-            f"--stores {args.stores} --large {args.large}`.\n\n"
+            f"--stores {args.stores} --large {args.large}{' --plain' if args.plain else ''}`.\n\n"
         )
         args.markdown.write_text(header + table + "\n")
     return 0
