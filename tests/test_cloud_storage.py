@@ -358,6 +358,42 @@ def test_a_shard_smaller_than_an_upload_block_is_one_upload(request, protocol, c
     assert len(list(read_records(io.BytesIO(shard)))) == len(entries) == result.examples
 
 
+@pytest.mark.parametrize(("protocol", "block"), [("gs", 256 * 1024), ("s3", 5 * 1024 * 1024)])
+def test_a_shard_larger_than_an_upload_block_goes_up_in_blocks(
+    request, protocol, block, tmp_path, monkeypatch
+):
+    """The other way: blocks uploaded as the shard is written, then committed whole. The block
+    is the store's smallest (256 KiB on GCS, 5 MiB for S3's parts), so the shard is small."""
+    import numpy as np
+    from PIL import Image
+
+    store = _store(request, protocol)
+    monkeypatch.setattr(shard_writer, "upload_block_size", lambda fs: block)
+    rng = np.random.default_rng(3)
+    src = tmp_path / "noise"
+    (src / "cat").mkdir(parents=True)
+    held = 0
+    while held < 2.5 * block:  # noise hardly compresses: about 100 KB an image
+        path = src / "cat" / f"n{held:09d}.jpg"
+        pixels = rng.integers(0, 256, size=(256, 256, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(path, "JPEG", quality=95)
+        held += path.stat().st_size
+    config = _config(f"{src}/**", f"{store.new_bucket('large')}/noise")
+    prep = preparer(config)
+    entries = [
+        prep.plan(SourceFile(str(path), f"cat/{path.name}", path.stat().st_size), "cat", 0)
+        for path in sorted((src / "cat").iterdir())
+    ]
+    spec = ShardSpec(config.output, "noise-train.tfrecord-00000-of-00001", "train", 0, 1)
+    store.proxy.counts.clear()
+    result, report = write_shard(spec, entries, config.image)
+    assert store.proxy.counts["upload"] > 4  # start, two blocks or more, commit; report, index
+    shard = _objects(config.output)[spec.file_name]
+    assert len(shard) == result.bytes > 2 * block and report == []
+    assert f"{crc32c.crc32c(shard):08x}" == result.crc32c
+    assert len(list(read_records(io.BytesIO(shard)))) == len(entries) == result.examples
+
+
 @pytest.mark.parametrize("protocol", ["s3", "gs", "local"])
 def test_an_output_that_is_a_file_is_refused_and_left_as_it_is(
     request, protocol, collection, tmp_path, capsys
