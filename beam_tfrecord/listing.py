@@ -153,15 +153,32 @@ def split_task(task: ListingTask) -> list[ListingTask]:
         # `**` matches no folder (the rest applies right here) or one folder and then `**` again.
         here = join(prefix, tail) if tail else join(prefix, "*")
         parts = [here] + [
-            join(folder, "**", tail) if tail else join(folder, "**") for folder in folders
+            join(_as_pattern(folder), "**", tail) if tail else join(_as_pattern(folder), "**")
+            for folder in folders
         ]
     else:
         parts = [
-            join(folder, tail)
+            join(_as_pattern(folder), tail)
             for folder in folders
             if fnmatch.fnmatchcase(posixpath.basename(folder), first)
         ]
     return [ListingTask(to_url(fs, part), task.base) for part in parts]
+
+
+_GLOB_CHAR = re.compile(r"([*?[])")
+
+
+def _as_pattern(folder: str) -> str:
+    """A folder found by listing, as a glob that matches that folder alone.
+
+    The wildcard characters of its name are bracketed (`f[1]` as `f[[]1]`, `what?` as
+    `what[?]`): written as they are, `f[1]` would match the folder `f1` and never itself, and
+    `what?` the folder `whats` too, so a part would lose the folder's images or list another
+    part's twice. (Only its name: the folders above it come from the pattern, before its first
+    wildcard.)
+    """
+    head, name = posixpath.split(folder)
+    return posixpath.join(head, _GLOB_CHAR.sub(r"[\1]", name))
 
 
 def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
@@ -188,11 +205,16 @@ def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
         listed = fs.ls(path, detail=True)
     finally:
         _forget_listings(fs, path)
+    itself = path.rstrip("/")
     return sorted(
         e["name"].rstrip("/")
         for e in listed
         if e.get("type") == "directory"
         and not posixpath.basename(e["name"].rstrip("/")).startswith(".")
+        # gcsfs lists a folder as a folder of itself when the store holds an object named for it
+        # (`data/cls/`, as the GCS console's "Create folder" makes): split again, it would list
+        # the folder's images twice.
+        and e["name"].rstrip("/") != itself
     )
 
 

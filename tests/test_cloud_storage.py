@@ -33,6 +33,7 @@ from latency_proxy import request_kind
 from beam_tfrecord import checks, shard_writer
 from beam_tfrecord.beam import pipeline
 from beam_tfrecord.beam.pipeline import BuildResult, build, preparer
+from beam_tfrecord.beam.transforms import ListImages
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
@@ -731,6 +732,30 @@ def test_the_files_right_in_a_folder_take_one_listing_not_the_whole_collection(
     bucket_key = root.split("://", 1)[1].split("/", 1)[1]
     everything = [s for s in seen if _recursive(s) and f"prefix={bucket_key}/&" in s + "&"]
     assert not everything, f"listed all of {bucket_key}/: {everything}"
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+@pytest.mark.parametrize("given", ["data/**", "data/cls", "data/*/*.jpg"])
+def test_an_object_named_for_a_folder_does_not_list_its_images_twice(request, protocol, given):
+    """The GCS console's "Create folder" leaves an empty object named `data/cls/`; gcsfs then
+    lists `data/cls` as a folder inside itself, and a split listing went into it again: its
+    images were written two or three times, in several splits, with the books balanced."""
+    store = _store(request, protocol)
+    root = f"{store.new_bucket('marker')}/data"
+    for name in ["cls/", "cls/z.jpg", "cls/sub/", "cls/sub/y.jpg", "top.jpg", "other/x.jpg"]:
+        store.fs.pipe_file(f"{root}/{name}", b"" if name.endswith("/") else b"x")
+    store.fs.invalidate_cache()
+    url = f"{root.rsplit('/', 1)[0]}/{given}"
+    parts = [ListingTask.for_pattern(url)]
+    for _ in range(ListImages.SPLIT_LEVELS + 1):
+        parts = [part for task in parts for part in split_task(task)]
+    listed = sorted(f.url.rsplit("/data/", 1)[1] for t in parts for f in expand_task(t, [".jpg"]))
+    expected = {
+        "data/**": ["cls/sub/y.jpg", "cls/z.jpg", "other/x.jpg", "top.jpg"],
+        "data/cls": ["cls/sub/y.jpg", "cls/z.jpg"],
+        "data/*/*.jpg": ["cls/z.jpg", "other/x.jpg"],
+    }[given]
+    assert listed == expected
 
 
 @pytest.mark.parametrize("protocol", ["gs", "s3"])

@@ -74,6 +74,29 @@ def test_split_listing_equals_whole_listing(tree, pattern, expected):
         assert len(split) == len(set(split)), "no file is listed by two parts"
 
 
+GLOB_NAMED = ["f[1]/1.jpg", "f1/2.jpg", "what?/3.jpg", "whats/4.jpg", "a*b/5.jpg", "axb/6.jpg",
+              "top.jpg", "deep/[x]/7.jpg"]  # fmt: skip
+
+
+@pytest.mark.parametrize("pattern", ["**", "*/*.jpg", "**/*.jpg", "*/**"])
+def test_folders_named_with_wildcard_characters_are_listed_once_each(tmp_path, pattern):
+    """A folder found by listing becomes part of a pattern when the listing is split; its name's
+    `[`, `*` and `?` must match only itself, not `f1` for `f[1]` (the images of `f[1]` were
+    lost, silently) nor `whats` for `what?` (listed twice)."""
+    for name in GLOB_NAMED:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+    url = f"{tmp_path}/{pattern}"
+    whole = sorted(s.relpath for s in expand_pattern(url, EXTS))
+    wanted = {"**": GLOB_NAMED, "**/*.jpg": GLOB_NAMED, "*/**": [n for n in GLOB_NAMED if "/" in n]}
+    expected = wanted.get(pattern, [n for n in GLOB_NAMED if n.count("/") == 1])
+    assert whole == sorted(expected)
+    for levels in (1, 2, 3):
+        parts = _split_fully(ListingTask.for_pattern(url), levels)
+        split = [s.relpath for t in parts for s in expand_task(t, EXTS)]
+        assert sorted(split) == whole, (pattern, levels)
+
+
 @pytest.mark.parametrize(
     "pattern",
     ["**", "*", "*/*.jpg", "**/*.jpg", "a*/**/*.jpg", "a/**/z/*.jpg", "[ab]/*", "*/*/x/*", "?/*",
