@@ -11,7 +11,10 @@ import contextlib
 import io
 import json
 import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -485,6 +488,37 @@ def test_a_store_that_does_not_answer_is_named_alone(gcs_store, silent_s3, silen
     assert str(refused.value).startswith(
         f"--{silent}: {silent_url!r}: no answer from the store in 2 s"
     )
+
+
+def test_an_interrupted_build_ends_when_the_store_stops_answering(gcs_store, collection, link):  # noqa: F811
+    """Ctrl-C ends a build whose store no longer answers: tidying up and counting the finished
+    shards wait a bounded time for the store, then the build ends, saying so. It used to wait
+    for ever, past further Ctrl-Cs and SIGTERMs."""
+    src, _ = collection
+    source, output = _buckets(gcs_store, src, "silent")
+    proxy = link(gcs_store)
+    proxy.delay = 0.05
+    command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
+               "--output", output, "--min-shard-size", "10KB", "--max-shard-size", "20KB"]  # fmt: skip
+    build_process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while proxy.counts["read"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the shards are being written
+        assert build_process.poll() is None, "the build ended before it could be interrupted"
+        proxy.delay = 1000  # from now on, no request is answered
+        time.sleep(1)
+        build_process.send_signal(signal.SIGINT)
+        _, err = build_process.communicate(timeout=90)
+    finally:
+        build_process.kill()
+        proxy.delay = 0
+    assert build_process.returncode == 130, err
+    assert "the store did not answer in 10 s" in err
+    assert "beam-tfrecord build: interrupted (SIGINT)" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("protocol", ["s3", "gs"])

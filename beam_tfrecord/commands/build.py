@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -461,8 +462,14 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     if interruption.signum is not None:
         from beam_tfrecord.output_lock import release_output
 
-        if _owns_output(config.output):
-            _discard_partial_files(config.output)
+        if _owns_output(config.output) and not _within(
+            _TIDY_SECONDS, lambda: _discard_partial_files(config.output)
+        ):
+            print(
+                f"{prog}: the store did not answer in {_TIDY_SECONDS:g} s; what the build was "
+                f"writing in {config.output} may be left (--resume removes it)",
+                file=sys.stderr,
+            )
         # The interrupted build kept the output locked until its workers and partial files
         # were gone (build()); the lock file goes too, for the next build to start clean.
         release_output(config.output)
@@ -529,18 +536,51 @@ def _owns_output(output: str) -> bool:
     return True
 
 
+# How long an interrupted build waits for its output's store to answer while it tidies up and
+# counts what it finished: a stop must end the process, even if the store has stopped answering.
+_TIDY_SECONDS = 10.0
+
+
+def _within(seconds: float, call) -> bool:
+    """Runs call() on a thread of its own; whether it ended in `seconds`.
+
+    A store that does not answer holds a call for ever (fsspec waits on its event loop with no
+    time limit), and an interrupted build must end all the same: the thread is a daemon, and the
+    process ends with `os._exit`. A second Ctrl-C stops the waiting at once.
+    """
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            call()
+        except Exception as err:  # tidying up is best effort; the interruption is the news
+            _LOG.warning("%s", err)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="tidy-up", daemon=True).start()
+    try:
+        return done.wait(seconds)
+    except KeyboardInterrupt:
+        return False
+
+
 def _discard_partial_files(output: str) -> None:
     """What the stopped workers were half-way through writing goes; their finished shards stay.
 
     A worker stopped mid-shard (a thread of this process, or a process ended with it) cannot
-    remove its own temporary file. On object stores there is none: an upload appears only
-    once complete.
+    remove its own temporary file. On object stores there is none (an upload appears only once
+    complete); the report's parts folder (`.report.tmp-parts`) goes on any store.
     """
+    import fsspec
+
     from beam_tfrecord.manifest import remove_temporaries
     from beam_tfrecord.report import remove_parts
+    from beam_tfrecord.storage import is_object_store
 
     try:
-        remove_temporaries(output)
+        if not is_object_store(fsspec.core.url_to_fs(output)[0]):
+            remove_temporaries(output)
         remove_parts(output)
     except OSError as err:
         _LOG.warning("could not remove the partial files in %s: %s", output, err)
@@ -560,7 +600,9 @@ def _finished_shards(output: str) -> int | None:
 
 def _report_interruption(prog: str, config: BuildConfig, interruption, seconds: float) -> None:
     """One or two lines: what the interrupted build finished, and the command that goes on."""
-    finished = _finished_shards(config.output)
+    counted: list[int | None] = []
+    _within(_TIDY_SECONDS, lambda: counted.append(_finished_shards(config.output)))
+    finished = counted[0] if counted else None
     if finished is not None:
         kept = f"{count(finished, 'finished shard')} kept in {config.output}"
     else:
