@@ -167,6 +167,9 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
                 raise ConfigError("input", f"{pattern!r} does not exist{_taken_from(pattern)}")
             base = pattern_base(pattern)
             if has_magic(path) and base and not fs.exists(pattern_base(path)):
+                bucket = path.split("/", 1)[0]
+                if is_object_store(fs) and not fs.exists(bucket):
+                    raise ConfigError("input", f"{pattern!r}: the bucket {bucket!r} does not exist")
                 raise ConfigError(
                     "input",
                     f"{pattern!r}: its folder {base!r} does not exist{_taken_from(pattern)}",

@@ -539,6 +539,24 @@ def test_missing_output_bucket_is_refused_not_created(request, protocol, tmp_pat
     assert not fs.exists("no-such-bucket-typo")
 
 
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_a_missing_input_bucket_is_named_as_such(request, protocol, tmp_path, capsys):
+    store = _store(request, protocol)
+    pattern = f"{protocol}://no-such-bucket-typo/data/**"
+    status = main(["build", "--input", pattern, "--output", str(tmp_path / "out")])
+    assert status == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input: {pattern!r}: "
+        "the bucket 'no-such-bucket-typo' does not exist\n"
+    )
+    # A bucket that is there, without the folder: the folder is named.
+    folder = f"{store.new_bucket('there')}/data"
+    status = main(["build", "--input", f"{folder}/**", "--output", str(tmp_path / "out")])
+    assert status == 2
+    assert f"its folder {folder!r} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_no_credentials_is_one_line_not_a_traceback(s3_store, tmp_path, capsys, monkeypatch):  # noqa: F811
     """botocore's NoCredentialsError is no OSError: it escaped the checks as a traceback, from
     build (exit 1) and from verify and spec alike."""
