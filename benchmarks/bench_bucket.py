@@ -52,6 +52,7 @@ from latency_proxy import LatencyProxy  # noqa: E402
 
 TWO_WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 KINDS = ("read", "info", "list", "upload", "delete", "copy")
+BUILD_FLAGS: list[str] = []  # --flags: more settings for every build
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ def _build(
     """Seconds, the largest worker's peak MB, and the CPU used by the build (and the store)."""
     runner = [] if plain else TWO_WORKERS
     command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
-               "--output", output, "--name", "bench", "--overwrite", *runner]  # fmt: skip
+               "--output", output, "--name", "bench", "--overwrite", *runner, *BUILD_FLAGS]  # fmt: skip
     before = store.cpu() if store else None
     result = _run(name, command, env={"TF_CPP_MIN_LOG_LEVEL": "2", **env})
     if store is None:
@@ -236,7 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=REPO.parent / "bench-data")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     parser.add_argument("--plain", action="store_true", help="every build as the plain command (one process, its own shard processes), not 2 DirectRunner workers")  # fmt: skip
+    parser.add_argument("--flags", default="", help="more build settings for every build, as one string: \"--min-shard-size 1MB --max-shard-size 2MB\"")  # fmt: skip
     args = parser.parse_args(argv)
+    BUILD_FLAGS[:] = args.flags.split()
     delays = [int(d) for d in args.delays.split(",")]
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     n_1mb, n_20mb = (int(n) for n in args.large.split(","))
@@ -303,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             f"Collection: {meta['images']} unique JPEGs, {mb:.0f} MB, {os.cpu_count()} cores; "
             f"stores on this machine behind a latency proxy. Command: "
             f"`python benchmarks/bench_bucket.py --images {args.images} --delays {args.delays} "
-            f"--stores {args.stores} --large {args.large}{' --plain' if args.plain else ''}`.\n\n"
+            f"--stores {args.stores} --large {args.large}{' --plain' if args.plain else ''}"
+            f"{f' --flags {args.flags!r}' if args.flags else ''}`.\n\n"
         )
         args.markdown.write_text(header + table + "\n")
     return 0
