@@ -32,7 +32,13 @@ from beam_tfrecord.remote import (
     upload_block_size,
 )
 from beam_tfrecord.report import shard_report_name
-from beam_tfrecord.storage import is_object_store, publish, read_source, temporary_name
+from beam_tfrecord.storage import (
+    is_object_store,
+    publish,
+    read_source,
+    sequential_read_options,
+    temporary_name,
+)
 from beam_tfrecord.wording import count
 
 __all__ = ["write_shard"]
@@ -400,7 +406,7 @@ def _verify_existing(
     counts: Counter[str] = Counter()
     index: list[str] = []
     try:
-        with fs.open(final_path, "rb") as f:
+        with fs.open(final_path, "rb", **sequential_read_options(fs)) as f:
             records = read_records(f, compression="NONE", with_offsets=True)
             for entry, (offset, record) in zip(expected, records, strict=True):
                 index.append(index_line(offset, framed_size(len(record))))
@@ -411,7 +417,7 @@ def _verify_existing(
                     return None
                 if entry.label is not None:
                     counts[entry.label] += 1
-        with fs.open(final_path, "rb") as f:
+        with fs.open(final_path, "rb", **sequential_read_options(fs)) as f:
             checksum = file_crc32c(f)
         expected_bytes = fs.size(final_path)
     except (CorruptRecordError, ValueError, OSError):

@@ -10,6 +10,7 @@ import uuid
 import fsspec
 
 __all__ = [
+    "SEQUENTIAL_BLOCK_SIZE",
     "TEMP_MARKER",
     "is_local",
     "is_object_store",
@@ -18,6 +19,7 @@ __all__ = [
     "protocol_of",
     "publish",
     "read_source",
+    "sequential_read_options",
     "store_reason",
     "temporary_name",
     "to_url",
@@ -101,6 +103,23 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         if fs.exists(temp):
             fs.rm(temp)
         raise
+
+
+# Bytes per request when a file is read front to back (`sequential_read_options`).
+SEQUENTIAL_BLOCK_SIZE = 16 * 1024 * 1024
+
+
+def sequential_read_options(fs: fsspec.AbstractFileSystem) -> dict[str, str | int]:
+    """Keywords for `fs.open(path, "rb", ...)` to read a file front to back, as a shard is read
+    (to verify it, resume it, inspect or load it), in a request per 16 MiB.
+
+    Not the filesystem's default cache: gcsfs's, an adaptive read-ahead, took the reads of a
+    record at a time for random access and sent a request for each (586 GETs for a 4 MB shard
+    of 200 records, where plain read-ahead sent one).
+    """
+    if not is_object_store(fs):
+        return {}
+    return {"cache_type": "readahead", "block_size": SEQUENTIAL_BLOCK_SIZE}
 
 
 def whole_read_options(fs: fsspec.AbstractFileSystem) -> dict[str, int]:

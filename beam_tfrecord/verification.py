@@ -25,6 +25,7 @@ from beam_tfrecord.codec.framing import CorruptRecordError, file_crc32c, framed_
 from beam_tfrecord.codec.reader import TFRecordReader
 from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
 from beam_tfrecord.manifest import MANIFEST_FILE, is_shard_name
+from beam_tfrecord.storage import sequential_read_options
 
 __all__ = [
     "FileReport",
@@ -180,7 +181,8 @@ def check_against_manifest(
     expected = shard.get("crc32c")
     if expected is None:
         return  # a manifest of an older build, which kept a SHA-256 instead
-    with fsspec.open(url, "rb", **storage_options) as f:
+    fs, path = url_to_fs(url, **storage_options)
+    with fs.open(path, "rb", **sequential_read_options(fs)) as f:
         checksum = file_crc32c(f)
     if checksum != expected:
         report.errors.append(

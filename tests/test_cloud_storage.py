@@ -20,7 +20,7 @@ import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import crc32c
@@ -519,6 +519,30 @@ def test_an_interrupted_build_ends_when_the_store_stops_answering(gcs_store, col
     assert "the store did not answer in 10 s" in err
     assert "beam-tfrecord build: interrupted (SIGINT)" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_verify_and_resume_read_a_bucket_shard_in_a_request_not_a_request_a_record(
+    request, protocol, collection, link, capsys
+):
+    """A shard is read front to back (verify, --resume, inspect, the reader): in blocks of
+    16 MiB. gcsfs's default cache sent a GET for each record, or two."""
+    store = _store(request, protocol)
+    src, _ = collection
+    source, output = _buckets(store, src, "reread")
+    config = _config(f"{source}/**", output)
+    result = build(config, [])
+    shards = len(result.manifest["shards"])
+    records = result.manifest["inputs"]["written"]
+    proxy = link(store)
+    assert main(["verify", output]) == 0, capsys.readouterr()
+    # Each shard twice (its records, its CRC32C), its index and report part; the build's files.
+    verified = proxy.reset_counts()["read"]
+    assert verified <= 4 * shards + 10 < records, (verified, shards, records)
+    resumed = build(replace(config, resume=True), [])
+    assert resumed.counters.get("shards_kept") == shards
+    reads = proxy.reset_counts()["read"]
+    assert reads <= 3 * shards + 10 < records, (reads, shards, records)
 
 
 @pytest.mark.parametrize("protocol", ["s3", "gs"])

@@ -28,6 +28,7 @@ from beam_tfrecord.codec.framing import (
     CorruptRecordError,
     masked_crc32c,
 )
+from beam_tfrecord.storage import sequential_read_options
 
 __all__ = ["TFRecordReader", "read_records"]
 
@@ -100,7 +101,8 @@ class TFRecordReader:
 
     def __iter__(self) -> Iterator[Any]:
         if isinstance(self._source, str):
-            with fsspec.open(self._source, "rb", **self._storage_options) as stream:
+            fs, path = fsspec.core.url_to_fs(self._source, **self._storage_options)
+            with fs.open(path, "rb", **sequential_read_options(fs)) as stream:
                 yield from self._read(stream)
         else:
             yield from self._read(self._source)
