@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import importlib
 import os
+import signal
 import sys
 import threading
 from collections.abc import Sequence
@@ -59,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "build":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    terminated: list[int] = []
+    previous = _stop_on_sigterm(terminated)
     try:
         status = int(args._module.run(args, extra) or 0)
         sys.stdout.flush()
@@ -68,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe would
     except KeyboardInterrupt:  # Ctrl-C outside a build's own handling (which says more)
         print(f"beam-tfrecord {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return 128 + (terminated[0] if terminated else signal.SIGINT)
     except Exception as err:
         from beam_tfrecord.storage import is_store_refusal, store_reason
 
@@ -78,7 +81,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         # one line, not the client library's traceback.
         print(f"beam-tfrecord {args.command}: error: {store_reason(err)}", file=sys.stderr)
         return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return status
+
+
+def _stop_on_sigterm(terminated: list[int]):
+    """SIGTERM stops a command as Ctrl-C does (KeyboardInterrupt), and is noted in `terminated`:
+    by default it would end the process without a word, where Ctrl-C says "interrupted". A
+    build replaces this with its own handling once it starts. Returns the handler it replaced,
+    None where none was (not the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        if not terminated:
+            terminated.append(signum)
+            raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 def entry() -> None:

@@ -6,6 +6,7 @@ and what it left on disk.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -208,6 +209,39 @@ def test_3_sigterm_to_the_launcher_ends_its_workers_too(big_src, tmp_path):
     _assert_clean_interruption(status, stdout, stderr, before, out, 143, "SIGTERM")
     # The workers were started in the launcher's process group; none of them is left.
     assert _group_is_gone(pid)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_3_a_stop_before_the_build_starts_says_so_in_one_line(tmp_path, signum, status):
+    """Stopped while it still reads its settings (here a config file that never arrives: a
+    named pipe nobody writes to), a build has written nothing and says so. SIGTERM used to end
+    it without a word, where Ctrl-C said "interrupted"."""
+    config = tmp_path / "settings.yaml"
+    os.mkfifo(config)
+    process = subprocess.Popen(
+        [*COMMAND, "build", "--config", str(config)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            # Opening a pipe no one writes to waits in the kernel's wait_for_partner: the build
+            # is reading its settings. (Without /proc, the deadline stands in.)
+            with contextlib.suppress(OSError), open(f"/proc/{process.pid}/wchan") as f:
+                if f.read().strip() == "wait_for_partner":
+                    break
+            time.sleep(0.02)
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert (process.returncode, stdout, stderr) == (
+        status,
+        "",
+        "beam-tfrecord build: interrupted\n",
+    )
+    assert files_below(tmp_path) == []  # nothing written (the pipe is not a file)
 
 
 def test_4_running_the_same_command_again_points_to_resume(interrupted, big_src):
