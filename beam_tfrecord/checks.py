@@ -15,7 +15,13 @@ import fsspec
 
 from beam_tfrecord.build_folder import shard_names
 from beam_tfrecord.config import BuildConfig, ConfigError
-from beam_tfrecord.listing import first_match, has_magic, input_list_chunks, pattern_base
+from beam_tfrecord.listing import (
+    first_match,
+    has_magic,
+    input_list_chunks,
+    matching_folders,
+    pattern_base,
+)
 from beam_tfrecord.manifest import MANIFEST_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
@@ -173,6 +179,14 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
                 raise ConfigError(
                     "input",
                     f"{pattern!r}: its folder {base!r} does not exist{_taken_from(pattern)}",
+                )
+            folders = matching_folders(pattern)
+            if folders:
+                raise ConfigError(
+                    "input",
+                    f"{pattern!r} matches {count(len(folders), 'folder')} and no image file; "
+                    "to take the images below "
+                    f"{'it' if len(folders) == 1 else 'them'}, write {pattern.rstrip('/') + '/**'!r}",
                 )
     if first is None:
         raise ConfigError(

@@ -26,6 +26,7 @@ __all__ = [
     "has_magic",
     "input_list_chunks",
     "is_hidden",
+    "matching_folders",
     "one_input",
     "parse_input_line",
     "pattern_base",
@@ -463,6 +464,22 @@ def first_match(pattern: str, extensions: Iterable[str], depth: int = 4) -> Sour
         return None
 
     return search(ListingTask.for_pattern(pattern), 0)
+
+
+def matching_folders(pattern: str) -> list[str]:
+    """The folders (not hidden) that a pattern whose wildcards are all in its last name matches
+    (`data/cat*`: `data/cat`, `data/catnip`), sorted, by one listing of the folder above them;
+    none for any other pattern. For a refusal: such a pattern takes the files it matches, and
+    no file below the folders it matches."""
+    fs, path = fsspec.core.url_to_fs(pattern)
+    folder, _, last = path.rstrip("/").rpartition("/")
+    if not has_magic(last) or "**" in last or has_magic(folder):
+        return []
+    try:
+        found = _subfolders(fs, folder or "/")
+    except FileNotFoundError:
+        return []
+    return [to_url(fs, f) for f in found if fnmatch.fnmatchcase(posixpath.basename(f), last)]
 
 
 def parse_input_line(line: str, list_url: str) -> SourceFile | None:

@@ -564,6 +564,23 @@ def test_missing_output_bucket_is_refused_not_created(request, protocol, tmp_pat
 
 
 @pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_a_bucket_pattern_that_matches_only_folders_says_how_to_take_their_images(
+    request, protocol, tmp_path, capsys
+):
+    store = _store(request, protocol)
+    root = f"{store.new_bucket('nest')}/data"
+    for name in ["cat/1.jpg", "catnip/2.jpg", "dog/3.jpg"]:
+        store.fs.pipe_file(f"{root}/{name}", b"x")
+    store.fs.invalidate_cache()
+    pattern = f"{root}/cat"
+    assert main(["build", "--input", f"{pattern}*", "--output", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input: {pattern + '*'!r} matches 2 folders and no "
+        f"image file; to take the images below them, write {pattern + '*/**'!r}\n"
+    )
+
+
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
 def test_a_missing_input_bucket_is_named_as_such(request, protocol, tmp_path, capsys):
     store = _store(request, protocol)
     pattern = f"{protocol}://no-such-bucket-typo/data/**"

@@ -84,6 +84,25 @@ def test_input_that_matches_nothing(src, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_a_pattern_that_matches_only_folders_says_how_to_take_their_images(tmp_path, capsys):
+    """`photos/cat*` takes the files it matches, not the files below the folders it matches:
+    the refusal says which it found, and the pattern that takes their images."""
+    for name in ["cat/1.jpg", "catnip/2.jpg", "dog/3.jpg"]:
+        (tmp_path / "photos" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "photos" / name).write_bytes(b"x")
+    out = tmp_path / "out"
+    pattern = f"{tmp_path}/photos/cat*"
+    assert main(["build", "--input", pattern, "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input: {pattern!r} matches 2 folders and no image "
+        f"file; to take the images below them, write {pattern + '/**'!r}\n"
+    )
+    # A pattern that matches no folder either is refused as before.
+    assert main(["build", "--input", f"{tmp_path}/photos/bird*", "--output", str(out)]) == 2
+    assert "matches no image file (extensions" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_input_folder_that_does_not_exist(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["build", "--input", str(tmp_path / "nope"), "--output", str(out)]) == 2
