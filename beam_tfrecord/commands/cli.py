@@ -94,6 +94,8 @@ def _stop_on_sigterm(terminated: list[int]):
     None where none was (not the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return None
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:  # as its starter meant
+        return None
 
     def stop(signum, frame):
         if not terminated:

@@ -133,7 +133,13 @@ def stop_on_signals() -> Iterator[Interruption]:
             interruption.signum = signum
             raise KeyboardInterrupt
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    # A signal this process was started ignoring stays ignored: a job started in the background
+    # from a script (`cmd &`) ignores Ctrl-C, as its starter meant.
+    previous = {
+        s: signal.signal(s, handler)
+        for s in (signal.SIGINT, signal.SIGTERM)
+        if signal.getsignal(s) is not signal.SIG_IGN
+    }
     try:
         yield interruption
     finally:

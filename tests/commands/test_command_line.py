@@ -244,6 +244,26 @@ def test_3_a_stop_before_the_build_starts_says_so_in_one_line(tmp_path, signum, 
     assert files_below(tmp_path) == []  # nothing written (the pipe is not a file)
 
 
+def test_3_a_build_started_ignoring_ctrl_c_goes_on_ignoring_it(big_src, tmp_path):
+    """A job started in the background from a script (`cmd &`) ignores SIGINT, as its starter
+    meant; the build used to take Ctrl-C back once it had loaded Beam, and stop."""
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [*COMMAND, "build", "--input", str(big_src), "--output", str(out), *BIG_FLAGS],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not shards_in(out) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, "the build ended before the signal could be sent"
+    process.send_signal(signal.SIGINT)
+    _stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert "interrupted" not in stderr
+    assert (out / "manifest.json").exists()
+
+
 def test_4_running_the_same_command_again_points_to_resume(interrupted, big_src):
     cwd, out, *_ = interrupted
     before = files_below(out)
