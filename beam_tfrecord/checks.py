@@ -25,7 +25,13 @@ from beam_tfrecord.listing import (
 from beam_tfrecord.manifest import MANIFEST_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
-from beam_tfrecord.storage import is_local, is_object_store, is_store_refusal, store_reason
+from beam_tfrecord.storage import (
+    is_local,
+    is_object_store,
+    is_store_refusal,
+    is_store_url,
+    store_reason,
+)
 from beam_tfrecord.wording import count
 
 __all__ = ["STORE_TIMEOUT_SECONDS", "preflight", "refuse_placeholders"]
@@ -78,7 +84,7 @@ def preflight(
     """
     refuse_placeholders(config)
     urls = [*config.inputs, config.output, *([config.input_list] if config.input_list else [])]
-    if not any(_is_remote(u) for u in urls):
+    if not any(is_store_url(u) for u in urls):
         _preflight(config, lock)
         return
     outcome: list[BaseException | None] = []
@@ -107,10 +113,6 @@ def preflight(
         raise outcome[0]
 
 
-def _is_remote(url: str) -> bool:
-    return "://" in url and not url.startswith(("file://", "memory://"))
-
-
 def _preflight(
     config: BuildConfig, lock: bool, checking: list[tuple[str, list[str]]] | None = None
 ) -> None:
@@ -137,7 +139,7 @@ def _preflight(
     if config.input_list is not None:
         checks.append(functools.partial(_check_input_list, config.input_list))
         sources.append(config.input_list)
-    remote = [u for u in sources if _is_remote(u)]
+    remote = [u for u in sources if is_store_url(u)]
     setting = "input_list" if remote == [config.input_list] else "input"
     checking.append((setting, remote or sources))
     run_concurrently(checks)

@@ -8,6 +8,7 @@ import posixpath
 import uuid
 
 import fsspec
+from fsspec.utils import get_protocol
 
 __all__ = [
     "SEQUENTIAL_BLOCK_SIZE",
@@ -15,6 +16,7 @@ __all__ = [
     "is_local",
     "is_object_store",
     "is_store_refusal",
+    "is_store_url",
     "is_temporary",
     "protocol_of",
     "publish",
@@ -81,7 +83,16 @@ def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
     under their final names, and folders are never made. Elsewhere (local disk, memory) files are
     written under a temporary name and renamed, which publishes them whole.
     """
-    return protocol_of(fs) not in ("file", "local", "memory")
+    return protocol_of(fs) not in _NOT_STORES
+
+
+def is_store_url(url: str) -> bool:
+    """`is_object_store` for a URL, with no filesystem made: not this machine's disk or memory."""
+    return get_protocol(url) not in _NOT_STORES
+
+
+# This machine's disk and memory: every other protocol is an object store's.
+_NOT_STORES = ("file", "local", "memory")
 
 
 def to_url(fs: fsspec.AbstractFileSystem, path: str) -> str:

@@ -58,6 +58,7 @@ from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import default_depth
 from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
 from beam_tfrecord.shard_processes import discard_started, settings_travel, start_early
+from beam_tfrecord.storage import is_store_url
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.wording import count
 
@@ -471,7 +472,7 @@ _SHARED_PROTOCOLS = frozenset({"file", "local", "gs", "gcs", "s3", "s3a"})
 
 def _reaches_a_store(config: BuildConfig) -> bool:
     """Whether the build reads or writes an object store (not this machine's disk or memory)."""
-    return any(get_protocol(url) not in ("file", "local", "memory") for _, url in _places(config))
+    return any(is_store_url(url) for _, url in _places(config))
 
 
 def _refuse_local_paths(config: BuildConfig, runner: str) -> None:
