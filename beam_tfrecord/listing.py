@@ -284,9 +284,10 @@ def _store_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int
     keeps those of the first level (its `find` ignores `maxdepth` in the request), so the files
     right in a collection's top folder would cost a listing of the whole collection.
     """
-    folder, _, last = path.rpartition("/")
-    if not folder or has_magic(folder) or "**" in last:
+    level = _last_level(path)
+    if level is None or not level[0]:
         return _fsspec_glob_files(fs, path)
+    folder = level[0]
     match = re.compile(glob_translate(path)).match
     try:
         listed = fs.ls(folder, detail=True)
@@ -297,6 +298,15 @@ def _store_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int
         for e in listed
         if e.get("type") == "file" and match(e["name"])
     }
+
+
+def _last_level(path: str) -> tuple[str, str] | None:
+    """(folder, name pattern) of a pattern whose wildcards are all in its last name, not `**`
+    (`data/cat*`: `data`, `cat*`): what one listing of the folder answers. None otherwise."""
+    folder, _, last = path.rpartition("/")
+    if not has_magic(last) or "**" in last or has_magic(folder):
+        return None
+    return folder, last
 
 
 def _forget_listings(fs: fsspec.AbstractFileSystem, top: str) -> None:
@@ -472,9 +482,10 @@ def matching_folders(pattern: str) -> list[str]:
     none for any other pattern. For a refusal: such a pattern takes the files it matches, and
     no file below the folders it matches."""
     fs, path = fsspec.core.url_to_fs(pattern)
-    folder, _, last = path.rstrip("/").rpartition("/")
-    if not has_magic(last) or "**" in last or has_magic(folder):
+    level = _last_level(path.rstrip("/"))
+    if level is None:
         return []
+    folder, last = level
     try:
         found = _subfolders(fs, folder or "/")
     except FileNotFoundError:
