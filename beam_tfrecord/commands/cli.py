@@ -12,6 +12,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from beam_tfrecord.commands.console import stop_on_signals
+
 # Subcommand name -> module exposing `add_arguments(parser)` and `run(args, extra) -> int`.
 # Modules are imported only when their command runs, so `inspect` never pays for importing Beam.
 _COMMANDS = {
@@ -60,49 +62,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "build":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    terminated: list[int] = []
-    previous = _stop_on_sigterm(terminated)
-    try:
-        status = int(args._module.run(args, extra) or 0)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # The reader went away (`| head`): what is left to print has no one to read it.
-        _silence_stdout()
-        return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe would
-    except KeyboardInterrupt:  # Ctrl-C outside a build's own handling (which says more)
-        print(f"beam-tfrecord {args.command}: interrupted", file=sys.stderr)
-        return 128 + (terminated[0] if terminated else signal.SIGINT)
-    except Exception as err:
-        from beam_tfrecord.storage import is_store_refusal, store_reason
+    # SIGTERM stops a command as Ctrl-C does, and says so: by default it would end the process
+    # without a word. A build replaces this with its own handling once it starts.
+    with stop_on_signals((signal.SIGTERM,)) as stopped:
+        try:
+            status = int(args._module.run(args, extra) or 0)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away (`| head`): what is left to print has no one to read it.
+            _silence_stdout()
+            return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe would
+        except KeyboardInterrupt:  # Ctrl-C outside a build's own handling (which says more)
+            print(f"beam-tfrecord {args.command}: interrupted", file=sys.stderr)
+            return stopped.exit_status if stopped.signum else 128 + signal.SIGINT
+        except Exception as err:
+            from beam_tfrecord.storage import is_store_refusal, store_reason
 
-        if not is_store_refusal(err):
-            raise
-        # A store that cannot be asked (no credentials, a wrong endpoint) is the user's to fix:
-        # one line, not the client library's traceback.
-        print(f"beam-tfrecord {args.command}: error: {store_reason(err)}", file=sys.stderr)
-        return 1
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+            if not is_store_refusal(err):
+                raise
+            # A store that cannot be asked (no credentials, a wrong endpoint) is the user's to
+            # fix: one line, not the client library's traceback.
+            print(f"beam-tfrecord {args.command}: error: {store_reason(err)}", file=sys.stderr)
+            return 1
     return status
-
-
-def _stop_on_sigterm(terminated: list[int]):
-    """SIGTERM stops a command as Ctrl-C does (KeyboardInterrupt), and is noted in `terminated`:
-    by default it would end the process without a word, where Ctrl-C says "interrupted". A
-    build replaces this with its own handling once it starts. Returns the handler it replaced,
-    None where none was (not the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:  # as its starter meant
-        return None
-
-    def stop(signum, frame):
-        if not terminated:
-            terminated.append(signum)
-            raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, stop)
 
 
 def entry() -> None:

@@ -120,9 +120,11 @@ class Interruption:
 
 
 @contextlib.contextmanager
-def stop_on_signals() -> Iterator[Interruption]:
-    """While the block runs, SIGINT and SIGTERM raise KeyboardInterrupt in the main thread and
-    are noted in the Interruption yielded (Beam may wrap the exception in one of its own)."""
+def stop_on_signals(
+    signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
+) -> Iterator[Interruption]:
+    """While the block runs, `signals` raise KeyboardInterrupt in the main thread and are
+    noted in the Interruption yielded (Beam may wrap the exception in one of its own)."""
     interruption = Interruption()
     if threading.current_thread() is not threading.main_thread():
         yield interruption
@@ -136,9 +138,7 @@ def stop_on_signals() -> Iterator[Interruption]:
     # A signal this process was started ignoring stays ignored: a job started in the background
     # from a script (`cmd &`) ignores Ctrl-C, as its starter meant.
     previous = {
-        s: signal.signal(s, handler)
-        for s in (signal.SIGINT, signal.SIGTERM)
-        if signal.getsignal(s) is not signal.SIG_IGN
+        s: signal.signal(s, handler) for s in signals if signal.getsignal(s) is not signal.SIG_IGN
     }
     try:
         yield interruption
