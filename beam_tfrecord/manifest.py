@@ -21,7 +21,7 @@ from beam_tfrecord.entries import ReportEntry, ShardResult
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.report import SHARD_REPORT_SUFFIX, SHARD_REPORTS_DIR, ReportTally, tally_counts
-from beam_tfrecord.storage import is_local, is_temporary, publish
+from beam_tfrecord.storage import is_local, is_object_store, is_temporary, publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 
 __all__ = [
@@ -336,8 +336,14 @@ def is_shard_name(name: str) -> bool:
 
 def remove_temporaries(output_dir: str) -> list[str]:
     """Removes the temporaries of shards, indexes and report parts that a build stopped half-way
-    through writing leaves behind; what it finished stays. Returns their names (relative)."""
+    through writing leaves behind; what it finished stays. Returns their names (relative).
+
+    An object store has none (a file there is written under its final name, and appears only
+    once complete): its folders are not listed for them.
+    """
     fs, path = fsspec.core.url_to_fs(output_dir)
+    if is_object_store(fs):
+        return []
     fs.invalidate_cache(path)
     removed = []
     for folder in ("", INDEX_DIR, SHARD_REPORTS_DIR):

@@ -572,15 +572,11 @@ def _discard_partial_files(output: str) -> None:
     remove its own temporary file. On object stores there is none (an upload appears only once
     complete); the report's parts folder (`.report.tmp-parts`) goes on any store.
     """
-    import fsspec
-
     from beam_tfrecord.manifest import remove_temporaries
     from beam_tfrecord.report import remove_parts
-    from beam_tfrecord.storage import is_object_store
 
     try:
-        if not is_object_store(fsspec.core.url_to_fs(output)[0]):
-            remove_temporaries(output)
+        remove_temporaries(output)
         remove_parts(output)
     except OSError as err:
         _LOG.warning("could not remove the partial files in %s: %s", output, err)
