@@ -41,6 +41,7 @@ __all__ = [
     "fake_gcs_command",
     "gcs_store",
     "moto_command",
+    "point_s3_at",
     "s3_store",
     "serve",
     "upload",
@@ -162,6 +163,20 @@ def _clear_instances(*protocols: str) -> None:
         fsspec.get_filesystem_class(protocol).clear_instance_cache()
 
 
+def point_s3_at(env: pytest.MonkeyPatch, endpoint: str, scratch: Path) -> None:
+    """Points s3fs and boto at `endpoint`, with dummy credentials, through the environment."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        env.delenv(name, raising=False)
+    env.setenv("AWS_ENDPOINT_URL_S3", endpoint)
+    env.setenv("AWS_ACCESS_KEY_ID", "testing")
+    env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    env.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    # Nothing from a developer's ~/.aws may steer the clients elsewhere.
+    env.setenv("AWS_CONFIG_FILE", str(scratch / "no-aws-config"))
+    env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(scratch / "no-aws-credentials"))
+    _clear_instances("s3")
+
+
 @pytest.fixture(scope="session")
 def s3_store(tmp_path_factory) -> Iterator[ObjectStore]:
     """moto's S3 server, with s3fs (and boto) pointed at it through the environment."""
@@ -174,16 +189,7 @@ def s3_store(tmp_path_factory) -> Iterator[ObjectStore]:
     endpoint = proxy.url
     try:
         with pytest.MonkeyPatch.context() as env:
-            for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-                env.delenv(name, raising=False)
-            env.setenv("AWS_ENDPOINT_URL_S3", endpoint)
-            env.setenv("AWS_ACCESS_KEY_ID", "testing")
-            env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-            env.setenv("AWS_DEFAULT_REGION", "us-east-1")
-            # Nothing from a developer's ~/.aws may steer the clients elsewhere.
-            env.setenv("AWS_CONFIG_FILE", str(logs / "no-aws-config"))
-            env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(logs / "no-aws-credentials"))
-            _clear_instances("s3")
+            point_s3_at(env, endpoint, logs)
             try:
                 yield ObjectStore("s3", endpoint, proxy)
             finally:

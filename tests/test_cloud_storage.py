@@ -29,7 +29,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 # The fixtures are imported for pytest to find them; tests ask for them by name.
-from cloud_servers import ObjectStore, gcs_store, s3_store, upload  # noqa: F401
+from cloud_servers import ObjectStore, gcs_store, point_s3_at, s3_store, upload  # noqa: F401
 from imagegen import make_collection
 from latency_proxy import request_kind
 
@@ -452,13 +452,7 @@ def silent_s3(monkeypatch, tmp_path) -> Iterator[str]:
     taker = threading.Thread(target=take, daemon=True)
     taker.start()
     port = listener.getsockname()[1]
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://127.0.0.1:{port}")
-    for name, value in [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                        ("AWS_DEFAULT_REGION", "us-east-1")]:  # fmt: skip
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    fsspec.get_filesystem_class("s3").clear_instance_cache()
+    point_s3_at(monkeypatch, f"http://127.0.0.1:{port}", tmp_path)
     try:
         yield "s3://silent-bucket"
     finally:
