@@ -10,6 +10,8 @@ import uuid
 import fsspec
 from fsspec.utils import get_protocol
 
+from beam_tfrecord import store_timeouts
+
 __all__ = [
     "SEQUENTIAL_BLOCK_SIZE",
     "TEMP_MARKER",
@@ -27,6 +29,10 @@ __all__ = [
     "to_url",
     "whole_read_options",
 ]
+
+# Every process that reads or writes through this module limits how long a gs:// request may go
+# unanswered (gcsfs itself waits for ever).
+store_timeouts.install()
 
 # Temporary files are hidden (leading dot) and carry this marker, so that no reader's glob over
 # shard names sees them and cleanup recognises them.

@@ -5,7 +5,7 @@ back for `delay` seconds before the server sees it, as a bucket in another zone 
 s3fs and boto speak HTTP/1.1 without pipelining: a request starts with the first bytes a client
 sends after the server answered the last one). It counts the requests it forwards by kind
 (read, list, info, upload, delete), and a `fault` hook may answer a request itself, with an
-HTTP error or a dropped connection, to show how clients cope with a flaky store.
+HTTP error, a dropped connection or a silence, to show how clients cope with a flaky store.
 
 Used by the tests (tests/cloud_servers.py routes every store through one) and by
 benchmarks/bench_bucket.py. It listens on 127.0.0.1 only, holds at most `max_connections`
@@ -33,7 +33,8 @@ _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ", b"PATCH ", b"OPTIO
 _CHUNK = 256 * 1024
 
 # What a fault hook returns: None to forward the request, an HTTP status to answer it with
-# (and close the connection), or "reset" to drop the connection without an answer.
+# (and close the connection), "reset" to drop the connection without an answer, or "stall" to
+# keep it open and never answer, as a connection a load balancer forgot would.
 Fault = Callable[[str, str], "int | str | None"]
 
 
@@ -174,6 +175,10 @@ class LatencyProxy:
                     action = self.fault(method, target) if self.fault else None
                     if action == "reset":
                         _reset(client_w)
+                        return
+                    if action == "stall":
+                        while await client_r.read(_CHUNK):
+                            pass  # until the client gives up on it
                         return
                     if action is not None:
                         client_w.write(_error_response(int(action), target))

@@ -33,7 +33,7 @@ from cloud_servers import ObjectStore, gcs_store, point_s3_at, s3_store, upload 
 from imagegen import make_collection
 from latency_proxy import request_kind
 
-from beam_tfrecord import checks, shard_writer
+from beam_tfrecord import checks, shard_writer, store_timeouts
 from beam_tfrecord.beam import pipeline
 from beam_tfrecord.beam.pipeline import BuildResult, build, preparer
 from beam_tfrecord.beam.transforms import ListImages
@@ -748,6 +748,68 @@ def test_an_object_failing_for_good_with_a_5xx_is_reported_in_seconds(
     assert result.manifest["inputs"]["written"] == len(images) - 1
     # The store client's own retries, once: not multiplied by ours (138 s and 170 s when they were).
     assert took < 60, f"{seen[lost]} tries in {took:.0f} s"
+
+
+def _short_silences(monkeypatch) -> None:
+    """The default limit on a gs:// request's silence, put in place anew at 1 s, not 60 s."""
+    settings = fsspec.config.conf.setdefault("gs", {})
+    monkeypatch.setitem(settings, "requests_timeout", None)  # as it was, afterwards
+    del settings["requests_timeout"]
+    monkeypatch.setattr(store_timeouts, "SILENCE_SECONDS", 1)
+    store_timeouts.apply_default()
+    assert settings["requests_timeout"].sock_read == 1
+
+
+def test_a_gs_filesystem_gives_up_on_a_silent_request_by_default():
+    # gcsfs alone waits for ever (requests_timeout=None); a program that imported beam_tfrecord
+    # gets a limit on silence, and keeps a limit of its own.
+    program = (
+        "import fsspec, beam_tfrecord.storage\n"
+        "print(fsspec.filesystem('gs', token='anon').requests_timeout)\n"
+        "print(fsspec.filesystem('gcs', token='anon', requests_timeout=7).requests_timeout)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert "sock_read=60, sock_connect=30" in out[0]
+    assert out[1] == "7"
+
+
+def test_a_read_whose_connection_goes_silent_is_retried_on_another(
+    request, collection, local_build, link, monkeypatch
+):
+    store = _store(request, "gs")
+    _short_silences(monkeypatch)
+    src, images = collection
+    source, output = _buckets(store, src, "silent-once")
+    stalled = "dog/dog_0003.jpg"
+    fault, seen = _reads_of([stalled], lambda relpath, n: "stall" if n == 1 else None)
+    link(store).fault = fault
+    result = build(_config(f"{source}/**", output), [])
+    store.proxy.fault = None
+    assert seen[stalled] == 2  # the silent one, given up on; then an answered one
+    assert result.manifest["inputs"]["written"] == len(images)
+    assert _shards(_objects(output)) == local_build[1]
+
+
+def test_an_object_whose_reads_never_get_an_answer_is_reported(
+    request, collection, link, monkeypatch
+):
+    store = _store(request, "gs")
+    _short_silences(monkeypatch)
+    src, images = collection
+    source, output = _buckets(store, src, "silent")
+    lost = "fox/fox_0002.jpg"
+    fault, seen = _reads_of([lost], lambda relpath, n: "stall")
+    link(store).fault = fault
+    result = build(_config(f"{source}/**", output), [])
+    store.proxy.fault = None
+    files = _objects(output)
+    report = {r["relpath"]: r for r in map(json.loads, files[REPORT_FILE].decode().splitlines())}
+    assert seen[lost] == 6, seen  # gcsfs's own tries, each given up after 1 s of silence
+    assert report[lost]["reason"] == "read_error"
+    assert "Timeout on reading" in report[lost]["message"], report[lost]
+    assert result.manifest["inputs"]["written"] == len(images) - 1
 
 
 def test_an_object_unreadable_when_its_shard_is_written_is_reported(request, collection, link):
