@@ -15,7 +15,12 @@ import fsspec
 
 from beam_tfrecord import progress
 from beam_tfrecord.codec.example import decode_example
-from beam_tfrecord.codec.framing import CorruptRecordError, file_crc32c, framed_size, parts_crc32c
+from beam_tfrecord.codec.framing import (
+    ChecksummedReader,
+    CorruptRecordError,
+    framed_size,
+    parts_crc32c,
+)
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.record_index import index_file_name, index_line
 from beam_tfrecord.codec.records import image_record_parts
@@ -392,22 +397,26 @@ def _verify_existing(
     planned images in the planned order, less exactly those its report says were left out.
     """
     fs.invalidate_cache(posixpath.dirname(final_path))  # object stores cache listings
-    if not fs.exists(final_path):
-        return None
     try:
-        report = [
-            ReportEntry.from_json(line)
-            for line in fs.cat_file(report_path).decode("utf-8").splitlines()
-        ]
-    except (OSError, ValueError, TypeError, KeyError):
+        shard = fs.open(final_path, "rb", **sequential_read_options(fs))
+    except OSError:  # most often not there: not written yet
         return None
-    left_out = {r.url for r in report if r.action == "skipped"}
-    expected = [e for e in ordered if e.url not in left_out]
     counts: Counter[str] = Counter()
     index: list[str] = []
-    try:
-        with fs.open(final_path, "rb", **sequential_read_options(fs)) as f:
-            records = read_records(f, compression="NONE", with_offsets=True)
+    with shard:
+        try:
+            report = [
+                ReportEntry.from_json(line)
+                for line in fs.cat_file(report_path).decode("utf-8").splitlines()
+            ]
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        left_out = {r.url for r in report if r.action == "skipped"}
+        expected = [e for e in ordered if e.url not in left_out]
+        # One pass reads the records and checksums the file: a shard on a store is read once.
+        stream = ChecksummedReader(shard, final_path)
+        try:
+            records = read_records(stream, compression="NONE", with_offsets=True)
             for entry, (offset, record) in zip(expected, records, strict=True):
                 index.append(index_line(offset, framed_size(len(record))))
                 features = decode_example(record)
@@ -417,11 +426,10 @@ def _verify_existing(
                     return None
                 if entry.label is not None:
                     counts[entry.label] += 1
-        with fs.open(final_path, "rb", **sequential_read_options(fs)) as f:
-            checksum = file_crc32c(f)
-        expected_bytes = fs.size(final_path)
-    except (CorruptRecordError, ValueError, OSError):
-        return None
+            checksum = stream.crc32c()
+        except (CorruptRecordError, ValueError, OSError):
+            return None
+    expected_bytes = stream.size
     result = ShardResult(
         split=spec.split,
         index=spec.index,

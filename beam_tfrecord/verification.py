@@ -21,7 +21,12 @@ from google.protobuf.message import DecodeError
 
 from beam_tfrecord.build_folder import missing_shards, shard_names
 from beam_tfrecord.codec.example import Example
-from beam_tfrecord.codec.framing import CorruptRecordError, file_crc32c, framed_size
+from beam_tfrecord.codec.framing import (
+    ChecksummedReader,
+    CorruptRecordError,
+    file_crc32c,
+    framed_size,
+)
 from beam_tfrecord.codec.reader import TFRecordReader
 from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
 from beam_tfrecord.manifest import MANIFEST_FILE, is_shard_name
@@ -58,6 +63,7 @@ class FileReport:
             index file and line); empty when the file is sound.
         index: The record index checked against the file, if one was.
         manifest: Whether the file was held to its build's manifest.
+        crc32c: The CRC32C of the file's bytes as read (8 hex digits), if it was read whole.
     """
 
     path: str
@@ -66,6 +72,7 @@ class FileReport:
     errors: list[str] = field(default_factory=list)
     index: str | None = None
     manifest: bool = False
+    crc32c: str | None = field(default=None, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -105,18 +112,22 @@ def verify_file(
     report = FileReport(path=url, bytes=fs.size(path))
     if index == "auto":
         index = next((c for c in index_candidates(url) if _exists(c, **storage_options)), None)
-    reader = TFRecordReader(
-        url,
-        compression,
-        skip_damaged=True,
-        with_offsets=True,
-        log_damage=False,  # the report carries every damage
-        **storage_options,
-    )
     problems: list[tuple[int, str]] = []
     not_examples = 0
     parse = Example.FromString
     with contextlib.ExitStack() as stack:
+        # The file's CRC32C is taken in the same pass as its records: the manifest's check
+        # needs it, and a second pass would download a shard on an object store twice.
+        stream = ChecksummedReader(
+            stack.enter_context(fs.open(path, "rb", **sequential_read_options(fs))), url
+        )
+        reader = TFRecordReader(
+            stream,
+            compression,
+            skip_damaged=True,
+            with_offsets=True,
+            log_damage=False,  # the report carries every damage
+        )
         check = None
         if index is not None:
             check = IndexCheck(
@@ -140,6 +151,7 @@ def verify_file(
             _note_damaged(check, reader.damage, noted)
             # Framing damage ends reading, and the index lines past it cannot be checked.
             check.finish(complete=all(_frame_is_whole(d) for d in reader.damage))
+        report.crc32c = stream.crc32c()  # reads what damage left unread
     problems.extend((damage.offset, str(damage)) for damage in reader.damage)
     report.records = reader.records_read
     report.errors = [message for _, message in sorted(problems)]
@@ -158,7 +170,8 @@ def check_against_manifest(
     """Adds to `report` what differs from the manifest's entry for the file: records, bytes,
     CRC32C, and a record index it names that is not there.
 
-    The checksum needs one more read of the file, which a manifest's listing is worth.
+    The checksum is the one `verify_file` took as it read the records; a report without one
+    costs one more read of the file.
     """
     url = report.path
     report.manifest = True
@@ -181,9 +194,11 @@ def check_against_manifest(
     expected = shard.get("crc32c")
     if expected is None:
         return  # a manifest of an older build, which kept a SHA-256 instead
-    fs, path = url_to_fs(url, **storage_options)
-    with fs.open(path, "rb", **sequential_read_options(fs)) as f:
-        checksum = file_crc32c(f)
+    checksum = report.crc32c
+    if checksum is None:  # a report made without reading the file whole
+        fs, path = url_to_fs(url, **storage_options)
+        with fs.open(path, "rb", **sequential_read_options(fs)) as f:
+            checksum = file_crc32c(f)
     if checksum != expected:
         report.errors.append(
             f"{url}: CRC32C {checksum}, but manifest.json lists {expected}: the bytes differ "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import posixpath
 import re
 import signal
 import socket
@@ -526,17 +527,40 @@ def test_verify_and_resume_read_a_bucket_shard_in_a_request_not_a_request_a_reco
     source, output = _buckets(store, src, "reread")
     config = _config(f"{source}/**", output)
     result = build(config, [])
-    shards = len(result.manifest["shards"])
+    names = [shard["file"] for shard in result.manifest["shards"]]
+    shards = len(names)
     records = result.manifest["inputs"]["written"]
     proxy = link(store)
+    proxy.fault, shard_reads = _shard_reads(names)
     assert main(["verify", output]) == 0, capsys.readouterr()
-    # Each shard twice (its records, its CRC32C), its index and report part; the build's files.
+    # Each shard once (its records and its CRC32C in one pass), its index; the build's files.
+    assert shard_reads == dict.fromkeys(names, 1)
     verified = proxy.reset_counts()["read"]
-    assert verified <= 4 * shards + 10 < records, (verified, shards, records)
+    assert verified <= 2 * shards + 10 < records, (verified, shards, records)
+    shard_reads.clear()
     resumed = build(replace(config, resume=True), [])
     assert resumed.counters.get("shards_kept") == shards
+    assert shard_reads == dict.fromkeys(names, 1)
     reads = proxy.reset_counts()["read"]
-    assert reads <= 3 * shards + 10 < records, (reads, shards, records)
+    assert reads <= 2 * shards + 10 < records, (reads, shards, records)
+    proxy.fault = None
+
+
+def _shard_reads(names: list[str]):
+    """A proxy fault hook that fails nothing, and counts the GETs of each shard in `names`."""
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def count(method, target):
+        if request_kind(method, target) == "read":
+            path = urllib.parse.unquote(target.partition("?")[0])
+            name = posixpath.basename(path)
+            if name in names:
+                with lock:
+                    counts[name] += 1
+        return None
+
+    return count, counts
 
 
 @pytest.mark.parametrize("protocol", ["s3", "gs"])

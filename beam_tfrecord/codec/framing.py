@@ -17,6 +17,7 @@ __all__ = [
     "HEADER_SIZE",
     "LENGTH",
     "MASK_DELTA",
+    "ChecksummedReader",
     "CorruptRecordError",
     "file_crc32c",
     "framed_size",
@@ -69,6 +70,37 @@ def file_crc32c(stream: BinaryIO) -> str:
     for block in iter(lambda: stream.read(1 << 20), b""):
         checksum = _crc32c(block, checksum)
     return f"{checksum:08x}"
+
+
+class ChecksummedReader:
+    """A binary stream's reads, passed through, with the CRC32C and the count of every byte read.
+
+    One pass over a file can then both parse its records and checksum it: a second pass would
+    download a shard on an object store twice.
+
+    Attributes:
+        path: the name errors give the stream.
+        size: bytes read so far.
+    """
+
+    def __init__(self, stream: BinaryIO, path: str):
+        self._read = stream.read
+        self.path = path
+        self.size = 0
+        self._crc = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._read(size)
+        self._crc = _crc32c(data, self._crc)
+        self.size += len(data)
+        return data
+
+    def crc32c(self) -> str:
+        """Reads what is left, and returns the CRC32C of all the stream's bytes as `file_crc32c`
+        does."""
+        while self.read(1 << 20):
+            pass
+        return f"{self._crc:08x}"
 
 
 def framed_size(payload_len: int) -> int:
