@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import pickle
+import random
 import struct
 import subprocess
 import zlib
@@ -20,7 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from beam_tfrecord.codec import writer as tfrecord_writer
-from beam_tfrecord.codec.framing import CorruptRecordError, file_crc32c, framed_size, masked_crc32c
+from beam_tfrecord.codec.framing import (
+    ChecksummedReader,
+    CorruptRecordError,
+    file_crc32c,
+    framed_size,
+    masked_crc32c,
+)
 from beam_tfrecord.codec.reader import TFRecordReader, read_records
 from beam_tfrecord.codec.writer import TFRecordWriter, open_writer
 
@@ -453,6 +460,24 @@ def test_writer_checksum_is_the_crc32c_of_the_whole_file(tmp_path, batched):
     assert checksum == crc32c.crc32c(path.read_bytes())
     with open(path, "rb") as f:
         assert file_crc32c(f) == f"{checksum:08x}"
+
+
+@pytest.mark.parametrize("compression", ["NONE", "GZIP"])
+def test_one_pass_reads_the_records_and_checksums_the_whole_file(tmp_path, compression):
+    path = tmp_path / "one-pass.tfrecord"
+    noise = random.Random(7).randbytes  # incompressible: a gzip file is large too
+    records = [noise(70_000), b"", noise(300_000)]
+    with open_writer(str(path), compression) as writer:
+        for record in records:
+            writer.write(record)
+    with open(path, "rb") as f:
+        stream = ChecksummedReader(f, str(path))
+        # Reading stops after the 2nd record: the checksum still covers the file's every byte.
+        read = read_records(stream, compression=compression)
+        assert [next(read), next(read)] == records[:2]
+        assert stream.size < path.stat().st_size
+        assert stream.crc32c() == f"{crc32c.crc32c(path.read_bytes()):08x}"
+        assert stream.size == path.stat().st_size
 
 
 def test_writer_without_checksum_refuses_to_make_one_up():
