@@ -63,7 +63,8 @@ class FileReport:
             index file and line); empty when the file is sound.
         index: The record index checked against the file, if one was.
         manifest: Whether the file was held to its build's manifest.
-        crc32c: The CRC32C of the file's bytes as read (8 hex digits), if it was read whole.
+        crc32c: The CRC32C of the file's bytes (8 hex digits), taken as it was read; None when
+            framing damage ended the reading.
     """
 
     path: str
@@ -151,7 +152,11 @@ def verify_file(
             _note_damaged(check, reader.damage, noted)
             # Framing damage ends reading, and the index lines past it cannot be checked.
             check.finish(complete=all(_frame_is_whole(d) for d in reader.damage))
-        report.crc32c = stream.crc32c()  # reads what damage left unread
+        if all(_frame_is_whole(d) for d in reader.damage):
+            # Read to the end (what is left is at most a compressed stream's trailer). After
+            # framing damage the rest may be anything, gigabytes of a file that is no TFRecord
+            # file at all: it is read again only if a manifest wants its checksum.
+            report.crc32c = stream.crc32c()
     problems.extend((damage.offset, str(damage)) for damage in reader.damage)
     report.records = reader.records_read
     report.errors = [message for _, message in sorted(problems)]

@@ -11,11 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import crc32c
 import pytest
 from PIL import Image
 
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import BytesList, encode_example
+from beam_tfrecord.codec.framing import ChecksummedReader
 from beam_tfrecord.codec.writer import open_writer
 from beam_tfrecord.verification import FileReport, expand_paths, verify_file
 
@@ -202,6 +204,32 @@ def test_verify_file_reports(tmp_path):
     assert not report.ok and report.records == 3
     assert report.errors[0] == f"{raw}: record at byte offset 0 is not a tf.train.Example"
     assert verify_file(raw, examples=False).ok
+
+
+def test_verify_file_checksums_the_file_in_its_one_pass(tmp_path, monkeypatch):
+    """The whole file's CRC32C comes from the pass that reads the records; a file that framing
+    damage ends early (not a TFRecord file at all) is not read to its end for it."""
+    good = _write(tmp_path / "good.tfrecord", RECORDS[:2])
+    bad_crc = tmp_path / "bad-crc.tfrecord"
+    shutil.copy(good, bad_crc)
+    _flip(bad_crc, 20)  # the first record's payload: the frame stays whole, reading goes on
+    video = tmp_path / "clip.mp4"
+    video.write_bytes(os.urandom(4 << 20))
+    reads: list[int] = []
+    real_read = ChecksummedReader.read
+
+    def counted(self, size=-1):
+        data = real_read(self, size)
+        reads.append(len(data))
+        return data
+
+    monkeypatch.setattr(ChecksummedReader, "read", counted)
+    for path in (Path(good), bad_crc):
+        assert verify_file(str(path)).crc32c == f"{crc32c.crc32c(path.read_bytes()):08x}"
+    reads.clear()
+    report = verify_file(str(video))
+    assert not report.ok and report.crc32c is None
+    assert sum(reads) < 1 << 20, "read the rest of a file that is not a TFRecord file"
 
 
 def test_verify_file_keeps_going_past_a_bad_data_crc(tmp_path):
