@@ -31,6 +31,7 @@ __all__ = [
     "parse_input_line",
     "pattern_base",
     "read_input_list_chunk",
+    "split_listing",
     "split_task",
     "to_url",
 ]
@@ -137,33 +138,69 @@ def split_task(task: ListingTask) -> list[ListingTask]:
     what the whole matches (less hidden folders, which a build never reads). A task that cannot
     be split is returned as it is.
     """
+    return _split(task, None)[0]
+
+
+def split_listing(
+    task: ListingTask, extensions: Iterable[str]
+) -> tuple[list[ListingTask], list[SourceFile]]:
+    """`split_task`, less the part that its own listing already answered, and that part's files.
+
+    To split `data/**` the folder `data` is listed for its subfolders. On an object store that
+    listing (by delimiter) also holds the files right in `data`: the part `data/*` would list
+    `data` a second time to find them. A split two levels deep then listed every class folder of
+    a collection twice, in full: once for its subfolders, once for its images. Here such a part
+    (one whose wildcards are all in its last name, in the listed folder) comes back as its files,
+    as `expand_task` would give them, and not as a task. On a local disk, where a listing costs
+    no round trip, every part stays a task.
+    """
+    return _split(task, tuple(e.lower() for e in extensions))
+
+
+def _split(
+    task: ListingTask, suffixes: tuple[str, ...] | None
+) -> tuple[list[ListingTask], list[SourceFile]]:
     fs, path = fsspec.core.url_to_fs(task.pattern)
     if not has_magic(path):
-        return [task]
+        return [task], []
     prefix = pattern_base(path)
     rest = path[len(prefix) + 1 :] if prefix else path
     first, _, tail = rest.partition("/")
     if not tail and first != "**":
-        return [task]  # the wildcard is in the last component: one folder listing, nothing to split
+        # The wildcard is in the last component: one folder listing, nothing to split.
+        return [task], []
+    folder = prefix or "/"
+    answers_here = suffixes is not None and not isinstance(fs, LocalFileSystem)
     try:
-        folders = _subfolders(fs, prefix or "/")
+        if answers_here:
+            listed = _store_listing(fs, folder)
+            folders = _folders_in(listed, folder)
+        else:
+            folders = _subfolders(fs, folder)
     except FileNotFoundError:
-        return []
+        return [], []
     join = posixpath.join
+    files: list[SourceFile] = []
     if first == "**":
         # `**` matches no folder (the rest applies right here) or one folder and then `**` again.
         here = join(prefix, tail) if tail else join(prefix, "*")
-        parts = [here] + [
-            join(_as_pattern(folder), "**", tail) if tail else join(_as_pattern(folder), "**")
-            for folder in folders
+        parts = [
+            join(_as_pattern(f), "**", tail) if tail else join(_as_pattern(f), "**")
+            for f in folders
         ]
+        level = _last_level(here)
+        if answers_here and level is not None and level[0] == prefix:
+            sizes = _files_matching(listed, here)
+            files = list(_source_files(fs, sizes, task.base, suffixes or ()))
+        else:
+            parts.insert(0, here)
     else:
         parts = [
-            join(_as_pattern(folder), tail)
-            for folder in folders
-            if fnmatch.fnmatchcase(posixpath.basename(folder), first)
+            join(_as_pattern(f), tail)
+            for f in folders
+            if fnmatch.fnmatchcase(posixpath.basename(f), first)
         ]
-    return [ListingTask(to_url(fs, part), task.base) for part in parts]
+    return [ListingTask(to_url(fs, part), task.base) for part in parts], files
 
 
 _GLOB_CHAR = re.compile(r"([*?[])")
@@ -202,10 +239,19 @@ def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
         return sorted(
             e.path for e in found if not e.is_symlink() or os.path.realpath(e.path) not in above
         )
+    return _folders_in(_store_listing(fs, path), path)
+
+
+def _store_listing(fs: fsspec.AbstractFileSystem, path: str) -> list[dict]:
+    """One listing of a folder, by delimiter: its files and its folders, with their details."""
     try:
-        listed = fs.ls(path, detail=True)
+        return fs.ls(path, detail=True)
     finally:
         _forget_listings(fs, path)
+
+
+def _folders_in(listed: list[dict], path: str) -> list[str]:
+    """The folders (not hidden) of a folder's listing, sorted."""
     itself = path.rstrip("/")
     return sorted(
         e["name"].rstrip("/")
@@ -236,7 +282,6 @@ def _plain_local(path: str) -> bool:
 def expand_task(task: ListingTask, extensions: Iterable[str]) -> Iterator[SourceFile]:
     """Yields every non-hidden file of a listing task whose suffix is in `extensions`, sorted."""
     fs, path = fsspec.core.url_to_fs(task.pattern)
-    _, base = fsspec.core.url_to_fs(task.base)
     suffixes = tuple(e.lower() for e in extensions)
     if has_magic(path):
         sizes = _glob_files(fs, path)
@@ -246,6 +291,14 @@ def expand_task(task: ListingTask, extensions: Iterable[str]) -> Iterator[Source
         except FileNotFoundError:
             return
         sizes = {path: int(info.get("size") or 0)} if info.get("type") == "file" else {}
+    yield from _source_files(fs, sizes, task.base, suffixes)
+
+
+def _source_files(
+    fs: fsspec.AbstractFileSystem, sizes: dict[str, int], base_url: str, suffixes: tuple[str, ...]
+) -> Iterator[SourceFile]:
+    """The listed files (path -> size) that a build takes, sorted, named from `base_url`."""
+    _, base = fsspec.core.url_to_fs(base_url)
     prefix = base.rstrip("/") + "/" if base.strip("/") else base
     for name in sorted(sizes):
         relpath = name[len(prefix) :] if prefix and name.startswith(prefix) else name.lstrip("/")
@@ -287,12 +340,16 @@ def _store_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int
     level = _last_level(path)
     if level is None or not level[0]:
         return _fsspec_glob_files(fs, path)
-    folder = level[0]
-    match = re.compile(glob_translate(path)).match
     try:
-        listed = fs.ls(folder, detail=True)
+        listed = fs.ls(level[0], detail=True)
     except FileNotFoundError:
         return {}
+    return _files_matching(listed, path)
+
+
+def _files_matching(listed: list[dict], path: str) -> dict[str, int]:
+    """The files (path -> size) of a folder's listing that a pattern over that folder matches."""
+    match = re.compile(glob_translate(path)).match
     return {
         e["name"]: int(e.get("size") or 0)
         for e in listed
@@ -455,7 +512,7 @@ def expand_pattern(pattern: str, extensions: Iterable[str]) -> Iterator[SourceFi
 def first_match(pattern: str, extensions: Iterable[str], depth: int = 4) -> SourceFile | None:
     """Some file the pattern matches, found without listing everything it matches.
 
-    Descends folder by folder (as `split_task` splits) and lists only the first non-empty
+    Descends folder by folder (as `split_listing` splits) and lists only the first non-empty
     branch, so checking a pattern over millions of objects costs a few listings.
     """
     fs, path = fsspec.core.url_to_fs(pattern)
@@ -464,7 +521,9 @@ def first_match(pattern: str, extensions: Iterable[str], depth: int = 4) -> Sour
     extensions = tuple(extensions)
 
     def search(task: ListingTask, level: int) -> SourceFile | None:
-        parts = split_task(task) if level < depth else [task]
+        parts, files = split_listing(task, extensions) if level < depth else ([task], [])
+        if files:  # right in the folder the split listed
+            return files[0]
         if parts == [task]:
             return next(expand_task(task, extensions), None)
         for part in parts:

@@ -26,12 +26,13 @@ from pathlib import Path
 
 import crc32c
 import fsspec
+import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 # The fixtures are imported for pytest to find them; tests ask for them by name.
 from cloud_servers import ObjectStore, gcs_store, point_s3_at, s3_store, upload  # noqa: F401
-from imagegen import make_collection
+from imagegen import jpeg_bytes, make_collection
 from latency_proxy import request_kind
 
 from beam_tfrecord import checks, shard_writer, store_timeouts
@@ -905,6 +906,40 @@ def test_the_files_right_in_a_folder_take_one_listing_not_the_whole_collection(
     bucket_key = root.split("://", 1)[1].split("/", 1)[1]
     everything = [s for s in seen if _recursive(s) and f"prefix={bucket_key}/&" in s + "&"]
     assert not everything, f"listed all of {bucket_key}/: {everything}"
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_a_build_lists_each_folder_of_a_bucket_once(request, protocol, tmp_path):
+    """Splitting `data/**` lists a folder for its subfolders; that listing holds the folder's
+    files too. The build listed every class folder a second time for its images (and `data`
+    itself four times, with the check before the build): twice the requests of a collection's
+    listing, which is thousands of pages at the scale this is for."""
+    store = _store(request, protocol)
+    root = f"{store.new_bucket('once')}/data"
+    names = ["top.jpg", "a/1.jpg", "a/2.jpg", "b/3.jpg", "c/sub/4.jpg", "c/.hidden/5.jpg"]
+    rng = np.random.default_rng(5)
+    for name in names:
+        store.fs.pipe_file(f"{root}/{name}", jpeg_bytes(rng, 32, 24))
+    store.fs.invalidate_cache()
+    seen, store.proxy.fault = _listings_of(store)
+    try:
+        result = build(_config(f"{root}/**", str(tmp_path / "out")), [])
+    finally:
+        store.proxy.fault = None
+    assert result.manifest["inputs"]["written"] == 5
+    key = root.split("://", 1)[1].split("/", 1)[1]
+    listed = Counter(
+        params.get("prefix", "") + ("" if params.get("delimiter") else " (all below)")
+        for params in (dict(p.split("=", 1) for p in s.split("&") if "=" in p) for s in seen)
+        if params.get("prefix", "").startswith(key)
+    )
+    assert listed == {
+        f"{key}/": 2,  # the check before the build, then the build's first split
+        f"{key}/a/": 1,
+        f"{key}/b/": 1,
+        f"{key}/c/": 1,
+        f"{key}/c/sub/ (all below)": 1,  # past the split levels: one listing of all below
+    }, listed
 
 
 @pytest.mark.parametrize("protocol", ["gs", "s3"])

@@ -29,7 +29,7 @@ from beam_tfrecord.listing import (
     input_list_chunks,
     one_input,
     read_input_list_chunk,
-    split_task,
+    split_listing,
 )
 from beam_tfrecord.planning import Preparer, hash_source
 from beam_tfrecord.remote import Fetches
@@ -67,6 +67,23 @@ def in_global_window(output):
 def metric_counter(name: str):
     """The build's Beam counter `name` (summed across workers; the manifest's counts)."""
     return Metrics.counter(METRICS_NAMESPACE, name)
+
+
+class _SplitFn(beam.DoFn):
+    """Splits a listing task into parts for other workers; the files its listing already found
+    (`split_listing`) go out at once, tagged FILES."""
+
+    def __init__(self, extensions: Sequence[str]):
+        self._extensions = tuple(extensions)
+
+    def process(self, task: ListingTask):
+        parts, files = split_listing(task, self._extensions)
+        yield from parts
+        for found in files:
+            yield pvalue.TaggedOutput(_FILES, found)
+
+
+_FILES = "files"
 
 
 class _ExpandTaskFn(beam.DoFn):
@@ -169,16 +186,20 @@ class ListImages(beam.PTransform):
                 | "Patterns" >> beam.Create(self._patterns)
                 | "Tasks" >> beam.Map(ListingTask.for_pattern)
             )
+            found_splitting = []
             for level in range(self.SPLIT_LEVELS):
-                tasks = (
-                    tasks
-                    | f"Split{level}" >> beam.FlatMap(split_task)
-                    # Each part is listed by whichever worker takes it, not by the launcher.
-                    | f"Spread{level}" >> beam.Reshuffle()
-                )
-            found = tasks | "Expand" >> beam.ParDo(
+                split = tasks | f"Split{level}" >> beam.ParDo(
+                    _SplitFn(self._extensions)
+                ).with_output_types(ListingTask).with_outputs(_FILES, main="parts")
+                found_splitting.append(split[_FILES])
+                # Each part is listed by whichever worker takes it, not by the launcher.
+                tasks = split.parts | f"Spread{level}" >> beam.Reshuffle()
+            expanded = tasks | "Expand" >> beam.ParDo(
                 _ExpandTaskFn(self._extensions)
             ).with_output_types(SourceFile)
+            found = (*found_splitting, expanded) | "AllFound" >> beam.Flatten().with_output_types(
+                SourceFile
+            )
         if self._input_list is None and len(self._patterns) == 1:
             # The parts of one pattern are disjoint, so no file can be listed twice: no shuffle.
             counted = found | "CountListed" >> beam.ParDo(
