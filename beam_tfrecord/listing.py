@@ -16,6 +16,7 @@ from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import glob_translate
 
 from beam_tfrecord.storage import to_url
+from beam_tfrecord.store_listing import pages
 
 __all__ = [
     "ListingTask",
@@ -138,69 +139,88 @@ def split_task(task: ListingTask) -> list[ListingTask]:
     what the whole matches (less hidden folders, which a build never reads). A task that cannot
     be split is returned as it is.
     """
-    return _split(task, None)[0]
+    return list(_split(task, None))  # type: ignore[arg-type]  # only tasks without suffixes
 
 
 def split_listing(
     task: ListingTask, extensions: Iterable[str]
-) -> tuple[list[ListingTask], list[SourceFile]]:
-    """`split_task`, less the part that its own listing already answered, and that part's files.
+) -> Iterator[ListingTask | SourceFile]:
+    """`split_task`'s parts, less the one its own listing already answered, and that one's files.
 
     To split `data/**` the folder `data` is listed for its subfolders. On an object store that
     listing (by delimiter) also holds the files right in `data`: the part `data/*` would list
     `data` a second time to find them. A split two levels deep then listed every class folder of
     a collection twice, in full: once for its subfolders, once for its images. Here such a part
-    (one whose wildcards are all in its last name, in the listed folder) comes back as its files,
-    as `expand_task` would give them, and not as a task. On a local disk, where a listing costs
-    no round trip, every part stays a task.
+    (one whose wildcards are all in its last name, in the listed folder) comes as its files, as
+    `expand_task` would give them, and not as a task. The listing is read a page at a time
+    (`store_listing.pages`), and its parts and files given as they come, so a folder of millions
+    of objects is never held whole. On a local disk, where a listing costs no round trip, every
+    part stays a task.
     """
     return _split(task, tuple(e.lower() for e in extensions))
 
 
 def _split(
     task: ListingTask, suffixes: tuple[str, ...] | None
-) -> tuple[list[ListingTask], list[SourceFile]]:
+) -> Iterator[ListingTask | SourceFile]:
     fs, path = fsspec.core.url_to_fs(task.pattern)
     if not has_magic(path):
-        return [task], []
+        yield task
+        return
     prefix = pattern_base(path)
     rest = path[len(prefix) + 1 :] if prefix else path
     first, _, tail = rest.partition("/")
     if not tail and first != "**":
         # The wildcard is in the last component: one folder listing, nothing to split.
-        return [task], []
-    folder = prefix or "/"
-    answers_here = suffixes is not None and not isinstance(fs, LocalFileSystem)
-    try:
-        if answers_here:
-            listed = _store_listing(fs, folder)
-            folders = _folders_in(listed, folder)
-        else:
-            folders = _subfolders(fs, folder)
-    except FileNotFoundError:
-        return [], []
+        yield task
+        return
     join = posixpath.join
-    files: list[SourceFile] = []
+    here = None
     if first == "**":
         # `**` matches no folder (the rest applies right here) or one folder and then `**` again.
         here = join(prefix, tail) if tail else join(prefix, "*")
-        parts = [
-            join(_as_pattern(f), "**", tail) if tail else join(_as_pattern(f), "**")
-            for f in folders
-        ]
-        level = _last_level(here)
-        if answers_here and level is not None and level[0] == prefix:
-            sizes = _files_matching(listed, here)
-            files = list(_source_files(fs, sizes, task.base, suffixes or ()))
+
+    def part(folder: str) -> ListingTask | None:
+        if here is not None:
+            glob = (
+                join(_as_pattern(folder), "**", tail) if tail else join(_as_pattern(folder), "**")
+            )
+        elif fnmatch.fnmatchcase(posixpath.basename(folder), first):
+            glob = join(_as_pattern(folder), tail)
         else:
-            parts.insert(0, here)
-    else:
-        parts = [
-            join(_as_pattern(f), tail)
-            for f in folders
-            if fnmatch.fnmatchcase(posixpath.basename(f), first)
-        ]
-    return [ListingTask(to_url(fs, part), task.base) for part in parts], files
+            return None
+        return ListingTask(to_url(fs, glob), task.base)
+
+    folder = prefix or "/"
+    if isinstance(fs, LocalFileSystem):
+        try:
+            folders = _subfolders(fs, folder)
+        except FileNotFoundError:
+            return
+        if here is not None:
+            yield ListingTask(to_url(fs, here), task.base)
+        yield from filter(None, map(part, folders))
+        return
+    level = _last_level(here) if here is not None else None
+    answered = suffixes is not None and level is not None and level[0] == prefix
+    match = re.compile(glob_translate(here)).match if answered else None
+    named = _relpaths(task.base)
+    try:
+        for page in pages(fs, folder):
+            for entry in page:
+                if entry["type"] == "directory":
+                    if _is_subfolder(entry["name"], folder):
+                        found = part(entry["name"].rstrip("/"))
+                        if found is not None:
+                            yield found
+                elif match is not None and match(entry["name"]):
+                    source = _source_file(fs, entry["name"], entry["size"], named, suffixes or ())
+                    if source is not None:
+                        yield source
+    except FileNotFoundError:
+        return
+    if here is not None and not answered:
+        yield ListingTask(to_url(fs, here), task.base)
 
 
 _GLOB_CHAR = re.compile(r"([*?[])")
@@ -239,30 +259,23 @@ def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
         return sorted(
             e.path for e in found if not e.is_symlink() or os.path.realpath(e.path) not in above
         )
-    return _folders_in(_store_listing(fs, path), path)
-
-
-def _store_listing(fs: fsspec.AbstractFileSystem, path: str) -> list[dict]:
-    """One listing of a folder, by delimiter: its files and its folders, with their details."""
-    try:
-        return fs.ls(path, detail=True)
-    finally:
-        _forget_listings(fs, path)
-
-
-def _folders_in(listed: list[dict], path: str) -> list[str]:
-    """The folders (not hidden) of a folder's listing, sorted."""
-    itself = path.rstrip("/")
     return sorted(
-        e["name"].rstrip("/")
-        for e in listed
-        if e.get("type") == "directory"
-        and not posixpath.basename(e["name"].rstrip("/")).startswith(".")
-        # gcsfs lists a folder as a folder of itself when the store holds an object named for it
-        # (`data/cls/`, as the GCS console's "Create folder" makes): split again, it would list
-        # the folder's images twice.
-        and e["name"].rstrip("/") != itself
+        entry["name"].rstrip("/")
+        for page in pages(fs, path)
+        for entry in page
+        if entry["type"] == "directory" and _is_subfolder(entry["name"], path)
     )
+
+
+def _is_subfolder(name: str, path: str) -> bool:
+    """Whether a folder of `path`'s listing is one to go into: not hidden, not `path` itself.
+
+    gcsfs lists a folder as a folder of itself when the store holds an object named for it
+    (`data/cls/`, as the GCS console's "Create folder" makes): split again, it would list the
+    folder's images twice.
+    """
+    name = name.rstrip("/")
+    return not posixpath.basename(name).startswith(".") and name != path.rstrip("/")
 
 
 def _without_dot_dots(path: str) -> str:
@@ -283,41 +296,40 @@ def expand_task(task: ListingTask, extensions: Iterable[str]) -> Iterator[Source
     """Yields every non-hidden file of a listing task whose suffix is in `extensions`, sorted."""
     fs, path = fsspec.core.url_to_fs(task.pattern)
     suffixes = tuple(e.lower() for e in extensions)
-    if has_magic(path):
-        sizes = _glob_files(fs, path)
-    else:
+    if not has_magic(path):
         try:
             info = fs.info(path)
         except FileNotFoundError:
             return
-        sizes = {path: int(info.get("size") or 0)} if info.get("type") == "file" else {}
-    yield from _source_files(fs, sizes, task.base, suffixes)
-
-
-def _source_files(
-    fs: fsspec.AbstractFileSystem, sizes: dict[str, int], base_url: str, suffixes: tuple[str, ...]
-) -> Iterator[SourceFile]:
-    """The listed files (path -> size) that a build takes, sorted, named from `base_url`."""
-    _, base = fsspec.core.url_to_fs(base_url)
-    prefix = base.rstrip("/") + "/" if base.strip("/") else base
-    for name in sorted(sizes):
-        relpath = name[len(prefix) :] if prefix and name.startswith(prefix) else name.lstrip("/")
-        if is_hidden(relpath) or not relpath.lower().endswith(suffixes):
-            continue
-        yield SourceFile(url=to_url(fs, name), relpath=relpath, size=sizes[name])
-
-
-def _glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:
-    """The files (path -> size) that `fs.glob(path)` matches; its folders and links are left out."""
-    if isinstance(fs, LocalFileSystem):
+        files = [(path, int(info.get("size") or 0))] if info.get("type") == "file" else []
+    elif isinstance(fs, LocalFileSystem):
         found = _local_glob_files(path)
-        if found is not None:
-            return found
-        return _fsspec_glob_files(fs, path)
-    try:
-        return _store_glob_files(fs, path)
-    finally:
-        _forget_listings(fs, pattern_base(path))
+        files = sorted((found if found is not None else _fsspec_glob_files(fs, path)).items())
+    else:
+        files = _store_files(fs, path)  # in the store's order: by name
+    named = _relpaths(task.base)
+    for name, size in files:
+        source = _source_file(fs, name, size, named, suffixes)
+        if source is not None:
+            yield source
+
+
+def _relpaths(base_url: str) -> str:
+    """What is taken off the front of a listed path to make its relative path: `base_url`'s path
+    and a slash."""
+    _, base = fsspec.core.url_to_fs(base_url)
+    return base.rstrip("/") + "/" if base.strip("/") else base
+
+
+def _source_file(
+    fs: fsspec.AbstractFileSystem, name: str, size: int, prefix: str, suffixes: tuple[str, ...]
+) -> SourceFile | None:
+    """A listed file as a build's input, named from below `prefix` (`_relpaths`); None for a
+    hidden file or one whose suffix is not in `suffixes`."""
+    relpath = name[len(prefix) :] if prefix and name.startswith(prefix) else name.lstrip("/")
+    if is_hidden(relpath) or not relpath.lower().endswith(suffixes):
+        return None
+    return SourceFile(url=to_url(fs, name), relpath=relpath, size=size)
 
 
 def _fsspec_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:
@@ -328,33 +340,24 @@ def _fsspec_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, in
     }
 
 
-def _store_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:
-    """`_glob_files` on an object store: a pattern whose wildcards are all in its last part
-    (`data/*.jpg`, the files right in a folder, as `split_task` makes of `data/**`) takes one
-    listing of that folder, by delimiter.
+def _store_files(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[tuple[str, int]]:
+    """The files (path, size) that a glob over an object store matches, as fsspec's glob
+    matches them, a page of the listing at a time.
 
-    Not `fs.glob`: gcsfs lists every object below the folder for it, however deep, and then
-    keeps those of the first level (its `find` ignores `maxdepth` in the request), so the files
-    right in a collection's top folder would cost a listing of the whole collection.
+    A pattern whose wildcards are all in its last name (`data/*.jpg`, the files right in a
+    folder) takes a listing of that folder by delimiter; any other, a listing of everything
+    below its fixed part (as gcsfs's and s3fs's own glob does, less holding it all).
     """
     level = _last_level(path)
-    if level is None or not level[0]:
-        return _fsspec_glob_files(fs, path)
-    try:
-        listed = fs.ls(level[0], detail=True)
-    except FileNotFoundError:
-        return {}
-    return _files_matching(listed, path)
-
-
-def _files_matching(listed: list[dict], path: str) -> dict[str, int]:
-    """The files (path -> size) of a folder's listing that a pattern over that folder matches."""
+    folder, recursive = (level[0], False) if level is not None and level[0] else (None, True)
     match = re.compile(glob_translate(path)).match
-    return {
-        e["name"]: int(e.get("size") or 0)
-        for e in listed
-        if e.get("type") == "file" and match(e["name"])
-    }
+    try:
+        for page in pages(fs, folder or pattern_base(path), recursive=recursive):
+            for entry in page:
+                if entry["type"] == "file" and match(entry["name"]):
+                    yield entry["name"], entry["size"]
+    except FileNotFoundError:
+        return
 
 
 def _last_level(path: str) -> tuple[str, str] | None:
@@ -364,26 +367,6 @@ def _last_level(path: str) -> tuple[str, str] | None:
     if not has_magic(last) or "**" in last or has_magic(folder):
         return None
     return folder, last
-
-
-def _forget_listings(fs: fsspec.AbstractFileSystem, top: str) -> None:
-    """Drops what `fs` keeps of its listings of `top` and below.
-
-    gcsfs and s3fs keep every listing they make (`fs.dircache`) for as long as the filesystem
-    object lives, and a worker's is shared by all the listing tasks it runs: about 3 KB an
-    object listed, gigabytes once a worker has listed a million. A listing task reads each
-    folder once, so nothing is lost.
-    """
-    if isinstance(fs, LocalFileSystem):
-        return
-    cache = getattr(fs, "dircache", None)
-    if not cache:
-        return
-    top = fs._strip_protocol(top).rstrip("/")
-    below = top + "/"
-    for key in list(cache):  # a copy: other threads of the worker may list meanwhile
-        if key == top or key.startswith(below) or not top:
-            cache.pop(key, None)
 
 
 def _local_glob_files(path: str) -> dict[str, int] | None:
@@ -521,9 +504,11 @@ def first_match(pattern: str, extensions: Iterable[str], depth: int = 4) -> Sour
     extensions = tuple(extensions)
 
     def search(task: ListingTask, level: int) -> SourceFile | None:
-        parts, files = split_listing(task, extensions) if level < depth else ([task], [])
-        if files:  # right in the folder the split listed
-            return files[0]
+        parts: list[ListingTask] = []
+        for item in split_listing(task, extensions) if level < depth else [task]:
+            if isinstance(item, SourceFile):
+                return item  # right in the folder the split lists: no need to list on
+            parts.append(item)
         if parts == [task]:
             return next(expand_task(task, extensions), None)
         for part in parts:

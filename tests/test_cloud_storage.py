@@ -49,6 +49,7 @@ from beam_tfrecord.listing import (
     SourceFile,
     expand_task,
     first_match,
+    split_listing,
     split_task,
 )
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
@@ -906,6 +907,37 @@ def test_the_files_right_in_a_folder_take_one_listing_not_the_whole_collection(
     bucket_key = root.split("://", 1)[1].split("/", 1)[1]
     everything = [s for s in seen if _recursive(s) and f"prefix={bucket_key}/&" in s + "&"]
     assert not everything, f"listed all of {bucket_key}/: {everything}"
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_a_folder_is_listed_a_page_at_a_time(request, protocol):
+    """gcsfs's and s3fs's `ls` and `glob` gather every page of a listing before they return
+    (about 3 KB an object while held): a flat folder of millions of images needed gigabytes on
+    the one worker listing it. Each page of 1,000 names is handed on before the next is asked."""
+    store = _store(request, protocol)
+    root = f"{store.new_bucket('flat')}/data"
+    flat = {f"{root}/f{i:04d}.jpg": b"x" for i in range(2100)}
+    store.fs.pipe({**flat, f"{root}/sub/1.jpg": b"x", f"{root}/.cache/2.jpg": b"x"})
+    store.fs.invalidate_cache()
+    seen, store.proxy.fault = _listings_of(store)
+    try:
+        splitting = split_listing(ListingTask.for_pattern(f"{root}/**"), [".jpg"])
+        first = next(splitting)
+        asked_for_first = len(seen)
+        split = [first, *splitting]
+        asked_for_all = len(seen)
+        expanding = expand_task(ListingTask(f"{root}/*.jpg", root), [".jpg"])
+        next(expanding)
+        asked_for_first_again = len(seen) - asked_for_all
+        expanded = 1 + len(list(expanding))
+    finally:
+        store.proxy.fault = None
+    assert (asked_for_first, asked_for_all, asked_for_first_again) == (1, 3, 1)
+    files = [item for item in split if isinstance(item, SourceFile)]
+    tasks = [item for item in split if isinstance(item, ListingTask)]
+    assert [f.relpath for f in files] == sorted(name.rsplit("/", 1)[1] for name in flat)
+    assert [t.pattern for t in tasks] == [f"{root}/sub/**"]
+    assert expanded == len(flat)
 
 
 @pytest.mark.parametrize("protocol", ["gs", "s3"])

@@ -77,10 +77,8 @@ class _SplitFn(beam.DoFn):
         self._extensions = tuple(extensions)
 
     def process(self, task: ListingTask):
-        parts, files = split_listing(task, self._extensions)
-        yield from parts
-        for found in files:
-            yield pvalue.TaggedOutput(_FILES, found)
+        for item in split_listing(task, self._extensions):
+            yield pvalue.TaggedOutput(_FILES, item) if isinstance(item, SourceFile) else item
 
 
 _FILES = "files"
