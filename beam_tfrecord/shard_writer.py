@@ -91,7 +91,7 @@ def write_shard(
     index_path = posixpath.join(folder, index_file_name(spec.file_name))
     report_path = posixpath.join(folder, shard_report_name(spec.file_name))
     if resume:
-        kept = _verify_existing(fs, final_path, report_path, spec, ordered)
+        kept = _verify_existing(fs, final_path, report_path, spec, ordered, policy)
         if kept is not None:
             result, index, report = kept
             # An earlier run may have died between publishing the shard and its index.
@@ -388,13 +388,21 @@ def _record_for(
 
 
 def _verify_existing(
-    fs, final_path: str, report_path: str, spec: ShardSpec, ordered: list[ImageEntry]
+    fs,
+    final_path: str,
+    report_path: str,
+    spec: ShardSpec,
+    ordered: list[ImageEntry],
+    policy: ImagePolicy,
 ) -> tuple[ShardResult, str, list[ReportEntry]] | None:
     """The result, index and report lines of a shard already written by an earlier run of the
     same build, if it is intact.
 
-    Intact means: its report lines are there, every record's CRCs check, and the records are the
-    planned images in the planned order, less exactly those its report says were left out.
+    Intact means: its report lines are there, and none says an image could not be read (the
+    store may answer now); every record's CRCs check; the records are the planned images in the
+    planned order, less exactly those its report says were left out; and each record says what
+    this build would: the image's class id and name, and, of the image settings, what a record
+    shows (`_settings_show`).
     """
     fs.invalidate_cache(posixpath.dirname(final_path))  # object stores cache listings
     try:
@@ -411,6 +419,8 @@ def _verify_existing(
             ]
         except (OSError, ValueError, TypeError, KeyError):
             return None
+        if any(r.reason == Reason.READ_ERROR for r in report):
+            return None  # worth another try: a store's error may have passed
         left_out = {r.url for r in report if r.action == "skipped"}
         expected = [e for e in ordered if e.url not in left_out]
         # One pass reads the records and checksums the file: a shard on a store is read once.
@@ -419,10 +429,7 @@ def _verify_existing(
             records = read_records(stream, compression="NONE", with_offsets=True)
             for entry, (offset, record) in zip(expected, records, strict=True):
                 index.append(index_line(offset, framed_size(len(record))))
-                features = decode_example(record)
-                if features.get("image/filename") != [
-                    entry.relpath.encode("utf-8", "surrogateescape")
-                ]:
+                if not _record_agrees(decode_example(record), entry, policy):
                     return None
                 if entry.label is not None:
                     counts[entry.label] += 1
@@ -443,3 +450,51 @@ def _verify_existing(
         planned_bytes=sum(e.record_size for e in ordered),
     )
     return result, "".join(index), report
+
+
+def _record_agrees(features: dict, entry: ImageEntry, policy: ImagePolicy) -> bool:
+    """Whether a record a shard holds is the one this build would write for `entry`, as far as
+    its fields show: the image, its class, and the image settings a record shows.
+
+    A resumed build whose `--classes` or labelling changed, or whose `--color`, `--encode`,
+    `--store` or `--resize` did, must not keep shards of the old one: their records would carry
+    other class ids under the new labels.txt, or images of another kind.
+    """
+    if features.get("image/filename") != [entry.relpath.encode("utf-8", "surrogateescape")]:
+        return False
+    if entry.class_id is None:
+        if "image/class/label" in features:
+            return False
+    elif features.get("image/class/label") != [entry.class_id] or features.get(
+        "image/class/text"
+    ) != [(entry.label or "").encode("utf-8")]:
+        return False
+    return _settings_show(features, policy)
+
+
+def _settings_show(features: dict, policy: ImagePolicy) -> bool:
+    """Whether a record's format, channels and size fit the build's image settings.
+
+    What a record cannot show (`--jpeg-quality`, `--background`, `--exif-orientation`, a resize
+    of an image it left as it was) is not checked: the README says to rebuild with --overwrite
+    after changing those.
+    """
+    (image_format,) = features.get("image/format") or [b""]
+    if policy.store == "raw":
+        if image_format != b"raw":
+            return False
+    elif policy.encode is not None and image_format != policy.encode.encode():
+        return False
+    expected_channels = {"rgb": 3, "gray": 1}.get(policy.color)
+    if expected_channels is not None and features.get("image/channels") != [expected_channels]:
+        return False
+    resize = policy.resize
+    if resize is None:
+        return True
+    (height,) = features.get("image/height") or [0]
+    (width,) = features.get("image/width") or [0]
+    if resize.mode == "exact":
+        return (width, height) == (resize.width, resize.height)
+    if resize.mode == "short":
+        return min(width, height) == resize.size
+    return width <= resize.width and height <= resize.height  # fit: within, never larger

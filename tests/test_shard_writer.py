@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from beam_tfrecord.codec.framing import framed_size
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.entries import ImageEntry, ShardSpec
 from beam_tfrecord.images import ImageError, ImagePolicy, check_image
+from beam_tfrecord.images.policy import Resize
 from beam_tfrecord.planning import Preparer
 from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.shard_writer import write_shard
@@ -139,6 +141,64 @@ def test_resume_keeps_an_intact_shard_and_rewrites_a_damaged_one(planned):
     Path(spec.url).write_bytes(bytes(data))
     redone, _ = write_shard(spec, entries, POLICY, resume=True)
     assert not redone.resumed and redone.crc32c == first.crc32c
+
+
+@pytest.mark.parametrize(
+    ("change", "kept"),
+    [
+        ({}, True),
+        ({"class_id": 1}, False),  # --classes gave the class another id
+        ({"label": "b", "class_id": 0}, False),  # another labelling put it in another class
+        ({"label": None, "class_id": None}, False),  # an unlabelled build now
+        ({"policy": ImagePolicy(color="gray")}, False),
+        ({"policy": ImagePolicy(encode="png")}, False),
+        ({"policy": ImagePolicy(store="raw")}, False),
+        ({"policy": ImagePolicy(resize=Resize.parse("exact:20x20"))}, False),
+        ({"policy": ImagePolicy(jpeg_quality=80)}, True),  # not in a record: README says so
+    ],
+    ids=[
+        "same",
+        "class-id",
+        "class-name",
+        "unlabelled",
+        "gray",
+        "png",
+        "raw",
+        "resize",
+        "jpeg-quality",
+    ],
+)
+def test_resume_keeps_a_shard_only_if_its_records_say_what_this_build_would(planned, change, kept):
+    """A resumed build with other --classes, labels or image settings plans the same images in
+    the same shards; keeping those shards mixed class ids under the new labels.txt, or gray
+    images with RGB ones, and verify found nothing wrong."""
+    spec, entries, _ = planned
+    first, _ = write_shard(spec, entries, POLICY)
+    policy = change.get("policy", POLICY)
+    fields = {k: v for k, v in change.items() if k != "policy"}
+    resumed, _ = write_shard(spec, [replace(e, **fields) for e in entries], policy, resume=True)
+    assert resumed.resumed is kept
+    assert (resumed.crc32c == first.crc32c) is kept
+
+
+def test_resume_tries_again_the_images_a_shard_could_not_read(planned, monkeypatch):
+    """A read error may be the store's passing trouble: a resumed build rewrites the shard, and
+    the image is written; keeping the shard made the loss permanent."""
+    spec, entries, _ = planned
+    lost = sorted(entries, key=lambda e: e.sort_key)[2]
+    real_read = shard_writer.read_source
+
+    def failing(url):
+        if url == lost.url:
+            raise OSError(errno.EIO, "injected 503")
+        return real_read(url)
+
+    monkeypatch.setattr(shard_writer, "read_source", failing)
+    first, report = write_shard(spec, entries, POLICY)
+    assert [(r.relpath, r.reason) for r in report] == [(lost.relpath, "read_error")]
+    monkeypatch.setattr(shard_writer, "read_source", real_read)
+    resumed, report = write_shard(spec, entries, POLICY, resume=True)
+    assert not resumed.resumed and report == [] and resumed.examples == first.examples + 1
 
 
 def _damage_scan(data: bytes) -> bytes:
