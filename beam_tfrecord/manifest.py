@@ -182,12 +182,15 @@ class BuildFailed(Exception):
     """A build that ran but must not be published: its one-line reason, for the command line.
 
     `resumable`: the build's finished shards are kept, and `--resume` (with settings that let it
-    pass) publishes them without writing them again.
+    pass) publishes them without writing them again. `retry`: it stopped on a file or object it
+    could not read or write, a store's trouble that may pass; the same build with `--resume`
+    goes on from the shards it finished.
     """
 
-    def __init__(self, message: str, *, resumable: bool = False):
+    def __init__(self, message: str, *, resumable: bool = False, retry: bool = False):
         super().__init__(message)
         self.resumable = resumable
+        self.retry = retry
 
 
 def withdraw_build(

@@ -497,6 +497,7 @@ def test_an_interrupted_build_ends_when_the_store_stops_answering(gcs_store, col
     proxy.delay = 0.05
     command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
                "--output", output, "--min-shard-size", "10KB", "--max-shard-size", "20KB"]  # fmt: skip
+    started = time.monotonic()
     build_process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -508,7 +509,9 @@ def test_an_interrupted_build_ends_when_the_store_stops_answering(gcs_store, col
         proxy.delay = 1000  # from now on, no request is answered
         time.sleep(1)
         build_process.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
         _, err = build_process.communicate(timeout=90)
+        waited = time.monotonic() - signalled
     finally:
         build_process.kill()
         proxy.delay = 0
@@ -516,6 +519,11 @@ def test_an_interrupted_build_ends_when_the_store_stops_answering(gcs_store, col
     assert "the store did not answer in 10 s" in err
     assert "beam-tfrecord build: interrupted (SIGINT)" in err
     assert "Traceback" not in err
+    # One wait of 10 s for the store, not one for tidying up and another for counting (20 s);
+    # and the time it gives is when Ctrl-C came, not when the waiting ended.
+    assert waited < 16, waited
+    after = float(re.search(r"interrupted \(SIGINT\) after ([0-9.]+) s", err).group(1))
+    assert after < signalled - started + 2, (after, signalled - started)
 
 
 @pytest.mark.parametrize("protocol", ["gs", "s3"])
@@ -774,6 +782,40 @@ def test_an_object_failing_for_good_with_a_5xx_is_reported_in_seconds(
     assert result.manifest["inputs"]["written"] == len(images) - 1
     # The store client's own retries, once: not multiplied by ours (138 s and 170 s when they were).
     assert took < 60, f"{seen[lost]} tries in {took:.0f} s"
+
+
+def test_a_shard_the_store_refuses_ends_the_build_in_two_lines_and_resume_goes_on(
+    request, collection, link, capsys
+):
+    """A shard upload the store refuses for good ended a build with Beam's 150-line traceback,
+    and `build()` raised a bare RuntimeError; it is now one line naming the step and the
+    store's reason, and the command that goes on from the shards that were finished."""
+    store = _store(request, "s3")
+    src, images = collection
+    source, output = _buckets(store, src, "refused")
+    flags = ["--name", "pets", "--min-shard-size", "40KB", "--max-shard-size", "120KB"]
+    command = ["build", "--input", f"{source}/**", "--output", output, *flags]
+    refused = re.compile(r"pets-train\.tfrecord-00001-of-\d{5}(\?|$)")
+    link(store).fault = lambda method, target: (
+        403 if method in ("PUT", "POST") and refused.search(target) else None
+    )
+    try:
+        assert main(command) == 1
+    finally:
+        store.proxy.fault = None
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err
+    assert re.fullmatch(
+        r"beam-tfrecord build: error: writing the shards failed: [^\[]*403[^\[]*; the shards it "
+        r"finished are kept in " + re.escape(output),
+        lines[-2],
+    ), lines
+    assert lines[-1].startswith("To go on from them: ") and lines[-1].endswith(" --resume")
+    assert main([*command, "--resume"]) == 0, capsys.readouterr().err
+    manifest = json.loads(store.fs.cat_file(f"{output}/{MANIFEST_FILE}"))
+    assert manifest["inputs"]["written"] == len(images)
+    assert "kept" in capsys.readouterr().out
 
 
 def _short_silences(monkeypatch) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +43,7 @@ from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.manifest import (
     MANIFEST_FILE,
     REPORT_FILE,
+    BuildFailed,
     build_manifest,
     discard_manifest,
     read_manifest,
@@ -58,7 +60,7 @@ from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import default_depth
 from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
 from beam_tfrecord.shard_processes import discard_started, settings_travel, start_early
-from beam_tfrecord.storage import is_store_url
+from beam_tfrecord.storage import is_store_refusal, is_store_url, store_reason
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.wording import count
 
@@ -286,6 +288,44 @@ class SubmittedBuild:
 
 def _runner_name(options: PipelineOptions) -> str:
     return runner_name(options.view_as(StandardOptions)) or "DirectRunner"
+
+
+# The build's steps, by the transform a failure names ("[while running 'ConvertImages/...']").
+_STEPS = (
+    ("ListImages", "listing the inputs"),
+    ("HashImages", "reading the images for --dedup"),
+    ("WriteShards", "writing the shards"),
+    ("WriteReport", "writing the report"),
+    ("WriteManifest", "writing the manifest"),
+)
+
+
+# What Beam adds to the message of an error a transform raised.
+_BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
+
+
+def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
+    """A run that stopped on a file or object it could not read or write (after the store
+    clients' own retries), as the one line a person needs: which step, the store's reason, and
+    that the finished shards stay. None for any other failure, which is a bug to show whole.
+
+    Beam wraps what a transform raised in a RuntimeError naming the transform; the error itself
+    is further down the chain.
+    """
+    step = None
+    seen: BaseException | None = error
+    for _ in range(10):
+        if seen is None or isinstance(seen, (KeyboardInterrupt, SystemExit)):
+            return None
+        step = step or next((what for name, what in _STEPS if f"/{name}/" in str(seen)), None)
+        if is_store_refusal(seen):
+            reason = _BEAM_STEP.sub("", store_reason(seen))
+            message = f"{step or 'the build'} failed: {reason}"
+            return BuildFailed(
+                f"{message}; the shards it finished are kept in {output}", retry=True
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _refused_as_config_error(runner, options: PipelineOptions, step: Callable[[], T]) -> T:
@@ -535,6 +575,13 @@ def _build(
             options,
             lambda: pipeline.run(test_runner_api=not isinstance(runner, LocalRunner)),
         )
+        if not dry_run and wait and getattr(result, "has_job", True) is not False:
+            result.wait_until_finish()
+    except Exception as err:
+        failure = _io_failure(err, config.output)
+        if failure is None:
+            raise
+        raise failure from err
     finally:
         discard_started()  # started, and not taken: the plan was too small after all
     if dry_run:
@@ -543,8 +590,6 @@ def _build(
         # DataflowRunner wrote the job to --template_location instead of submitting it (this is
         # how a Flex Template launches): the service runs it later, and its result says DONE.
         return _submitted(result, pipeline, options, dry_run=False, state="TEMPLATE_WRITTEN")
-    if wait:
-        result.wait_until_finish()
     if result.state != PipelineState.DONE:
         return _submitted(result, pipeline, options, dry_run=False)
     counters = {}

@@ -458,6 +458,8 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         print(f"{prog}: error: {err}", file=sys.stderr)
         if err.resumable:
             print(f"To publish it anyway: {_publish_anyway_command(config)}", file=sys.stderr)
+        if err.retry:
+            print(f"To go on from them: {resume_command(sys.argv)}", file=sys.stderr)
         return 1
     if interruption.signum is not None:
         from beam_tfrecord.output_lock import release_output
