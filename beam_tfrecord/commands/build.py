@@ -464,9 +464,12 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     if interruption.signum is not None:
         from beam_tfrecord.output_lock import release_output
 
-        if _owns_output(config.output) and not _within(
+        # Tidying up and counting share one wait for a store that stopped answering.
+        deadline = time.monotonic() + _TIDY_SECONDS
+        answered = not _owns_output(config.output) or _within(
             _TIDY_SECONDS, lambda: _discard_partial_files(config.output)
-        ):
+        )
+        if not answered:
             print(
                 f"{prog}: the store did not answer in {_TIDY_SECONDS:g} s; what the build was "
                 f"writing in {config.output} may be left (--resume removes it)",
@@ -475,7 +478,13 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         # The interrupted build kept the output locked until its workers and partial files
         # were gone (build()); the lock file goes too, for the next build to start clean.
         release_output(config.output)
-        _report_interruption(prog, config, interruption, time.monotonic() - started)
+        _report_interruption(
+            prog,
+            config,
+            interruption,
+            (interruption.at or time.monotonic()) - started,
+            until=deadline if answered else None,
+        )
         # Beam's threads (and a worker stuck in a read) must not hold the exit up.
         os._exit(interruption.exit_status)
     if isinstance(result, SubmittedBuild):  # not finished: there is no manifest to read yet
@@ -596,10 +605,17 @@ def _finished_shards(output: str) -> int | None:
         return None
 
 
-def _report_interruption(prog: str, config: BuildConfig, interruption, seconds: float) -> None:
-    """One or two lines: what the interrupted build finished, and the command that goes on."""
+def _report_interruption(
+    prog: str, config: BuildConfig, interruption, seconds: float, until: float | None
+) -> None:
+    """One or two lines: what the interrupted build finished (counted if the store answers by
+    `until`, a time.monotonic(); not asked when None), and the command that goes on."""
     counted: list[int | None] = []
-    _within(_TIDY_SECONDS, lambda: counted.append(_finished_shards(config.output)))
+    if until is not None:
+        _within(
+            max(0.0, until - time.monotonic()),
+            lambda: counted.append(_finished_shards(config.output)),
+        )
     finished = counted[0] if counted else None
     if finished is not None:
         kept = f"{count(finished, 'finished shard')} kept in {config.output}"

@@ -109,6 +109,7 @@ class Interruption:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.at: float | None = None  # time.monotonic() when it came
 
     @property
     def name(self) -> str:
@@ -133,6 +134,7 @@ def stop_on_signals(
     def handler(signum, frame):
         if interruption.signum is None:
             interruption.signum = signum
+            interruption.at = time.monotonic()
             raise KeyboardInterrupt
 
     # A signal this process was started ignoring stays ignored: a job started in the background
