@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from beam_tfrecord.commands.console import stop_on_signals
+from beam_tfrecord.commands.console import quiet_libraries, stop_on_signals
 
 # Subcommand name -> module exposing `add_arguments(parser)` and `run(args, extra) -> int`.
 # Modules are imported only when their command runs, so `inspect` never pays for importing Beam.
@@ -64,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     # SIGTERM stops a command as Ctrl-C does, and says so: by default it would end the process
     # without a word. A build replaces this with its own handling once it starts.
+    if args.command != "build":  # which sets up its own logging
+        quiet_libraries(sys.stderr)
     with stop_on_signals((signal.SIGTERM,)) as stopped:
         try:
             status = int(args._module.run(args, extra) or 0)

@@ -18,6 +18,7 @@ __all__ = [
     "Interruption",
     "configure_logging",
     "end_child_processes",
+    "quiet_libraries",
     "resume_command",
     "stop_on_signals",
     "terminal_stream",
@@ -61,6 +62,25 @@ def configure_logging(stream: TextIO, verbose: bool) -> None:
     # A line per string annotation of ours ("Converting string literal type hint to Any"), 30
     # of them before a build starts: Beam's bookkeeping, no help to the reader of `-v`.
     logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
+
+
+def quiet_libraries(stream: TextIO) -> None:
+    """For the commands other than build: this tool's warnings, as bare lines, and nothing the
+    storage libraries log.
+
+    With no handler set, Python prints every warning and error logged to stderr, and gcsfs logs
+    its last failed retry as an error with the whole traceback: `verify` of a shard the store
+    would not give printed it above verify's own one-line verdict.
+    """
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "_beam_tfrecord", False):  # ours, from an earlier call
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream)
+    handler._beam_tfrecord = True  # type: ignore[attr-defined]
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(lambda record: record.name.startswith("beam_tfrecord"))
+    root.addHandler(handler)
 
 
 @contextlib.contextmanager
