@@ -57,7 +57,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     others: list[str] = []  # files of build folders that are not the build's
     files, unmatched = expand_or_complain(args.paths, "verify", others=others)
     status = 1 if unmatched else 0
-    totals = {"records": 0, "bytes": 0, "damaged": 0}
+    totals = {"records": 0, "bytes": 0, "damaged": 0, "unreadable": 0}
     not_examples = False
     manifests = ManifestShards()
     for url in files:
@@ -72,19 +72,28 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
                     "the build's shards would read it too"
                 )
         except OSError as error:  # unreadable: permissions, a vanished file, the network
+            # Not damage: the file may be sound, and the store's trouble pass.
             report = FileReport(path=url, errors=[f"{url}: cannot read: {error}"])
-        state = "OK" if report.ok else "DAMAGED"
-        print(
-            f"{state:8s} {url}: {_count(report.records, 'record')}, {_count(report.bytes, 'byte')}"
-            + (", index checked" if report.index else "")
-            + (", manifest checked" if report.manifest else "")
-        )
+            unreadable = True
+        else:
+            unreadable = False
+        state = "OK" if report.ok else "UNREADABLE" if unreadable else "DAMAGED"
+        if unreadable:
+            print(f"{state} {url}")
+        else:
+            print(
+                f"{state:8s} {url}: {_count(report.records, 'record')}, "
+                f"{_count(report.bytes, 'byte')}"
+                + (", index checked" if report.index else "")
+                + (", manifest checked" if report.manifest else "")
+            )
         for message in report.errors:
             print(f"         {message}")
             not_examples = not_examples or "tf.train.Example" in message
         totals["records"] += report.records
         totals["bytes"] += report.bytes
-        totals["damaged"] += not report.ok
+        totals["unreadable"] += unreadable
+        totals["damaged"] += not report.ok and not unreadable
     missing = manifests.missing()
     for url in missing:
         print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
@@ -101,12 +110,17 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"MISSING  {posixpath.join(folder, name)}")
         if len(gaps) > 10:
             print(f"         ... and {_count(len(gaps) - 10, 'more shard')}")
-    if totals["damaged"] or missing or incomplete:
+    if totals["damaged"] or totals["unreadable"] or missing or incomplete:
         status = 1
     print(
         f"total: {_count(len(files), 'file')}, {_count(totals['records'], 'record')}, "
         f"{_count(totals['bytes'], 'byte')}; "
-        f"{len(files) - totals['damaged']} OK, {totals['damaged']} DAMAGED"
+        f"{len(files) - totals['damaged'] - totals['unreadable']} OK, {totals['damaged']} DAMAGED"
+        + (
+            f", {totals['unreadable']} UNREADABLE (not read: run verify again, or check access)"
+            if totals["unreadable"]
+            else ""
+        )
         + (f", {len(missing)} MISSING" if missing else "")
         + (f", {len(incomplete)} INCOMPLETE" if incomplete else "")
         + (f"; {_count(len(others), 'other file')} not checked (not the build's)" if others else "")
