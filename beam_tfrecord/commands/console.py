@@ -38,11 +38,7 @@ def configure_logging(stream: TextIO, verbose: bool) -> None:
     INFO, and this tool's per-shard lines (DEBUG).
     """
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        if getattr(handler, "_beam_tfrecord", False):  # ours, from an earlier call
-            root.removeHandler(handler)
-    handler = logging.StreamHandler(stream)
-    handler._beam_tfrecord = True  # type: ignore[attr-defined]
+    handler = _our_handler(stream)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     if not verbose:
         handler.addFilter(lambda record: record.name.startswith(_SHOWN))
@@ -72,15 +68,21 @@ def quiet_libraries(stream: TextIO) -> None:
     its last failed retry as an error with the whole traceback: `verify` of a shard the store
     would not give printed it above verify's own one-line verdict.
     """
+    handler = _our_handler(stream)
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(lambda record: record.name.startswith("beam_tfrecord"))
+    logging.getLogger().addHandler(handler)
+
+
+def _our_handler(stream: TextIO) -> logging.Handler:
+    """A handler to `stream`, in place of the one an earlier call added to the root logger."""
     root = logging.getLogger()
     for handler in list(root.handlers):
-        if getattr(handler, "_beam_tfrecord", False):  # ours, from an earlier call
+        if getattr(handler, "_beam_tfrecord", False):
             root.removeHandler(handler)
     handler = logging.StreamHandler(stream)
     handler._beam_tfrecord = True  # type: ignore[attr-defined]
-    handler.setLevel(logging.WARNING)
-    handler.addFilter(lambda record: record.name.startswith("beam_tfrecord"))
-    root.addHandler(handler)
+    return handler
 
 
 @contextlib.contextmanager
