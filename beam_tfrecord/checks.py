@@ -106,8 +106,9 @@ def preflight(
         setting, waiting = checking[-1] if checking else ("output", [config.output])
         raise ConfigError(
             setting,
-            f"{', '.join(map(repr, waiting))}: no answer from the store in {timeout:g} s (check the "
-            "network, the endpoint and the credentials)",
+            f"{', '.join(map(repr, waiting))}: no answer from the store in {timeout:g} s: it "
+            "did not respond, or only with errors its client retries (503, 429); check the "
+            "network, the endpoint and the credentials",
         )
     if outcome[0] is not None:
         raise outcome[0]

@@ -487,6 +487,26 @@ def test_a_store_that_does_not_answer_is_named_alone(gcs_store, silent_s3, silen
     )
 
 
+def test_a_store_that_answers_only_with_errors_its_client_retries_is_said_to(
+    request, link, tmp_path
+):
+    """A store answering every request with 503 keeps its client retrying; the checks before the
+    build give up after their few seconds, and the refusal says that it may have answered with
+    such errors, not only that it said nothing."""
+    store = _store(request, "s3")
+    source = f"{store.new_bucket('throttled')}/data"
+    store.fs.pipe_file(f"{source}/cat/a.jpg", b"x")
+    link(store).fault = lambda method, target: 503
+    config = BuildConfig.from_settings({"inputs": [f"{source}/**"], "output": str(tmp_path)})
+    try:
+        with pytest.raises(ConfigError) as refused:
+            checks.preflight(config, timeout=2)
+    finally:
+        store.proxy.fault = None
+    assert refused.value.setting == "input"
+    assert "or only with errors its client retries (503, 429)" in str(refused.value)
+
+
 def test_an_interrupted_build_ends_when_the_store_stops_answering(gcs_store, collection, link):  # noqa: F811
     """Ctrl-C ends a build whose store no longer answers: tidying up and counting the finished
     shards wait a bounded time for the store, then the build ends, saying so. It used to wait
