@@ -359,14 +359,16 @@ def _print_resumed(counters: dict[str, int], found: int, output: str, out) -> No
         print(f"  resumed: kept {kept} of {count(found, 'finished shard')}", file=out)
         return
     # A shard is kept only if it holds exactly what this build plans for it: another seed,
-    # split, size bound, image setting or input moves images between shards.
+    # split, size bound, image setting or input moves images between shards; other class ids
+    # or image settings change its records; an image it could not read is tried again.
     one = found - kept == 1
     others = f"the other {found - kept}" if kept else ("it" if one else "they")
     print(
         f"WARNING: --resume kept {kept or 'none'} of the {count(found, 'finished shard')} in "
         f"{output}: {others} did not match this build's plan (settings or inputs changed "
         f"since {'it was' if one else 'they were'} written, or {'it was' if one else 'one was'} "
-        f"damaged) and {'was' if one else 'were'} replaced",
+        "damaged or held an image that could not be read, to be tried again) and "
+        f"{'was' if one else 'were'} replaced",
         file=out,
     )
 

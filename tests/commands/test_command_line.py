@@ -799,7 +799,8 @@ def test_14_resume_with_other_settings_says_none_was_kept_and_why(unfinished, sr
     assert said == [
         f"WARNING: --resume kept none of the {found} finished shards in {out}: they did not "
         "match this build's plan (settings or inputs changed since they were written, or one "
-        "was damaged) and were replaced"
+        "was damaged or held an image that could not be read, to be tried again) and were "
+        "replaced"
     ]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["seed"] == 1 and manifest["inputs"]["written"] == 12
@@ -820,7 +821,8 @@ def test_14_resume_keeps_the_shards_that_still_match(unfinished, src, tmp_path):
     assert said == [
         f"WARNING: --resume kept {len(shards) - 1} of the {len(shards)} finished shards in "
         f"{out}: the other 1 did not match this build's plan (settings or inputs changed since "
-        "it was written, or it was damaged) and was replaced"
+        "it was written, or it was damaged or held an image that could not be read, to be "
+        "tried again) and was replaced"
     ]
     assert damaged.read_bytes() == whole  # written again, as it was
 

@@ -63,14 +63,16 @@ def _resumed(counters: dict[str, int], found: int) -> list[str]:
             1,
             "WARNING: --resume kept none of the 1 finished shard in out/pets: it did not match "
             "this build's plan (settings or inputs changed since it was written, or it was "
-            "damaged) and was replaced",
+            "damaged or held an image that could not be read, to be tried again) and was "
+            "replaced",
         ),
         (
             2,
             5,
             "WARNING: --resume kept 2 of the 5 finished shards in out/pets: the other 3 did not "
             "match this build's plan (settings or inputs changed since they were written, or one "
-            "was damaged) and were replaced",
+            "was damaged or held an image that could not be read, to be tried again) and were "
+            "replaced",
         ),
     ],
 )
