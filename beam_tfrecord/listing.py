@@ -204,7 +204,7 @@ def _split(
     level = _last_level(here) if here is not None else None
     answered = suffixes is not None and level is not None and level[0] == prefix
     match = re.compile(glob_translate(here)).match if answered else None
-    named = _relpaths(task.base)
+    named = _relpaths(task.base) if answered else ""
     try:
         for page in pages(fs, folder):
             for entry in page:

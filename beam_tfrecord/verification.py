@@ -148,14 +148,15 @@ def verify_file(
                     if not_examples <= _MAX_ERRORS:
                         message = f"{url}: record at byte offset {offset} is not a tf.train.Example"
                         problems.append((offset, message))
+        # Framing damage ends reading: the index lines past it cannot be checked, and the rest
+        # of the file may be anything, gigabytes of a file that is no TFRecord file at all.
+        read_to_the_end = all(_frame_is_whole(d) for d in reader.damage)
         if check is not None:
             _note_damaged(check, reader.damage, noted)
-            # Framing damage ends reading, and the index lines past it cannot be checked.
-            check.finish(complete=all(_frame_is_whole(d) for d in reader.damage))
-        if all(_frame_is_whole(d) for d in reader.damage):
-            # Read to the end (what is left is at most a compressed stream's trailer). After
-            # framing damage the rest may be anything, gigabytes of a file that is no TFRecord
-            # file at all: it is read again only if a manifest wants its checksum.
+            check.finish(complete=read_to_the_end)
+        if read_to_the_end:
+            # At most a compressed stream's trailer is left. Otherwise the file is read again
+            # only if a manifest wants its checksum.
             report.crc32c = stream.crc32c()
     problems.extend((damage.offset, str(damage)) for damage in reader.damage)
     report.records = reader.records_read

@@ -66,10 +66,7 @@ def file_crc32c(stream: BinaryIO) -> str:
     The form a build's manifest gives each shard's checksum in (``TFRecordWriter.crc32c``,
     formatted), and ``gcloud storage hash --hex`` prints.
     """
-    checksum = 0
-    for block in iter(lambda: stream.read(1 << 20), b""):
-        checksum = _crc32c(block, checksum)
-    return f"{checksum:08x}"
+    return ChecksummedReader(stream, "").crc32c()
 
 
 class ChecksummedReader:

@@ -62,10 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "build":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    # SIGTERM stops a command as Ctrl-C does, and says so: by default it would end the process
-    # without a word. A build replaces this with its own handling once it starts.
     if args.command != "build":  # which sets up its own logging
         quiet_libraries(sys.stderr)
+    # SIGTERM stops a command as Ctrl-C does, and says so: by default it would end the process
+    # without a word. A build replaces this with its own handling once it starts.
     with stop_on_signals((signal.SIGTERM,)) as stopped:
         try:
             status = int(args._module.run(args, extra) or 0)

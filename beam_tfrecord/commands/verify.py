@@ -77,10 +77,10 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             unreadable = True
         else:
             unreadable = False
-        state = "OK" if report.ok else "UNREADABLE" if unreadable else "DAMAGED"
         if unreadable:
-            print(f"{state} {url}")
+            print(f"UNREADABLE {url}")
         else:
+            state = "OK" if report.ok else "DAMAGED"
             print(
                 f"{state:8s} {url}: {_count(report.records, 'record')}, "
                 f"{_count(report.bytes, 'byte')}"
