@@ -328,6 +328,41 @@ def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
     return None
 
 
+def _interruption(error: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or SystemExit that Beam's error for a transform wraps, if any."""
+    seen: BaseException | None = error
+    for _ in range(10):
+        if seen is None or isinstance(seen, (KeyboardInterrupt, SystemExit)):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+class _NoInterruptTracebacks(logging.Filter):
+    """Drops Beam's ERROR line and traceback for a transform an interrupt stopped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = record.exc_info[0] if record.exc_info else None
+        return not (kind is not None and issubclass(kind, (KeyboardInterrupt, SystemExit)))
+
+
+# Where Beam logs an error a transform raised, before it raises it again.
+_BEAM_TRANSFORM_LOG = "apache_beam.runners.common"
+
+
+@contextmanager
+def _interrupts_unlogged() -> Iterator[None]:
+    """While a build runs, an interrupt is not logged by Beam as a transform's error: the
+    caller gets the interrupt, and a Ctrl-C is not a bug to show a traceback for."""
+    beam_log = logging.getLogger(_BEAM_TRANSFORM_LOG)
+    quiet = _NoInterruptTracebacks()
+    beam_log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        beam_log.removeFilter(quiet)
+
+
 def _refused_as_config_error(runner, options: PipelineOptions, step: Callable[[], T]) -> T:
     """`step()`, with a remote runner's refusal of the job (`_refused_job`) as a ConfigError."""
     try:
@@ -568,16 +603,24 @@ def _build(
         start_early(processes)
     try:
         _ = pipeline | "ConvertImages" >> ConvertImages(config, processes)
-        # Beam first sends a pipeline through its runner-API form and back, as a check, unless
-        # the runner runs from that form anyway; it knows its DirectRunner does, not this one.
-        result = _refused_as_config_error(
-            runner,
-            options,
-            lambda: pipeline.run(test_runner_api=not isinstance(runner, LocalRunner)),
-        )
-        if not dry_run and wait and getattr(result, "has_job", True) is not False:
-            result.wait_until_finish()
+        with _interrupts_unlogged():
+            # Beam first sends a pipeline through its runner-API form and back, as a check,
+            # unless the runner runs from that form anyway; it knows its DirectRunner does, not
+            # this one.
+            result = _refused_as_config_error(
+                runner,
+                options,
+                lambda: pipeline.run(test_runner_api=not isinstance(runner, LocalRunner)),
+            )
+            if not dry_run and wait and getattr(result, "has_job", True) is not False:
+                result.wait_until_finish()
     except Exception as err:
+        interrupt = _interruption(err)
+        if interrupt is not None:
+            # Beam wraps what stopped a transform in a RuntimeError, a Ctrl-C too: the caller (a
+            # notebook, a scheduler's signal handler) gets the interrupt it caused, and the
+            # output keeps its lock (`_released_at_end`) while shard processes may still write.
+            raise interrupt from None
         failure = _io_failure(err, config.output)
         if failure is None:
             raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import re
 import shutil
@@ -306,6 +307,39 @@ def test_the_library_refuses_beam_flags_before_anything_is_written(
     with pytest.raises(ConfigError, match=says):
         build(_config(src, out), beam_args)
     assert not out.exists()
+
+
+def test_an_interrupt_reaches_the_caller_as_itself_and_the_output_stays_locked(
+    collection, tmp_path, monkeypatch, caplog
+):
+    """A Ctrl-C while a shard is written: Beam wraps what a transform raised in a RuntimeError
+    and logs it with a traceback. A notebook or a scheduler calling build() must get the
+    KeyboardInterrupt it caused, and the output its lock, as the contract says."""
+    import fcntl
+
+    from beam_tfrecord.beam import writing
+    from beam_tfrecord.output_lock import LOCK_FILE, release_output
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    # The collection is small enough to be written in this process, where the patch reaches.
+    monkeypatch.setattr(writing, "write_shard", interrupted)
+    src, _ = collection
+    out = tmp_path / "out"
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            build(_config(src, out), ["--runner=DirectRunner"])
+        fd = os.open(out / LOCK_FILE, os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    finally:
+        release_output(str(out))
+    assert not [r for r in caplog.records if "KeyboardInterrupt" in r.getMessage()]
+    assert not (out / "manifest.json").exists()
 
 
 def _largest_record(kv) -> int:
