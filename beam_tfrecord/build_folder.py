@@ -10,7 +10,7 @@ import posixpath
 import re
 from collections.abc import Iterable
 
-__all__ = ["SHARD_NAME", "missing_shards", "shard_names"]
+__all__ = ["SHARD_NAME", "missing_shards", "mixed_sets", "shard_names"]
 
 # `{name}-{split}.tfrecord-00003-of-00010`, as sharding.shard_file_name writes them.
 SHARD_NAME = re.compile(r"^(?P<stem>[^/]+\.tfrecord)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
@@ -23,12 +23,17 @@ def shard_names(paths: Iterable[str]) -> list[str]:
 
 
 def missing_shards(names: Iterable[str]) -> list[str]:
-    """Shards the names of the ones present say exist (`-of-N`) but that are not among them."""
+    """Shards the names of the ones present say exist (`-of-N`) but that are not among them.
+
+    A split whose shards name more than one count (`mixed_sets`) holds more than one build's
+    shards: which set is this build's the names cannot say, so none of its gaps are listed.
+    """
     present = set(names)
+    mixed = mixed_sets(present)
     missing = set()
     for name in present:
         match = SHARD_NAME.match(name)
-        if match is None:
+        if match is None or match["stem"] in mixed:
             continue
         count = int(match["count"])
         for index in range(count):
@@ -36,3 +41,16 @@ def missing_shards(names: Iterable[str]) -> list[str]:
             if expected not in present:
                 missing.add(expected)
     return sorted(missing)
+
+
+def mixed_sets(names: Iterable[str]) -> dict[str, dict[int, int]]:
+    """The splits whose shards name more than one count (`x-train.tfrecord-00000-of-00002`
+    beside `...-of-00003`, left by another build): for each split's file stem, how many shards
+    of each count are there."""
+    sets: dict[str, dict[int, int]] = {}
+    for name in set(names):
+        match = SHARD_NAME.match(name)
+        if match is not None:
+            counts = sets.setdefault(match["stem"], {})
+            counts[int(match["count"])] = counts.get(int(match["count"]), 0) + 1
+    return {stem: dict(sorted(c.items())) for stem, c in sorted(sets.items()) if len(c) > 1}

@@ -19,7 +19,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from google.protobuf.message import DecodeError
 
-from beam_tfrecord.build_folder import missing_shards, shard_names
+from beam_tfrecord.build_folder import missing_shards, mixed_sets, shard_names
 from beam_tfrecord.codec.example import Example
 from beam_tfrecord.codec.framing import (
     ChecksummedReader,
@@ -399,9 +399,12 @@ class _BuildFolders:
         return self._listings[folder]
 
 
-def incomplete_builds(patterns: list[str]) -> list[tuple[str, list[str], list[str]]]:
+def incomplete_builds(
+    patterns: list[str],
+) -> list[tuple[str, list[str], list[str], dict[str, dict[int, int]]]]:
     """The folders named on the command line that hold shards but no manifest.json: each with
-    its shards and the shards their names say are missing."""
+    its shards, the shards their names say are missing, and the splits whose shards are of
+    more than one build (`mixed_sets`)."""
     found = []
     for pattern in patterns:
         if _GLOB_CHARS & set(pattern):
@@ -415,5 +418,6 @@ def incomplete_builds(patterns: list[str]) -> list[tuple[str, list[str], list[st
             continue
         shards = shard_names(names)
         if shards and MANIFEST_FILE not in names:
-            found.append((pattern.rstrip("/") or pattern, shards, missing_shards(shards)))
+            folder = pattern.rstrip("/") or pattern
+            found.append((folder, shards, missing_shards(shards), mixed_sets(shards)))
     return found

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     for url in missing:
         print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
     incomplete = [] if args.loose else incomplete_builds(args.paths)
-    for folder, shards, gaps in incomplete:
+    for folder, shards, gaps, mixed in incomplete:
         print(
             f"INCOMPLETE {folder}: a build folder without manifest.json (an interrupted or "
             f"unfinished build): {_count(len(shards), 'shard')} there"
@@ -110,6 +110,16 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"MISSING  {posixpath.join(folder, name)}")
         if len(gaps) > 10:
             print(f"         ... and {_count(len(gaps) - 10, 'more shard')}")
+        for stem, sets in mixed.items():
+            described = "; ".join(
+                f"-of-{total:05d}: {'all' if there == total else there} of {total} there"
+                for total, there in sets.items()
+            )
+            print(
+                f"MIXED    {posixpath.join(folder, stem)}-*: shards of more than one build "
+                f"({described}); a reader globbing them reads them all: remove the set that is "
+                "not this build's"
+            )
     if totals["damaged"] or totals["unreadable"] or missing or incomplete:
         status = 1
     print(

@@ -290,6 +290,34 @@ def test_5_verify_calls_a_folder_without_manifest_an_incomplete_build(interrupte
     assert files_below(out) == before
 
 
+def test_5_verify_names_shards_of_another_build_not_gaps_they_seem_to_leave(interrupted, tmp_path):
+    """A shard named -of-N+1 beside a split's -of-N shards (left by another build) made verify
+    list N phantom MISSING shards of that other build; which set is this build's the names
+    cannot say, so verify says the split is mixed, and how complete each set is."""
+    cwd, out, *_ = interrupted
+    folder = tmp_path / "out"
+    shutil.copytree(out, folder)
+    shard = next(p for p in sorted(folder.iterdir()) if re.search(r"-\d{5}-of-\d{5}$", p.name))
+    stem, count = re.match(r"(.+)-\d{5}-of-(\d{5})$", shard.name).groups()
+    stray = f"{stem}-00000-of-{int(count) + 1:05d}"
+    shutil.copy(shard, folder / stray)
+    done = run("verify", str(folder), cwd=cwd)
+    assert done.returncode == 1
+    mixed = [line for line in done.stdout.splitlines() if line.startswith("MIXED")]
+    assert mixed == [
+        f"MIXED    {folder}/{stem}-*: shards of more than one build "
+        f"(-of-{count}: {{}} of {int(count)} there; -of-{int(count) + 1:05d}: 1 of "
+        f"{int(count) + 1} there); a reader globbing them reads them all: remove the set "
+        "that is not this build's".format(
+            "all"
+            if len(list(folder.glob(f"{stem}-*-of-{count}"))) == int(count)
+            else len(list(folder.glob(f"{stem}-*-of-{count}")))
+        )
+    ]
+    missing = [line for line in done.stdout.splitlines() if line.startswith("MISSING")]
+    assert not [line for line in missing if stem in line], missing
+
+
 def test_3_the_command_printed_goes_on_with_the_build(interrupted, big_src):
     """Runs last of the interrupted build's tests: it finishes the build."""
     cwd, out, _status, _stdout, stderr, _before = interrupted
