@@ -92,7 +92,11 @@ def write_shard(
     report_path = posixpath.join(folder, shard_report_name(spec.file_name))
     if resume:
         kept = _verify_existing(fs, final_path, report_path, spec, ordered, policy)
-        if kept is not None:
+        if isinstance(kept, str):
+            # Named with its reason where the build runs (a terminal, a runner's worker log):
+            # the build's summary only counts the shards replaced.
+            _LOG.warning("--resume replaces the finished shard %s: %s", spec.file_name, kept)
+        elif kept is not None:
             result, index, report = kept
             # An earlier run may have died between publishing the shard and its index.
             publish(fs, index_path, index.encode("ascii"))
@@ -394,9 +398,9 @@ def _verify_existing(
     spec: ShardSpec,
     ordered: list[ImageEntry],
     policy: ImagePolicy,
-) -> tuple[ShardResult, str, list[ReportEntry]] | None:
+) -> tuple[ShardResult, str, list[ReportEntry]] | str | None:
     """The result, index and report lines of a shard already written by an earlier run of the
-    same build, if it is intact.
+    same build, if it is intact; else why it is not (None: it is not there).
 
     Intact means: its report lines are there, and none says an image could not be read (the
     store may answer now); every record's CRCs check; the records are the planned images in the
@@ -417,10 +421,12 @@ def _verify_existing(
                 ReportEntry.from_json(line)
                 for line in fs.cat_file(report_path).decode("utf-8").splitlines()
             ]
-        except (OSError, ValueError, TypeError, KeyError):
-            return None
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            name = shard_report_name(spec.file_name)
+            return f"its report file {name} is missing or unreadable ({err})"
         if any(r.reason == Reason.READ_ERROR for r in report):
-            return None  # worth another try: a store's error may have passed
+            # Worth another try: a store's error may have passed.
+            return "it left out an image that could not be read, to be read again"
         left_out = {r.url for r in report if r.action == "skipped"}
         expected = [e for e in ordered if e.url not in left_out]
         # One pass reads the records and checksums the file: a shard on a store is read once.
@@ -429,13 +435,22 @@ def _verify_existing(
             records = read_records(stream, compression="NONE", with_offsets=True)
             for entry, (offset, record) in zip(expected, records, strict=True):
                 index.append(index_line(offset, framed_size(len(record))))
-                if not _record_agrees(decode_example(record), entry, policy):
-                    return None
+                differs = _disagreement(decode_example(record), entry, policy)
+                if differs is not None:
+                    return differs
                 if entry.label is not None:
                     counts[entry.label] += 1
             checksum = stream.crc32c()
-        except (CorruptRecordError, ValueError, OSError):
-            return None
+        except (CorruptRecordError, OSError) as err:
+            return f"it is damaged or could not be read ({err})"
+        except ValueError as err:
+            if "zip()" not in str(err):  # a record that is not a tf.train.Example
+                return f"it is damaged ({err})"
+            # zip(strict=True): another number of records than planned.
+            return (
+                f"it does not hold the {count(len(expected), 'record')} this build plans for "
+                "it (inputs or settings changed)"
+            )
     expected_bytes = stream.size
     result = ShardResult(
         split=spec.split,
@@ -452,24 +467,37 @@ def _verify_existing(
     return result, "".join(index), report
 
 
-def _record_agrees(features: dict, entry: ImageEntry, policy: ImagePolicy) -> bool:
-    """Whether a record a shard holds is the one this build would write for `entry`, as far as
-    its fields show: the image, its class, and the image settings a record shows.
+def _disagreement(features: dict, entry: ImageEntry, policy: ImagePolicy) -> str | None:
+    """How a record a shard holds differs from the one this build would write for `entry`, as
+    far as its fields show (the image, its class, the image settings a record shows); None if
+    it does not.
 
     A resumed build whose `--classes` or labelling changed, or whose `--color`, `--encode`,
     `--store` or `--resize` did, must not keep shards of the old one: their records would carry
     other class ids under the new labels.txt, or images of another kind.
     """
     if features.get("image/filename") != [entry.relpath.encode("utf-8", "surrogateescape")]:
-        return False
+        return (
+            f"its records are not the images this build plans for it, in its order (at "
+            f"{entry.relpath}: inputs, seed, splits or shard sizes changed)"
+        )
     if entry.class_id is None:
         if "image/class/label" in features:
-            return False
+            return f"its record of {entry.relpath} has a class, and this build has no labels"
     elif features.get("image/class/label") != [entry.class_id] or features.get(
         "image/class/text"
     ) != [(entry.label or "").encode("utf-8")]:
-        return False
-    return _settings_show(features, policy)
+        (held,) = features.get("image/class/label") or [None]
+        return (
+            f"its record of {entry.relpath} has class id {held}, where this build gives "
+            f"{entry.class_id} ({entry.label}): labels or --classes changed"
+        )
+    if not _settings_show(features, policy):
+        return (
+            f"its record of {entry.relpath} is not what this build's image settings make "
+            "(--encode, --store, --color or --resize changed)"
+        )
+    return None
 
 
 def _settings_show(features: dict, policy: ImagePolicy) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -146,15 +147,15 @@ def test_resume_keeps_an_intact_shard_and_rewrites_a_damaged_one(planned):
 @pytest.mark.parametrize(
     ("change", "kept"),
     [
-        ({}, True),
-        ({"class_id": 1}, False),  # --classes gave the class another id
-        ({"label": "b", "class_id": 0}, False),  # another labelling put it in another class
-        ({"label": None, "class_id": None}, False),  # an unlabelled build now
-        ({"policy": ImagePolicy(color="gray")}, False),
-        ({"policy": ImagePolicy(encode="png")}, False),
-        ({"policy": ImagePolicy(store="raw")}, False),
-        ({"policy": ImagePolicy(resize=Resize.parse("exact:20x20"))}, False),
-        ({"policy": ImagePolicy(jpeg_quality=80)}, True),  # not in a record: README says so
+        ({}, None),
+        ({"class_id": 1}, "has class id 0, where this build gives 1"),  # --classes changed
+        ({"label": "b", "class_id": 0}, "labels or --classes changed"),  # another labelling
+        ({"label": None, "class_id": None}, "has a class, and this build has no labels"),
+        ({"policy": ImagePolicy(color="gray")}, "image settings"),
+        ({"policy": ImagePolicy(encode="png")}, "image settings"),
+        ({"policy": ImagePolicy(store="raw")}, "image settings"),
+        ({"policy": ImagePolicy(resize=Resize.parse("exact:20x20"))}, "image settings"),
+        ({"policy": ImagePolicy(jpeg_quality=80)}, None),  # not in a record: README says so
     ],
     ids=[
         "same",
@@ -168,20 +169,31 @@ def test_resume_keeps_an_intact_shard_and_rewrites_a_damaged_one(planned):
         "jpeg-quality",
     ],
 )
-def test_resume_keeps_a_shard_only_if_its_records_say_what_this_build_would(planned, change, kept):
+def test_resume_keeps_a_shard_only_if_its_records_say_what_this_build_would(
+    planned, change, kept, caplog
+):
     """A resumed build with other --classes, labels or image settings plans the same images in
     the same shards; keeping those shards mixed class ids under the new labels.txt, or gray
-    images with RGB ones, and verify found nothing wrong."""
+    images with RGB ones, and verify found nothing wrong. A shard replaced is named, with why
+    (`kept`: None when it is kept, else what the warning says)."""
     spec, entries, _ = planned
     first, _ = write_shard(spec, entries, POLICY)
     policy = change.get("policy", POLICY)
     fields = {k: v for k, v in change.items() if k != "policy"}
+    caplog.set_level(logging.WARNING, logger="beam_tfrecord")
     resumed, _ = write_shard(spec, [replace(e, **fields) for e in entries], policy, resume=True)
-    assert resumed.resumed is kept
-    assert (resumed.crc32c == first.crc32c) is kept
+    assert resumed.resumed is (kept is None)
+    assert (resumed.crc32c == first.crc32c) is (kept is None)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    if kept is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1
+        assert warnings[0].startswith(f"--resume replaces the finished shard {spec.file_name}: ")
+        assert kept in warnings[0]
 
 
-def test_resume_tries_again_the_images_a_shard_could_not_read(planned, monkeypatch):
+def test_resume_tries_again_the_images_a_shard_could_not_read(planned, monkeypatch, caplog):
     """A read error may be the store's passing trouble: a resumed build rewrites the shard, and
     the image is written; keeping the shard made the loss permanent."""
     spec, entries, _ = planned
@@ -199,6 +211,7 @@ def test_resume_tries_again_the_images_a_shard_could_not_read(planned, monkeypat
     monkeypatch.setattr(shard_writer, "read_source", real_read)
     resumed, report = write_shard(spec, entries, POLICY, resume=True)
     assert not resumed.resumed and report == [] and resumed.examples == first.examples + 1
+    assert "an image that could not be read, to be read again" in caplog.text
 
 
 def _damage_scan(data: bytes) -> bytes:

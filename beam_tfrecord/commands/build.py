@@ -368,7 +368,8 @@ def _print_resumed(counters: dict[str, int], found: int, output: str, out) -> No
         f"{output}: {others} did not match this build's plan (settings or inputs changed "
         f"since {'it was' if one else 'they were'} written, or {'it was' if one else 'one was'} "
         "damaged or held an image that could not be read, to be tried again) and "
-        f"{'was' if one else 'were'} replaced",
+        f"{'was' if one else 'were'} replaced; the build's log names {'it' if one else 'each'}, "
+        "with why",
         file=out,
     )
 

@@ -828,8 +828,10 @@ def test_14_resume_with_other_settings_says_none_was_kept_and_why(unfinished, sr
         f"WARNING: --resume kept none of the {found} finished shards in {out}: they did not "
         "match this build's plan (settings or inputs changed since they were written, or one "
         "was damaged or held an image that could not be read, to be tried again) and were "
-        "replaced"
+        "replaced; the build's log names each, with why"
     ]
+    named = [line for line in done.stderr.splitlines() if "--resume replaces" in line]
+    assert named and all("changed" in line for line in named), done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["seed"] == 1 and manifest["inputs"]["written"] == 12
     assert shards_in(out) == sorted(s["file"] for s in manifest["shards"])
@@ -850,8 +852,9 @@ def test_14_resume_keeps_the_shards_that_still_match(unfinished, src, tmp_path):
         f"WARNING: --resume kept {len(shards) - 1} of the {len(shards)} finished shards in "
         f"{out}: the other 1 did not match this build's plan (settings or inputs changed since "
         "it was written, or it was damaged or held an image that could not be read, to be "
-        "tried again) and was replaced"
+        "tried again) and was replaced; the build's log names it, with why"
     ]
+    assert f"--resume replaces the finished shard {shards[1]}: it is damaged" in done.stderr
     assert damaged.read_bytes() == whole  # written again, as it was
 
 
