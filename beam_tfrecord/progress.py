@@ -34,6 +34,9 @@ __all__ = ["ENV", "Progress", "Tally", "add", "set_total"]
 ENV = "BEAM_TFRECORD_PROGRESS"
 _FLUSH_SECONDS = 0.2
 
+# A build with images left to write that has written none for this long says so on its line.
+STALL_SECONDS = 60.0
+
 _lock = threading.Lock()
 _state: dict[str, Any] = {"pid": None, "counts": None, "dirty": False, "folder": None}
 
@@ -206,6 +209,9 @@ class Progress:
         self._folder: str | None = None
         self._width = 0
         self.updates = 0
+        # When the counts of images written last moved, or the planning ended (`line`).
+        self._written: tuple[int, int] | None = None
+        self._moved = self._started
 
     def __enter__(self) -> Progress:
         self._folder = tempfile.mkdtemp(prefix="beam-tfrecord-progress-")
@@ -273,9 +279,17 @@ class Progress:
         )
         timing = f"{_clock(elapsed)} elapsed"
         left = counts["to_write_bytes"] - written_bytes
+        if not planning_done or self._written != (written, written_bytes):
+            self._written = (written, written_bytes) if planning_done else None
+            self._moved = now
+        still = now - self._moved
         if planning_done and to_write and written >= to_write:
             # Every image is in (planned sizes are upper bounds: the bytes may never reach them).
             timing += ", finishing"
+        elif planning_done and still >= STALL_SECONDS:
+            # A store that stopped answering holds reads for minutes before its client gives
+            # up; an ETA from the last minute's rate would say nothing of it.
+            timing += f", nothing written for {_clock(still)}"
         elif planning_done and written_bytes and left > 0 and rate > 0:
             # Rounded up: 'ETA 0:00' with images still to write reads as a stall.
             timing += f", ETA {_clock(math.ceil(left / rate))}"

@@ -107,6 +107,33 @@ def test_every_image_written_shows_finishing_not_an_eta_for_bytes_never_coming()
     assert line.endswith("| 0:02 elapsed, finishing"), line
 
 
+def test_a_build_that_has_written_nothing_for_a_minute_says_so():
+    """A store that stops answering holds its reads for minutes before the client gives up;
+    the line said nothing of it. Counted from the last image written, or from the end of the
+    planning: a long planning is not a stall."""
+    now = [100.0]
+    shown = Progress(io.StringIO(), tty=True, clock=lambda: now[0])
+    planning = collections.Counter(listed=10, total=10, planned=5)
+    now[0] += 200  # planning for minutes
+    assert "nothing written" not in shown.line(planning)
+    counts = collections.Counter(
+        listed=10, total=10, planned=10, to_write=10, to_write_bytes=10_000_000
+    )
+    assert "nothing written" not in shown.line(counts)  # the plan is done: counted from here
+    now[0] += 59
+    assert "nothing written" not in shown.line(collections.Counter(counts, written=0))
+    now[0] += 6
+    assert shown.line(counts).endswith("| 4:25 elapsed, nothing written for 1:05")
+    counts.update(written=4, written_bytes=4_000_000)
+    now[0] += 1
+    assert "nothing written" not in shown.line(counts)
+    now[0] += 61
+    assert shown.line(counts).endswith(", nothing written for 1:01")
+    counts.update(written=6, written_bytes=6_000_000)  # every image in: finishing, not a stall
+    now[0] += 120
+    assert shown.line(counts).endswith(", finishing")
+
+
 def test_an_in_process_build_counts_every_input(tmp_path):
     """Inputs reported at planning (no such class) count as planned too, so `planned` reaches the
     census total and the ETA can show."""
