@@ -64,7 +64,7 @@ def _resumed(counters: dict[str, int], found: int) -> list[str]:
             "WARNING: --resume kept none of the 1 finished shard in out/pets: it did not match "
             "this build's plan (settings or inputs changed since it was written, or it was "
             "damaged or held an image that could not be read, to be tried again) and was "
-            "replaced",
+            "replaced; the build's log names it, with why",
         ),
         (
             2,
@@ -72,7 +72,7 @@ def _resumed(counters: dict[str, int], found: int) -> list[str]:
             "WARNING: --resume kept 2 of the 5 finished shards in out/pets: the other 3 did not "
             "match this build's plan (settings or inputs changed since they were written, or one "
             "was damaged or held an image that could not be read, to be tried again) and were "
-            "replaced",
+            "replaced; the build's log names each, with why",
         ),
     ],
 )
