@@ -331,6 +331,19 @@ def _print_summary(
                 "dataset_info.json",
                 file=out,
             )
+    written = {c for split in manifest["splits"].values() for c in split.get("class_counts", {})}
+    empty = [name for name in manifest["classes"] if name not in written]
+    if empty and written:
+        # Its ids stay as listed (labels.txt), so a class whose images come back later moves no
+        # other class; but a model trained on this split has never seen it.
+        shown = ", ".join(repr(name) for name in empty[:5])
+        more = f" and {len(empty) - 5} more" if len(empty) > 5 else ""
+        print(
+            f"WARNING: {count(len(empty), 'class', 'classes')} in labels.txt got no image "
+            f"written: {shown}{more} ({'its' if len(empty) == 1 else 'their'} inputs are in "
+            "report.jsonl, or none was listed)",
+            file=out,
+        )
     if inputs["skipped"]:
         skipped = inputs["skipped"]
         reasons = ", ".join(f"{reason}: {n}" for reason, n in inputs["skipped_by_reason"].items())

@@ -963,6 +963,25 @@ def test_17_a_missing_path_in_an_input_list_is_reported_not_found(src, tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"]["written"] == len(images)
     assert "vanished: 1" in done.stdout
+    assert "got no image written" not in done.stdout  # cat has its other images
+
+
+def test_17_a_class_whose_only_input_is_missing_keeps_its_id_and_is_warned_about(src, tmp_path):
+    """The class map comes from what is listed, so a class whose only file is missing keeps
+    its id (no other class moves when the file comes back); but a model trained on the split
+    never sees it, and the summary said only that an input vanished."""
+    images = sorted(p.relative_to(src) for p in src.rglob("*.jpg"))
+    listing = tmp_path / "list.csv"
+    lines = [f"{src / p},{p.parent}" for p in images] + [f"{src}/gone.jpg,aardvark"]
+    listing.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    done = run("build", "--input-list", str(listing), "--output", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (out / "labels.txt").read_text().splitlines()[0] == "aardvark"
+    assert (
+        "WARNING: 1 class in labels.txt got no image written: 'aardvark' (its inputs are in "
+        "report.jsonl, or none was listed)"
+    ) in done.stdout.splitlines()
 
 
 def test_17_a_file_an_input_list_labels_two_ways_is_reported_and_the_books_balance(src, tmp_path):
