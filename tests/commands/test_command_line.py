@@ -947,14 +947,20 @@ def test_16_too_many_skipped_publishes_nothing_and_resume_publishes_it(
 # 17. A path an input list names that does not exist is reported as not found, not as gone.
 
 
-def test_17_a_missing_path_in_an_input_list_is_reported_not_found(src, tmp_path):
+def _build_listed_with(src: Path, tmp_path: Path, line: str):
+    """A build from an input list of every image below `src` by its folder, and `line`."""
     images = sorted(p.relative_to(src) for p in src.rglob("*.jpg"))
     listing = tmp_path / "list.csv"
-    lines = [f"{src / p},{p.parent}" for p in images] + [f"{src}/cat/never_there.jpg,cat"]
+    lines = [f"{src / p},{p.parent}" for p in images] + [line]
     listing.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
     done = run("build", "--input-list", str(listing), "--output", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
+    return images, out, done
+
+
+def test_17_a_missing_path_in_an_input_list_is_reported_not_found(src, tmp_path):
+    images, out, done = _build_listed_with(src, tmp_path, f"{src}/cat/never_there.jpg,cat")
     report = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
     missing = [r for r in report if r["relpath"].endswith("never_there.jpg")]
     assert [(r["action"], r["reason"], r["message"]) for r in missing] == [
@@ -970,13 +976,7 @@ def test_17_a_class_whose_only_input_is_missing_keeps_its_id_and_is_warned_about
     """The class map comes from what is listed, so a class whose only file is missing keeps
     its id (no other class moves when the file comes back); but a model trained on the split
     never sees it, and the summary said only that an input vanished."""
-    images = sorted(p.relative_to(src) for p in src.rglob("*.jpg"))
-    listing = tmp_path / "list.csv"
-    lines = [f"{src / p},{p.parent}" for p in images] + [f"{src}/gone.jpg,aardvark"]
-    listing.write_text("\n".join(lines) + "\n")
-    out = tmp_path / "out"
-    done = run("build", "--input-list", str(listing), "--output", str(out), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    _, out, done = _build_listed_with(src, tmp_path, f"{src}/gone.jpg,aardvark")
     assert (out / "labels.txt").read_text().splitlines()[0] == "aardvark"
     assert (
         "WARNING: 1 class in labels.txt got no image written: 'aardvark' (its inputs are in "
