@@ -225,3 +225,6 @@ class ShardResult:
     bytes_read: int = 0
     decodes: int = 0
     encodes: int = 0
+    # Why --resume did not keep the finished shard it replaced ("" when it found none): logged
+    # by the step that receives the result, where the build's log is (not a shard process's).
+    replaced: str = ""

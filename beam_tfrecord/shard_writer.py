@@ -90,12 +90,11 @@ def write_shard(
     folder = posixpath.dirname(final_path)
     index_path = posixpath.join(folder, index_file_name(spec.file_name))
     report_path = posixpath.join(folder, shard_report_name(spec.file_name))
+    replaced = ""  # why a finished shard found here is not kept (ShardResult.replaced)
     if resume:
         kept = _verify_existing(fs, final_path, report_path, spec, ordered, policy)
         if isinstance(kept, str):
-            # Named with its reason where the build runs (a terminal, a runner's worker log):
-            # the build's summary only counts the shards replaced.
-            _LOG.warning("--resume replaces the finished shard %s: %s", spec.file_name, kept)
+            replaced = kept
         elif kept is not None:
             result, index, report = kept
             # An earlier run may have died between publishing the shard and its index.
@@ -207,6 +206,7 @@ def write_shard(
         bytes_read=work["bytes_read"],
         decodes=work["decodes"],
         encodes=work["encodes"],
+        replaced=replaced,
     )
     _LOG.debug(
         "wrote shard %s: %s, %s",

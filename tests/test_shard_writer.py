@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import logging
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -169,31 +168,25 @@ def test_resume_keeps_an_intact_shard_and_rewrites_a_damaged_one(planned):
         "jpeg-quality",
     ],
 )
-def test_resume_keeps_a_shard_only_if_its_records_say_what_this_build_would(
-    planned, change, kept, caplog
-):
+def test_resume_keeps_a_shard_only_if_its_records_say_what_this_build_would(planned, change, kept):
     """A resumed build with other --classes, labels or image settings plans the same images in
     the same shards; keeping those shards mixed class ids under the new labels.txt, or gray
-    images with RGB ones, and verify found nothing wrong. A shard replaced is named, with why
-    (`kept`: None when it is kept, else what the warning says)."""
+    images with RGB ones, and verify found nothing wrong. A shard replaced says why
+    (`kept`: None when it is kept, else part of its reason)."""
     spec, entries, _ = planned
     first, _ = write_shard(spec, entries, POLICY)
     policy = change.get("policy", POLICY)
     fields = {k: v for k, v in change.items() if k != "policy"}
-    caplog.set_level(logging.WARNING, logger="beam_tfrecord")
     resumed, _ = write_shard(spec, [replace(e, **fields) for e in entries], policy, resume=True)
     assert resumed.resumed is (kept is None)
     assert (resumed.crc32c == first.crc32c) is (kept is None)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     if kept is None:
-        assert warnings == []
+        assert resumed.replaced == ""
     else:
-        assert len(warnings) == 1
-        assert warnings[0].startswith(f"--resume replaces the finished shard {spec.file_name}: ")
-        assert kept in warnings[0]
+        assert kept in resumed.replaced
 
 
-def test_resume_tries_again_the_images_a_shard_could_not_read(planned, monkeypatch, caplog):
+def test_resume_tries_again_the_images_a_shard_could_not_read(planned, monkeypatch):
     """A read error may be the store's passing trouble: a resumed build rewrites the shard, and
     the image is written; keeping the shard made the loss permanent."""
     spec, entries, _ = planned
@@ -211,7 +204,7 @@ def test_resume_tries_again_the_images_a_shard_could_not_read(planned, monkeypat
     monkeypatch.setattr(shard_writer, "read_source", real_read)
     resumed, report = write_shard(spec, entries, POLICY, resume=True)
     assert not resumed.resumed and report == [] and resumed.examples == first.examples + 1
-    assert "an image that could not be read, to be read again" in caplog.text
+    assert resumed.replaced == "it left out an image that could not be read, to be read again"
 
 
 def _damage_scan(data: bytes) -> bytes:

@@ -160,6 +160,12 @@ class _WriteShardFn(_ReadAheadFn):
         self._shards.inc()
         if result.resumed:
             self._kept.inc()
+        if result.replaced:
+            # Here, not in the shard process that found it: this is the build's log (the
+            # launcher's stderr, a runner's worker log); the summary only counts the shards.
+            _LOG.warning(
+                "--resume replaces the finished shard %s: %s", result.file_name, result.replaced
+            )
         for entry in report:
             if entry.action == "skipped":
                 self._skipped.inc()
