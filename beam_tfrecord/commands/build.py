@@ -271,10 +271,10 @@ def _print_summary(
     config: BuildConfig,
     out=None,
     seconds: float | None = None,
-    finished_before: int | None = None,
+    finished_before: int | Sequence[str] | None = None,
 ) -> None:
-    """The summary of a finished build; `finished_before` is how many finished shards the
-    output held when a --resume build started (None: not resuming, or not known)."""
+    """The summary of a finished build; `finished_before` is the finished shards the output
+    held when a --resume build started, by name or counted (None: not resuming, or not known)."""
     out = out or sys.stdout
     manifest = result.manifest
     inputs = manifest["inputs"]
@@ -294,7 +294,21 @@ def _print_summary(
         )
     print(f"  classes: {len(manifest['classes'])} (labels.txt)", file=out)
     if config.resume and finished_before is not None:
+        stale = 0
+        if not isinstance(finished_before, int):
+            # Shards under names this build does not write (another seed, split or size moved
+            # its plan) were neither kept nor replaced: the build removed them as stale.
+            planned = {s["file"] for s in manifest.get("shards", ())}
+            stale = sum(1 for name in finished_before if name not in planned)
+            finished_before = len(finished_before) - stale
         _print_resumed(result.counters, finished_before, config.output, out)
+        if stale:
+            print(
+                f"  resumed: removed {count(stale, 'finished shard')} of another plan, under "
+                "names this build does not write (seed, splits or shard sizes changed, or "
+                "left by another build)",
+                file=out,
+            )
     if inputs["modified"]:
         modified = inputs["modified"]
         asked = [
@@ -450,7 +464,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         _LOG.debug("Beam options: %s", " ".join(beam_args) or "(none)")
         from beam_tfrecord.beam.pipeline import SubmittedBuild, build
 
-        finished_before = _finished_shards(config.output) if config.resume else None
+        finished_before = _finished_shard_names(config.output) if config.resume else None
         with (
             terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
             stop_on_signals() as interruption,
@@ -611,12 +625,18 @@ def _discard_partial_files(output: str) -> None:
 
 def _finished_shards(output: str) -> int | None:
     """How many finished shards (by their names) `output` holds; None if it cannot be listed."""
+    names = _finished_shard_names(output)
+    return None if names is None else len(names)
+
+
+def _finished_shard_names(output: str) -> list[str] | None:
+    """The finished shards (by their names) `output` holds; None if it cannot be listed."""
     import fsspec
 
     try:
         fs, path = fsspec.core.url_to_fs(output)
         fs.invalidate_cache(path)  # object stores cache listings
-        return len(shard_names(fs.ls(path, detail=False))) if fs.isdir(path) else 0
+        return shard_names(fs.ls(path, detail=False)) if fs.isdir(path) else []
     except OSError:
         return None
 

@@ -394,6 +394,16 @@ def test_9_a_large_local_build_writes_in_worker_processes_the_same_bytes(large_s
     manifest = json.loads((tmp_path / "pooled" / "manifest.json").read_text())
     assert manifest["inputs"]["written"] == 440
     assert manifest["work"]["reads"] == 440, "each image read once, in whichever process"
+    # Resumed with another seed: each shard a shard process replaces is named on the build's
+    # stderr, as the summary says (a shard process's own log went nowhere the user sees).
+    (tmp_path / "pooled" / "manifest.json").unlink()
+    resumed = run("build", "--input", str(large_src), "--output", str(tmp_path / "pooled"),
+                  *LARGE_FLAGS, "--name", "ds", "--resume", "--seed", "3", cwd=tmp_path)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert "the build's log names each, with why" in resumed.stdout
+    named = re.findall(r"--resume replaces the finished shard (\S+): (.+)", resumed.stderr)
+    assert len(named) >= 16, resumed.stderr
+    assert all("changed" in why for _, why in named), named
 
 
 @pytest.mark.skipif((_CORES or 1) < 2, reason="one core: a build writes in-process")
@@ -835,6 +845,26 @@ def test_14_resume_with_other_settings_says_none_was_kept_and_why(unfinished, sr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["seed"] == 1 and manifest["inputs"]["written"] == 12
     assert shards_in(out) == sorted(s["file"] for s in manifest["shards"])
+
+
+def test_14_resume_counts_a_stray_shard_as_removed_not_as_one_it_replaced(
+    unfinished, src, tmp_path
+):
+    """A shard under a name this build does not write (another build's -of-N) was counted among
+    the finished shards and said to be replaced, though the build removed it as stale."""
+    out = _copy_of(unfinished, tmp_path)
+    shards = shards_in(out)
+    stem, total = re.match(r"(.+)-\d{5}-of-(\d{5})$", shards[0]).groups()
+    stray = f"{stem}-00000-of-{int(total) + 1:05d}"
+    shutil.copy(out / shards[0], out / stray)
+    done = _resume(src, out)
+    assert done.returncode == 0, done.stderr
+    assert _resume_lines(done.stdout) == [
+        f"  resumed: kept {len(shards)} of {len(shards)} finished shards",
+        "  resumed: removed 1 finished shard of another plan, under names this build does not "
+        "write (seed, splits or shard sizes changed, or left by another build)",
+    ]
+    assert not (out / stray).exists()
 
 
 def test_14_resume_keeps_the_shards_that_still_match(unfinished, src, tmp_path):
