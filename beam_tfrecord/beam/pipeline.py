@@ -304,18 +304,28 @@ _STEPS = (
 _BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
 
 
-def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
-    """A run that stopped on a file or object it could not read or write (after the store
-    clients' own retries), as the one line a person needs: which step, the store's reason, and
-    that the finished shards stay. None for any other failure, which is a bug to show whole.
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    """`error`, then what it was raised from or while handling, and so on: at most 10 deep.
 
     Beam wraps what a transform raised in a RuntimeError naming the transform; the error itself
     is further down the chain.
     """
-    step = None
     seen: BaseException | None = error
     for _ in range(10):
-        if seen is None or isinstance(seen, (KeyboardInterrupt, SystemExit)):
+        if seen is None:
+            return
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
+def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
+    """A run that stopped on a file or object it could not read or write (after the store
+    clients' own retries), as the one line a person needs: which step, the store's reason, and
+    that the finished shards stay. None for any other failure, which is a bug to show whole.
+    """
+    step = None
+    for seen in _chain(error):
+        if isinstance(seen, (KeyboardInterrupt, SystemExit)):
             return None
         step = step or next((what for name, what in _STEPS if f"/{name}/" in str(seen)), None)
         if is_store_refusal(seen):
@@ -324,18 +334,12 @@ def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
             return BuildFailed(
                 f"{message}; the shards it finished are kept in {output}", retry=True
             )
-        seen = seen.__cause__ or seen.__context__
     return None
 
 
 def _interruption(error: BaseException) -> BaseException | None:
     """The KeyboardInterrupt or SystemExit that Beam's error for a transform wraps, if any."""
-    seen: BaseException | None = error
-    for _ in range(10):
-        if seen is None or isinstance(seen, (KeyboardInterrupt, SystemExit)):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+    return next((e for e in _chain(error) if isinstance(e, (KeyboardInterrupt, SystemExit))), None)
 
 
 class _NoInterruptTracebacks(logging.Filter):
