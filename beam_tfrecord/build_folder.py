@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+from collections import Counter
 from collections.abc import Iterable
 
 __all__ = ["SHARD_NAME", "missing_shards", "mixed_sets", "shard_names"]
@@ -47,10 +48,9 @@ def mixed_sets(names: Iterable[str]) -> dict[str, dict[int, int]]:
     """The splits whose shards name more than one count (`x-train.tfrecord-00000-of-00002`
     beside `...-of-00003`, left by another build): for each split's file stem, how many shards
     of each count are there."""
-    sets: dict[str, dict[int, int]] = {}
+    sets: dict[str, Counter[int]] = {}
     for name in set(names):
         match = SHARD_NAME.match(name)
         if match is not None:
-            counts = sets.setdefault(match["stem"], {})
-            counts[int(match["count"])] = counts.get(int(match["count"]), 0) + 1
+            sets.setdefault(match["stem"], Counter())[int(match["count"])] += 1
     return {stem: dict(sorted(c.items())) for stem, c in sorted(sets.items()) if len(c) > 1}
