@@ -186,6 +186,18 @@ def test_resume_keeps_a_shard_only_if_its_records_say_what_this_build_would(plan
         assert kept in resumed.replaced
 
 
+def test_resume_replaces_a_shard_with_more_or_fewer_records_than_planned_and_says_so(planned):
+    spec, entries, _ = planned
+    ordered = sorted(entries, key=lambda e: e.sort_key)
+    write_shard(spec, ordered[:-1], POLICY)
+    fewer, _ = write_shard(spec, ordered, POLICY, resume=True)  # one record short of the plan
+    assert not fewer.resumed
+    assert fewer.replaced.startswith(f"it does not hold the {len(ordered)} records")
+    more, _ = write_shard(spec, ordered[:-1], POLICY, resume=True)  # one record past it
+    assert not more.resumed
+    assert more.replaced.startswith(f"it does not hold the {len(ordered) - 1} records")
+
+
 def test_resume_tries_again_the_images_a_shard_could_not_read(planned, monkeypatch):
     """A read error may be the store's passing trouble: a resumed build rewrites the shard, and
     the image is written; keeping the shard made the loss permanent."""
