@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import os
 import posixpath
 from collections.abc import Iterable, Sequence
 
 from beam_tfrecord.config import ConfigError
+from beam_tfrecord.wording import nearest
 
 __all__ = ["FlagError", "beam_flag_names", "check_beam_args", "runner_name"]
 
@@ -67,12 +67,8 @@ def beam_flag_names() -> list[str]:
 
 
 def _suggest(flag: str, candidates: Iterable[str]) -> str:
-    candidates = list(candidates)
-    close = difflib.get_close_matches(flag, candidates, n=1, cutoff=0.6)
-    if not close:  # Beam's flags use underscores where ours use dashes
-        swapped = flag.replace("_", "-") if "_" in flag else flag.replace("-", "_")
-        close = difflib.get_close_matches(swapped, candidates, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    close = nearest(flag, candidates)
+    return f"; did you mean {close}?" if close else ""
 
 
 def check_beam_args(

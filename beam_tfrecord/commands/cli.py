@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 
 from beam_tfrecord.commands.console import quiet_libraries, stop_on_signals
+from beam_tfrecord.wording import nearest
 
 # Subcommand name -> module exposing `add_arguments(parser)` and `run(args, extra) -> int`.
 # Modules are imported only when their command runs, so `inspect` never pays for importing Beam.
@@ -50,8 +51,19 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         if name == chosen:  # only the command that runs is imported
             module = importlib.import_module(module_name)
             module.add_arguments(sub_parser)
-            sub_parser.set_defaults(_module=module)
+            sub_parser.set_defaults(_module=module, _parser=sub_parser)
     return parser
+
+
+def _unrecognized(extra: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """Why a command refuses the arguments it does not know, with the flag a typo meant."""
+    flags = [s for s in parser._option_string_actions if s.startswith("--")]
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        meant = nearest(flag, flags) if flag.startswith("--") else None
+        if meant:
+            return f"{flag}: no such flag; did you mean {meant}?"
+    return f"unrecognized arguments: {' '.join(extra)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Only `build` passes unknown flags on (to Beam's PipelineOptions); the others refuse them.
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "build":
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args._parser.error(_unrecognized(extra, args._parser))
     if args.command != "build":  # which sets up its own logging
         quiet_libraries(sys.stderr)
     # SIGTERM stops a command as Ctrl-C does, and says so: by default it would end the process

@@ -96,6 +96,25 @@ def test_1_the_beam_driver_refuses_typos_too(src, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("command", "typo", "says"),
+    [
+        ("verify", "--lose", "--lose: no such flag; did you mean --loose?"),
+        ("spec", "--jsn", "--jsn: no such flag; did you mean --json?"),
+        ("preview", "--colums=3", "--colums: no such flag; did you mean --columns?"),
+        ("inspect", "--zzzz", "unrecognized arguments: --zzzz"),
+    ],
+    ids=["verify", "spec", "preview", "nothing_near"],
+)
+def test_1_the_other_commands_name_the_flag_a_typo_meant(src, tmp_path, command, typo, says):
+    done = run(command, str(src), typo, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"beam-tfrecord {command}: error: {says} (see beam-tfrecord {command} --help)\n"
+    )
+
+
 # 2. A bad Beam option or runner: one line, exit 2, nothing created.
 
 
