@@ -70,12 +70,15 @@ def build_manifest(
     report: ReportTally | Iterable[ReportEntry],
     listed: int,
     class_counts: Mapping[str, Mapping[str, int]] | None = None,
+    given_classes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The manifest of a finished build, from what its shards and report hold.
 
     `report` is the report's tally (what a build merges from its workers), or its lines.
     `class_counts`, per split, replaces the shards' own class counts (a build combines them
     on the workers, so that the shard results gathered in one place stay small).
+    `given_classes`, for a build given --classes: the classes no listed input has, and the
+    labels inputs have that --classes does not name (`Census.given_classes`).
     """
     order = {name: i for i, name in enumerate(split_names)}
     shards = sorted(shards, key=lambda r: (order.get(r.split, len(order)), r.split, r.index))
@@ -107,6 +110,7 @@ def build_manifest(
         "seed": config.get("seed"),
         "config": dict(config),
         "classes": list(classes.names),
+        **({"given_classes": dict(given_classes)} if given_classes is not None else {}),
         "inputs": {
             "listed": listed,
             "written": written,

@@ -136,6 +136,7 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
         report=tally,
         listed=census.listed,
         class_counts=class_counts,
+        given_classes=census.given_classes() if config_dict.get("classes") is not None else None,
     )
     composed = sum(lines for _, lines in parts)
     if composed != tally.lines:  # the runner lost (or repeated) report lines between stages

@@ -275,10 +275,29 @@ _Labelled = tuple[SourceFile, "str | ReportEntry | None"]
 
 @dataclass(frozen=True)
 class Census:
-    """What the whole listing says, before any image is read: how many inputs, which classes."""
+    """What the whole listing says, before any image is read: how many inputs, which classes.
+
+    With --classes, also how the listing's labels met that list (manifest.json's
+    `given_classes`): the classes no listed input has, and the labels inputs have that the
+    list does not name (those inputs are reported as unknown_class), at most
+    `OTHER_LABELS_KEPT` of them by name.
+    """
 
     listed: int
     classes: ClassMap
+    not_found: tuple[str, ...] = ()
+    other_labels: tuple[str, ...] = ()
+    other_label_count: int = 0
+
+    OTHER_LABELS_KEPT = 100
+
+    def given_classes(self) -> dict[str, Any]:
+        """The manifest's `given_classes`: how the listing's labels met --classes."""
+        return {
+            "not_found": list(self.not_found),
+            "other_labels": list(self.other_labels),
+            "other_label_count": self.other_label_count,
+        }
 
 
 class _CensusFn(beam.CombineFn):
@@ -292,29 +311,42 @@ class _CensusFn(beam.CombineFn):
     def __init__(self, preparer: Preparer):
         self._preparer = preparer
 
-    def create_accumulator(self) -> tuple[int, set[str]]:
-        return 0, set()
+    def create_accumulator(self) -> tuple[int, set[str], set[str]]:
+        # Inputs listed; their labels; labels --classes does not name (unknown_class).
+        return 0, set(), set()
 
     def add_input(self, accumulator, chunk: list[_Labelled]):
-        listed, labels = accumulator
+        listed, labels, others = accumulator
         for _, label in chunk:
             if isinstance(label, str):
                 labels.add(label)
-        return listed + len(chunk), labels
+            elif isinstance(label, ReportEntry) and label.reason == Reason.UNKNOWN_CLASS:
+                others.add(label.label)
+        return listed + len(chunk), labels, others
 
     def merge_accumulators(self, accumulators):
-        listed, labels = 0, set()
-        for count, more in accumulators:
+        listed, labels, others = 0, set(), set()
+        for count, more, more_others in accumulators:
             listed += count
             labels |= more
-        return listed, labels
+            others |= more_others
+        return listed, labels, others
 
     def extract_output(self, accumulator) -> Census:
-        listed, labels = accumulator
+        listed, labels, others = accumulator
         progress.set_total(listed)
         fixed = self._preparer.fixed_classes
-        if fixed is not None or not self._preparer.label_rule.enabled:
+        if not self._preparer.label_rule.enabled:
             return Census(listed, ClassMap(fixed or ()))
+        if fixed is not None:
+            names = sorted(others)
+            return Census(
+                listed,
+                ClassMap(fixed),
+                not_found=tuple(name for name in fixed if name not in labels),
+                other_labels=tuple(names[: Census.OTHER_LABELS_KEPT]),
+                other_label_count=len(names),
+            )
         return Census(listed, ClassMap.from_labels(labels))
 
 

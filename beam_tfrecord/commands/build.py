@@ -30,7 +30,7 @@ from beam_tfrecord.config import (
 )
 from beam_tfrecord.manifest import BuildFailed
 from beam_tfrecord.progress import Progress
-from beam_tfrecord.wording import count
+from beam_tfrecord.wording import count, nearest
 
 __all__ = ["add_arguments", "config_from_args", "run"]
 
@@ -350,13 +350,20 @@ def _print_summary(
     if empty and written:
         # Its ids stay as listed (labels.txt), so a class whose images come back later moves no
         # other class; but a model trained on this split has never seen it.
-        shown = ", ".join(repr(name) for name in empty[:5])
-        more = f" and {len(empty) - 5} more" if len(empty) > 5 else ""
-        print(
-            f"WARNING: {count(len(empty), 'class', 'classes')} in labels.txt got no image "
-            f"written: {shown}{more} ({'its' if len(empty) == 1 else 'their'} inputs are in "
-            "report.jsonl, or none was listed)",
-            file=out,
+        given = manifest.get("given_classes") or {}
+        unlabelled = set(given.get("not_found", ()))
+        _warn_classes(
+            [name for name in empty if name in unlabelled],
+            "of --classes {has} no input labelled with {it}, so no image",
+            lambda name: _meant(name, given.get("other_labels", ())),
+            out,
+        )
+        _warn_classes(
+            [name for name in empty if name not in unlabelled],
+            "in labels.txt got no image written",
+            lambda name: "",
+            out,
+            after=" ({their} inputs are in report.jsonl)",
         )
     if inputs["skipped"]:
         skipped = inputs["skipped"]
@@ -367,6 +374,29 @@ def _print_summary(
             f"see {config.output.rstrip('/')}/report.jsonl",
             file=out,
         )
+
+
+def _meant(name: str, other_labels: Sequence[str]) -> str:
+    """For a --classes name no input has: the label its inputs have, if it is a typo of one."""
+    meant = nearest(name, other_labels)
+    if meant is None:
+        return ""
+    return f" (did you mean {meant!r}? its inputs were skipped as unknown_class)"
+
+
+def _warn_classes(names, what: str, note, out, after: str = "") -> None:
+    """One warning naming up to five classes `what` says of, each with its `note`."""
+    if not names:
+        return
+    one = len(names) == 1
+    shown = ", ".join(f"{name!r}{note(name)}" for name in names[:5])
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    words = {"has": "has" if one else "have", "it": "it" if one else "them"}
+    print(
+        f"WARNING: {count(len(names), 'class', 'classes')} {what.format(**words)}: "
+        f"{shown}{more}{after.format(their='its' if one else 'their')}",
+        file=out,
+    )
 
 
 def _print_resumed(counters: dict[str, int], found: int, output: str, out) -> None:

@@ -1029,8 +1029,34 @@ def test_17_a_class_whose_only_input_is_missing_keeps_its_id_and_is_warned_about
     assert (out / "labels.txt").read_text().splitlines()[0] == "aardvark"
     assert (
         "WARNING: 1 class in labels.txt got no image written: 'aardvark' (its inputs are in "
-        "report.jsonl, or none was listed)"
+        "report.jsonl)"
     ) in done.stdout.splitlines()
+
+
+def test_17_a_mistyped_name_in_classes_is_warned_about_with_the_label_meant(src, tmp_path):
+    """`--classes cat,dgo`: every dog is skipped as unknown_class and 'dgo' gets an id and no
+    image. The build is not refused (a class list kept across versions may name a class a
+    version lacks), but the summary names the label the typo meant."""
+    out = tmp_path / "out"
+    done = run(
+        "build", "--input", str(src), "--output", str(out), "--classes", "cat,dgo,owl",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        "WARNING: 2 classes of --classes have no input labelled with them, so no image: 'dgo' "
+        "(did you mean 'dog'? its inputs were skipped as unknown_class), 'owl'"
+    ) in done.stdout.splitlines()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["given_classes"] == {
+        "not_found": ["dgo", "owl"],
+        "other_labels": ["dog"],
+        "other_label_count": 1,
+    }
+    # A build without --classes has no such field: its classes are the labels found.
+    plain = tmp_path / "plain"
+    assert run("build", "--input", str(src), "--output", str(plain), cwd=tmp_path).returncode == 0
+    assert "given_classes" not in json.loads((plain / "manifest.json").read_text())
 
 
 def test_17_a_file_an_input_list_labels_two_ways_is_reported_and_the_books_balance(src, tmp_path):
