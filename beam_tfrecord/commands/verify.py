@@ -3,8 +3,9 @@
 A shard in a build's output folder is also held to what the build's manifest.json says of it:
 its record count, its size, the CRC32C of the whole file and its record index. A shard the
 manifest lists but the folder lacks is reported missing; a file named like a shard that it does
-not list is damage. Other files in the folder (a preview image, notes) are not the build's, and
-are only counted.
+not list is a stray (or damaged, if its records are): sound or not, a reader globbing the
+build's shards would read it too. Other files in the folder (a preview image, notes) are not the
+build's, and are only counted.
 """
 
 from __future__ import annotations
@@ -57,30 +58,32 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     others: list[str] = []  # files of build folders that are not the build's
     files, unmatched = expand_or_complain(args.paths, "verify", others=others)
     status = 1 if unmatched else 0
-    totals = {"records": 0, "bytes": 0, "damaged": 0, "unreadable": 0}
+    totals = {"records": 0, "bytes": 0, "damaged": 0, "stray": 0, "unreadable": 0}
     not_examples = False
     manifests = ManifestShards()
     for url in files:
         try:
             report = verify_file(url, args.compression, examples=not args.raw)
             shard = manifests.shard(url)
+            # Sound in itself, but not the build's: not damage, and not to be left there.
+            stray = shard is None and manifests.unlisted(url) and report.ok
             if shard is not None:
                 check_against_manifest(report, shard)
             elif manifests.unlisted(url):
                 report.errors.append(
                     f"{url}: not in manifest.json, but named like a shard: a reader globbing "
-                    "the build's shards would read it too"
+                    "the build's shards would read it too; remove it"
                 )
         except OSError as error:  # unreadable: permissions, a vanished file, the network
             # Not damage: the file may be sound, and the store's trouble pass.
             report = FileReport(path=url, errors=[f"{url}: cannot read: {error}"])
-            unreadable = True
+            unreadable, stray = True, False
         else:
             unreadable = False
         if unreadable:
             print(f"UNREADABLE {url}")
         else:
-            state = "OK" if report.ok else "DAMAGED"
+            state = "STRAY" if stray else "OK" if report.ok else "DAMAGED"
             print(
                 f"{state:8s} {url}: {_count(report.records, 'record')}, "
                 f"{_count(report.bytes, 'byte')}"
@@ -93,7 +96,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         totals["records"] += report.records
         totals["bytes"] += report.bytes
         totals["unreadable"] += unreadable
-        totals["damaged"] += not report.ok and not unreadable
+        totals["stray"] += stray
+        totals["damaged"] += not report.ok and not stray and not unreadable
     missing = manifests.missing()
     for url in missing:
         print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
@@ -120,12 +124,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
                 f"({described}); a reader globbing them reads them all: remove the set that is "
                 "not this build's"
             )
-    if totals["damaged"] or totals["unreadable"] or missing or incomplete:
+    mixed_sets = sum(len(mixed) for *_, mixed in incomplete)
+    if totals["damaged"] or totals["stray"] or totals["unreadable"] or missing or incomplete:
         status = 1
+    sound = len(files) - totals["damaged"] - totals["stray"] - totals["unreadable"]
     print(
         f"total: {_count(len(files), 'file')}, {_count(totals['records'], 'record')}, "
         f"{_count(totals['bytes'], 'byte')}; "
-        f"{len(files) - totals['damaged'] - totals['unreadable']} OK, {totals['damaged']} DAMAGED"
+        f"{sound} OK, {totals['damaged']} DAMAGED"
+        + (f", {totals['stray']} STRAY" if totals["stray"] else "")
         + (
             f", {totals['unreadable']} UNREADABLE (not read: run verify again, or check access)"
             if totals["unreadable"]
@@ -133,6 +140,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         )
         + (f", {len(missing)} MISSING" if missing else "")
         + (f", {len(incomplete)} INCOMPLETE" if incomplete else "")
+        + (f", {mixed_sets} MIXED" if mixed_sets else "")
         + (f"; {_count(len(others), 'other file')} not checked (not the build's)" if others else "")
         + (f"; {len(unmatched)} matched nothing" if unmatched else "")
     )

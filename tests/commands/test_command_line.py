@@ -335,6 +335,7 @@ def test_5_verify_names_shards_of_another_build_not_gaps_they_seem_to_leave(inte
     ]
     missing = [line for line in done.stdout.splitlines() if line.startswith("MISSING")]
     assert not [line for line in missing if stem in line], missing
+    assert done.stdout.splitlines()[-1].endswith(", 1 INCOMPLETE, 1 MIXED")
 
 
 def test_3_the_command_printed_goes_on_with_the_build(interrupted, big_src):

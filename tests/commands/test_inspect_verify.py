@@ -437,9 +437,20 @@ def test_verify_fails_a_shard_named_file_the_manifest_does_not_list(build_copy, 
 
     result = _run([*_cli(), "verify", str(out)])
     assert result.returncode == 1
-    assert f"DAMAGED  {stray}: {_train_shards(manifest)[0]['examples']} records" in result.stdout
-    assert message in result.stdout
-    assert result.stdout.count("DAMAGED  ") == 1 and " 1 DAMAGED" in result.stdout
+    # Its records are sound: not damage, but not the build's either.
+    assert f"STRAY    {stray}: {_train_shards(manifest)[0]['examples']} records" in result.stdout
+    assert f"{message}; remove it" in result.stdout
+    assert "DAMAGED  " not in result.stdout
+    assert result.stdout.splitlines()[-1].endswith(" OK, 0 DAMAGED, 1 STRAY")
+
+    # A stray whose records are damaged too is DAMAGED, with both findings.
+    data = bytearray(stray.read_bytes())
+    data[-1] ^= 0xFF
+    stray.write_bytes(bytes(data))
+    damaged = _run([*_cli(), "verify", str(out)])
+    assert damaged.returncode == 1
+    assert f"DAMAGED  {stray}" in damaged.stdout and message in damaged.stdout
+    assert damaged.stdout.splitlines()[-1].endswith(" OK, 1 DAMAGED")
 
     # Named by a glob, or outright, it fails the same; the listed shards stay sound.
     assert main(["verify", str(out / "*-train.tfrecord-*")]) == 1
