@@ -342,6 +342,35 @@ def test_an_interrupt_reaches_the_caller_as_itself_and_the_output_stays_locked(
     assert not (out / "manifest.json").exists()
 
 
+def test_importing_the_library_leaves_the_callers_logging_alone(tmp_path):
+    """Without Beam's Google Cloud extras (the package's own install), `import apache_beam`
+    logs "apitools not found..." through `logging.warning`, which also gives a root logger
+    without handlers one of its own: a notebook importing `build` printed that line, then
+    every later warning of every library as `WARNING:root:...`. Simulated here by hiding
+    apitools, which the test install has."""
+    import subprocess
+    import sys
+
+    program = tmp_path / "program.py"
+    program.write_text(
+        "import logging, sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'apitools':\n"
+        "            raise ImportError('apitools is not installed here')\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "from beam_tfrecord.beam.pipeline import build\n"
+        "import apache_beam.io.gcp.internal.clients.bigquery  # the module that warns\n"
+        "print(logging.getLogger().handlers)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(program)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "[]\n"
+    assert done.stderr == ""
+
+
 def _largest_record(kv) -> int:
     """A GroupByKey input's size: of the whole element, or of its largest entry with the key
     when it holds a chunk of entries (a list of them, as planning moves them; inside a combine,
