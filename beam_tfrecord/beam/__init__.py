@@ -2,27 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 
 # What Beam logs to the root logger as it is imported without its Google Cloud extras (this
 # package's own install): the BigQuery client it does not need here cannot be loaded.
 _IMPORT_NOISE = "apitools not found"
 
 
-def _import_beam_quietly() -> None:
-    """Imports Apache Beam without its import-time warning of a missing BigQuery client.
+@contextlib.contextmanager
+def callers_logging_kept() -> Iterator[None]:
+    """Keeps Beam from setting up the program's logging while the block runs.
 
-    Beam logs it with `logging.warning`, which, when the root logger has no handler, also
-    gives it one (`logging.basicConfig`): a program that imported this package would then
-    print every later warning of every library as `WARNING:root:...`, a choice that is the
-    program's to make. The import runs with a placeholder handler and a filter for that one
-    message; both go once Beam is loaded.
+    Beam calls `logging.basicConfig()` as it makes its pipeline options, and logs with
+    `logging.warning` as it is imported without its Google Cloud extras ("apitools not
+    found..."); with no handler on the root logger, either gives it one, and a program that
+    imported or called this package would then print every later warning of every library as
+    `WARNING:root:...`, a choice that is the program's to make. Meanwhile the root logger has
+    the handler Python uses when there is none (`logging.lastResort`: warnings and worse, bare,
+    to stderr), so what is logged shows as it would have; the import's one message is dropped.
     """
-    if "apache_beam" in sys.modules:
-        return
     root = logging.getLogger()
-    placeholder = logging.NullHandler() if not root.handlers else None
+    placeholder = logging.lastResort if not root.handlers else None
 
     def noise(record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(_IMPORT_NOISE)
@@ -31,11 +34,13 @@ def _import_beam_quietly() -> None:
     if placeholder is not None:
         root.addHandler(placeholder)
     try:
-        import apache_beam  # noqa: F401
+        yield
     finally:
         root.removeFilter(noise)
         if placeholder is not None:
             root.removeHandler(placeholder)
 
 
-_import_beam_quietly()
+if "apache_beam" not in sys.modules:
+    with callers_logging_kept():
+        import apache_beam  # noqa: F401

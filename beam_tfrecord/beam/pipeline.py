@@ -25,6 +25,7 @@ from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 from fsspec.utils import get_protocol
 
+from beam_tfrecord.beam import callers_logging_kept
 from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
@@ -469,6 +470,7 @@ def _runner(options: PipelineOptions) -> str | PipelineRunner:
     return LocalRunner() if name.lower() in ("directrunner", "direct") else name
 
 
+@callers_logging_kept()
 def build(
     config: BuildConfig, beam_args: Sequence[str] = (), *, wait: bool = True
 ) -> BuildResult | SubmittedBuild:

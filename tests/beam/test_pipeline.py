@@ -23,6 +23,8 @@ from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.splits import assign_split
 
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "fruits"
+
 pytestmark = pytest.mark.slow
 
 CLASSES = {"cat": 30, "dog": 25, "fox": 20}
@@ -347,7 +349,8 @@ def test_importing_the_library_leaves_the_callers_logging_alone(tmp_path):
     logs "apitools not found..." through `logging.warning`, which also gives a root logger
     without handlers one of its own: a notebook importing `build` printed that line, then
     every later warning of every library as `WARNING:root:...`. Simulated here by hiding
-    apitools, which the test install has."""
+    apitools, which the test install has. A build did the same through Beam's
+    PipelineOptions, which calls `logging.basicConfig()`."""
     import subprocess
     import sys
 
@@ -362,12 +365,17 @@ def test_importing_the_library_leaves_the_callers_logging_alone(tmp_path):
         "from beam_tfrecord.beam.pipeline import build\n"
         "import apache_beam.io.gcp.internal.clients.bigquery  # the module that warns\n"
         "print(logging.getLogger().handlers)\n"
+        "from beam_tfrecord.config import BuildConfig\n"
+        f"config = BuildConfig.from_settings({{'inputs': [{str(SAMPLES)!r}], "
+        f"'output': {str(tmp_path / 'out')!r}}})\n"
+        "build(config)  # Beam's PipelineOptions calls logging.basicConfig()\n"
+        "print(logging.getLogger().handlers)\n"
     )
     done = subprocess.run(
         [sys.executable, str(program)], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "[]\n"
+    assert done.stdout == "[]\n[]\n"
     assert done.stderr == ""
 
 
