@@ -16,14 +16,16 @@ def count(number: int, noun: str, plural: str | None = None) -> str:
 def nearest(word: str, known: Iterable[str]) -> str | None:
     """The known name `word` most likely mistypes (`--lose` for `--loose`), if one is close.
 
-    A flag's dashes and underscores are taken as the same: Beam's flags use underscores where
-    this tool's use dashes.
+    Flags are compared without their leading dashes (which would make `--n` look like
+    `--json`) and without case; a flag's dashes and underscores are taken as the same, since
+    Beam's flags use underscores where this tool's use dashes.
     """
-    known = list(known)
-    body = word.lstrip("-")
-    dashes = word[: len(word) - len(body)]
-    for guess in (body, body.replace("_", "-"), body.replace("-", "_")):
-        close = difflib.get_close_matches(dashes + guess, known, n=1, cutoff=0.6)
-        if close:
-            return close[0]
-    return None
+
+    def body(name: str) -> str:
+        return name.lstrip("-").lower().replace("_", "-")
+
+    by_body: dict[str, str] = {}
+    for name in known:
+        by_body.setdefault(body(name), name)
+    close = difflib.get_close_matches(body(word), list(by_body), n=1, cutoff=0.6)
+    return by_body[close[0]] if close else None

@@ -56,14 +56,20 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def _unrecognized(extra: Sequence[str], parser: argparse.ArgumentParser) -> str:
-    """Why a command refuses the arguments it does not know, with the flag a typo meant."""
-    flags = [s for s in parser._option_string_actions if s.startswith("--")]
-    for arg in extra:
-        flag = arg.split("=", 1)[0]
-        meant = nearest(flag, flags) if flag.startswith("--") else None
-        if meant:
-            return f"{flag}: no such flag; did you mean {meant}?"
-    return f"unrecognized arguments: {' '.join(extra)}"
+    """Why a command refuses the arguments it does not know: each unknown flag, with the flag
+    a typo of it meant; other arguments as argparse names them."""
+    flags = list(parser._option_string_actions)
+    unknown = [arg.split("=", 1)[0] for arg in extra if arg.startswith("-") and arg != "-"]
+    if not unknown:
+        return f"unrecognized arguments: {' '.join(extra)}"
+    named = []
+    for flag in unknown:
+        meant = nearest(flag, flags)
+        named.append(f"{flag}" + (f" (did you mean {meant}?)" if meant else ""))
+    if len(unknown) == 1:
+        meant = nearest(unknown[0], flags)
+        return f"{unknown[0]}: no such flag" + (f"; did you mean {meant}?" if meant else "")
+    return f"no such flags: {', '.join(named)}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

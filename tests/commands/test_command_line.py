@@ -102,12 +102,16 @@ def test_1_the_beam_driver_refuses_typos_too(src, tmp_path):
         ("verify", "--lose", "--lose: no such flag; did you mean --loose?"),
         ("spec", "--jsn", "--jsn: no such flag; did you mean --json?"),
         ("preview", "--colums=3", "--colums: no such flag; did you mean --columns?"),
-        ("inspect", "--zzzz", "unrecognized arguments: --zzzz"),
+        ("inspect", "--n=2", "--n: no such flag; did you mean -n?"),
+        # Dashes count for nothing in the likeness: --verbose is not --loose, --ab not --scan.
+        ("verify", "--verbose", "--verbose: no such flag"),
+        ("spec", "--ab", "--ab: no such flag"),
+        ("verify", "--zzzz --lose", "no such flags: --zzzz, --lose (did you mean --loose?)"),
     ],
-    ids=["verify", "spec", "preview", "nothing_near"],
+    ids=["verify", "spec", "preview", "short_flag", "nothing_near", "dashes", "two_flags"],
 )
 def test_1_the_other_commands_name_the_flag_a_typo_meant(src, tmp_path, command, typo, says):
-    done = run(command, str(src), typo, cwd=tmp_path)
+    done = run(command, str(src), *typo.split(), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr == (
