@@ -40,6 +40,7 @@ from beam_tfrecord.sharding import (
     num_buckets,
     plan_splits,
 )
+from beam_tfrecord.wording import nearest
 
 __all__ = [
     "METRICS_NAMESPACE",
@@ -288,6 +289,7 @@ class Census:
     not_found: tuple[str, ...] = ()
     other_labels: tuple[str, ...] = ()
     other_label_count: int = 0
+    meant: tuple[tuple[str, str], ...] = ()  # (a name not found, the left-out label it mistypes)
 
     OTHER_LABELS_KEPT = 100
 
@@ -295,6 +297,7 @@ class Census:
         """The manifest's `given_classes`: how the listing's labels met --classes."""
         return {
             "not_found": list(self.not_found),
+            "meant": dict(self.meant),
             "other_labels": list(self.other_labels),
             "other_label_count": self.other_label_count,
         }
@@ -340,12 +343,16 @@ class _CensusFn(beam.CombineFn):
             return Census(listed, ClassMap(fixed or ()))
         if fixed is not None:
             names = sorted(others)
+            not_found = tuple(name for name in fixed if name not in labels)
+            # Among all the left-out labels, not only the ones the manifest keeps by name.
+            meant = ((name, nearest(name, names)) for name in not_found)
             return Census(
                 listed,
                 ClassMap(fixed),
-                not_found=tuple(name for name in fixed if name not in labels),
+                not_found=not_found,
                 other_labels=tuple(names[: Census.OTHER_LABELS_KEPT]),
                 other_label_count=len(names),
+                meant=tuple((name, label) for name, label in meant if label is not None),
             )
         return Census(listed, ClassMap.from_labels(labels))
 

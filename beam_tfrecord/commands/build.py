@@ -30,7 +30,7 @@ from beam_tfrecord.config import (
 )
 from beam_tfrecord.manifest import BuildFailed
 from beam_tfrecord.progress import Progress
-from beam_tfrecord.wording import count, nearest
+from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "config_from_args", "run"]
 
@@ -355,7 +355,7 @@ def _print_summary(
         _warn_classes(
             [name for name in empty if name in unlabelled],
             "of --classes {has} no input labelled with {it}, so no image",
-            lambda name: _meant(name, given.get("other_labels", ())),
+            lambda name: _meant(name, given.get("meant", {})),
             out,
         )
         _warn_classes(
@@ -376,9 +376,9 @@ def _print_summary(
         )
 
 
-def _meant(name: str, other_labels: Sequence[str]) -> str:
+def _meant(name: str, meant_by: dict[str, str]) -> str:
     """For a --classes name no input has: the label its inputs have, if it is a typo of one."""
-    meant = nearest(name, other_labels)
+    meant = meant_by.get(name)
     if meant is None:
         return ""
     return f" (did you mean {meant!r}? its inputs were skipped as unknown_class)"

@@ -107,6 +107,18 @@ def test_fixed_classes_keep_their_order_and_report_any_other_label(pipeline):
         assert_that(_reasons(planned["report"]), equal_to(reported), label="Report")
 
 
+def test_a_class_list_typo_finds_the_label_it_meant_among_all_left_out(pipeline):
+    """The manifest keeps the first 100 left-out labels by name; the label a --classes typo
+    meant is looked for among all of them (zebra sorts after label_000 ... label_149)."""
+    sources = [_source(f"label_{i:03d}/a.jpg") for i in range(150)] + [_source("zebra/z.jpg")]
+    with pipeline as p:
+        planned = p | beam.Create(sources) | PlanImages(_preparer(classes=("label_000", "zebar")))
+        census = planned["census"] | beam.Map(
+            lambda c: (c.not_found, c.meant, len(c.other_labels), c.other_label_count)
+        )
+        assert_that(census, equal_to([(("zebar",), (("zebar", "zebra"),), 100, 150)]))
+
+
 def test_a_file_whose_record_fits_in_no_shard_is_reported_with_its_split(pipeline):
     sources = [_source("cat/small.jpg", 1_000), _source("cat/huge.jpg", 50_000)]
     prep = _preparer(min_shard_size=2_000, max_shard_size=10_000)

@@ -1055,6 +1055,7 @@ def test_17_a_mistyped_name_in_classes_is_warned_about_with_the_label_meant(src,
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["given_classes"] == {
         "not_found": ["dgo", "owl"],
+        "meant": {"dgo": "dog"},
         "other_labels": ["dog"],
         "other_label_count": 1,
     }
