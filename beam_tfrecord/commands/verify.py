@@ -52,6 +52,15 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
+def _renamed_from(report: FileReport, missing: list[str], manifests: ManifestShards) -> str | None:
+    """The missing listed shard a stray file holds, byte for byte (a shard renamed)."""
+    for url in missing:
+        listed = manifests.shard(url) or {}
+        if (listed.get("bytes"), listed.get("crc32c")) == (report.bytes, report.crc32c):
+            return posixpath.basename(url)
+    return None
+
+
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Verifies the files; returns 0 when all are sound, 1 otherwise."""
     del extra  # the dispatcher refuses unknown flags for this command
@@ -61,6 +70,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     totals = {"records": 0, "bytes": 0, "damaged": 0, "stray": 0, "unreadable": 0}
     not_examples = False
     manifests = ManifestShards()
+    for url in files:  # each folder's manifest read first, for the shards it lists are missing
+        manifests.shard(url)
+    missing = manifests.missing()
     for url in files:
         try:
             report = verify_file(url, args.compression, examples=not args.raw)
@@ -70,9 +82,16 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             if shard is not None:
                 check_against_manifest(report, shard)
             elif manifests.unlisted(url):
+                renamed = _renamed_from(report, missing, manifests) if stray else None
                 report.errors.append(
                     f"{url}: not in manifest.json, but named like a shard: a reader globbing "
-                    "the build's shards would read it too; remove it"
+                    "the build's shards would read it too; "
+                    + (
+                        f"it holds what manifest.json lists for {renamed}, which is missing: "
+                        "rename it back"
+                        if renamed
+                        else "remove it"
+                    )
                 )
         except OSError as error:  # unreadable: permissions, a vanished file, the network
             # Not damage: the file may be sound, and the store's trouble pass.
@@ -98,7 +117,6 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         totals["unreadable"] += unreadable
         totals["stray"] += stray
         totals["damaged"] += not report.ok and not stray and not unreadable
-    missing = manifests.missing()
     for url in missing:
         print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
     incomplete = [] if args.loose else incomplete_builds(args.paths)

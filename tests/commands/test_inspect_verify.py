@@ -458,6 +458,18 @@ def test_verify_fails_a_shard_named_file_the_manifest_does_not_list(build_copy, 
     assert main(["verify", str(stray)]) == 1
     assert message in capsys.readouterr().out
     assert main(["verify", str(out / first)]) == 0
+    capsys.readouterr()
+
+    # A listed shard renamed is no stray to remove: removing it would lose the shard.
+    stray.unlink()
+    (out / first).rename(stray)
+    assert main(["verify", str(out)]) == 1
+    shown = capsys.readouterr().out
+    assert (
+        f"{message}; it holds what manifest.json lists for {first}, which is missing: rename "
+        "it back"
+    ) in shown
+    assert f"MISSING  {out / first}" in shown
 
 
 @pytest.mark.slow
