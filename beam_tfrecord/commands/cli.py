@@ -62,13 +62,11 @@ def _unrecognized(extra: Sequence[str], parser: argparse.ArgumentParser) -> str:
     unknown = [arg.split("=", 1)[0] for arg in extra if arg.startswith("-") and arg != "-"]
     if not unknown:
         return f"unrecognized arguments: {' '.join(extra)}"
-    named = []
-    for flag in unknown:
-        meant = nearest(flag, flags)
-        named.append(f"{flag}" + (f" (did you mean {meant}?)" if meant else ""))
+    meant = {flag: nearest(flag, flags) for flag in unknown}
     if len(unknown) == 1:
-        meant = nearest(unknown[0], flags)
-        return f"{unknown[0]}: no such flag" + (f"; did you mean {meant}?" if meant else "")
+        flag = unknown[0]
+        return f"{flag}: no such flag" + (f"; did you mean {meant[flag]}?" if meant[flag] else "")
+    named = [flag + (f" (did you mean {meant[flag]}?)" if meant[flag] else "") for flag in unknown]
     return f"no such flags: {', '.join(named)}"
 
 

@@ -77,11 +77,12 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         try:
             report = verify_file(url, args.compression, examples=not args.raw)
             shard = manifests.shard(url)
+            unlisted = shard is None and manifests.unlisted(url)
             # Sound in itself, but not the build's: not damage, and not to be left there.
-            stray = shard is None and manifests.unlisted(url) and report.ok
+            stray = unlisted and report.ok
             if shard is not None:
                 check_against_manifest(report, shard)
-            elif manifests.unlisted(url):
+            elif unlisted:
                 renamed = _renamed_from(report, missing, manifests) if stray else None
                 report.errors.append(
                     f"{url}: not in manifest.json, but named like a shard: a reader globbing "
