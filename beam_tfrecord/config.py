@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -12,6 +11,7 @@ from typing import Any
 
 from beam_tfrecord.images.policy import ImagePolicy, PolicyError
 from beam_tfrecord.labels import class_name_problem
+from beam_tfrecord.wording import nearest
 
 __all__ = [
     "DEFAULT_EXTENSIONS",
@@ -462,9 +462,9 @@ def _default_name(output: str) -> str:
 def unknown_setting(key: str) -> str:
     """Why `key` is refused as a setting: the nearest known one, else the list of them all."""
     names = sorted("input" if name == "inputs" else name for name in BuildConfig.setting_names())
-    close = difflib.get_close_matches(key.replace("-", "_"), names, n=1, cutoff=0.6)
+    close = nearest(key, names)
     if close:
-        return f"unknown setting {key!r}; did you mean {close[0]!r}?"
+        return f"unknown setting {key!r}; did you mean {close!r}?"
     return f"unknown setting {key!r}; known: {', '.join(names)}"
 
 
