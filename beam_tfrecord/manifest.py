@@ -25,6 +25,8 @@ from beam_tfrecord.storage import is_local, is_object_store, is_temporary, publi
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 
 __all__ = [
+    "BUILD_FILES",
+    "BUILD_FOLDERS",
     "LABELS_FILE",
     "MANIFEST_FILE",
     "REPORT_FILE",
@@ -49,6 +51,10 @@ LABELS_FILE = "labels.txt"
 REPORT_FILE = "report.jsonl"
 _SHARD_GLOB = "*.tfrecord-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]*"
 _METADATA_FILES = (MANIFEST_FILE, LABELS_FILE, REPORT_FILE)
+# What a build writes beside its shards, none of it a TFRecord file (and the folders of its
+# shards' record indexes and report parts).
+BUILD_FILES = (*_METADATA_FILES, *TFDS_FILES)
+BUILD_FOLDERS = (INDEX_DIR, SHARD_REPORTS_DIR)
 
 
 def _versions() -> dict[str, str]:

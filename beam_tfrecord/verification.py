@@ -29,7 +29,7 @@ from beam_tfrecord.codec.framing import (
 )
 from beam_tfrecord.codec.reader import TFRecordReader
 from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
-from beam_tfrecord.manifest import MANIFEST_FILE, is_shard_name
+from beam_tfrecord.manifest import BUILD_FILES, BUILD_FOLDERS, MANIFEST_FILE, is_shard_name
 from beam_tfrecord.storage import sequential_read_options
 
 __all__ = [
@@ -282,16 +282,23 @@ def _exists(url: str, **storage_options: Any) -> bool:
 
 def _is_sidecar(relative: str) -> bool:
     """Whether a file found below a directory is not a shard: hidden, or a known sidecar."""
-    parts = relative.split("/")
+    if _is_hidden(relative):
+        return True
+    return posixpath.splitext(relative)[1].lower() in _SIDECAR_SUFFIXES
+
+
+def _is_hidden(relative: str) -> bool:
     # Leading dots are hidden files (and our temporary shards); leading underscores are
     # Hadoop-style markers such as _SUCCESS.
-    if any(part.startswith((".", "_")) for part in parts):
-        return True
-    return posixpath.splitext(parts[-1])[1].lower() in _SIDECAR_SUFFIXES
+    return any(part.startswith((".", "_")) for part in relative.split("/"))
 
 
 def expand_paths(
-    patterns: Iterable[str], *, others: list[str] | None = None, **storage_options: Any
+    patterns: Iterable[str],
+    *,
+    others: list[str] | None = None,
+    own: list[str] | None = None,
+    **storage_options: Any,
 ) -> tuple[list[str], list[str]]:
     """Turns command-line paths into the TFRecord files they name.
 
@@ -306,14 +313,19 @@ def expand_paths(
             files only: the shards the manifest lists and any file beside them named like a
             shard. The other files below it (a preview image, notes, a subfolder's files) are
             not the build's, and are appended here instead.
+        own: If given, a build's own files that are not TFRecord files (its manifest.json,
+            labels, report, TFDS metadata, and its `index` and `reports` folders), when named
+            one by one (`verify out/*`, as a shell expands it), are appended here instead of
+            being taken as files to read: a directory skips them anyway.
         **storage_options: Passed to fsspec.
 
     Returns:
-        The files in order (each pattern's matches sorted), and the patterns that matched
-        nothing.
+        The files in order (each pattern's matches sorted), each once, and the patterns that
+        matched nothing (a build's own files, taken into `own`, match something).
     """
     files: list[str] = []
     unmatched: list[str] = []
+    builds_seen: dict[str, bool] = {}  # a folder: whether it holds a build's manifest.json
     for pattern in patterns:
         fs, path = url_to_fs(pattern, **storage_options)
         protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
@@ -337,25 +349,60 @@ def expand_paths(
         else:
             candidates = []
         found: list[str] = []
+        skipped = False
         for candidate in candidates:
+            if own is not None and _a_builds_own(fs, candidate, builds_seen):
+                own.append(url_of(candidate.rstrip("/")))
+                skipped = True
+                continue
             if fs.isdir(candidate):
                 root = candidate.rstrip("/")
                 names = sorted(fs.find(root))
                 builds = _BuildFolders(fs, names) if others is not None else None
                 for name in names:
-                    if _is_sidecar(name[len(root) :].lstrip("/")):
-                        continue
-                    if builds is None or builds.owns(name):
+                    relative = name[len(root) :].lstrip("/")
+                    if builds is not None and not _is_hidden(relative) and builds.holds(name):
+                        # In a build folder the build's own files go unmentioned; any other
+                        # file (notes.txt, a preview) is counted, whatever its name.
+                        if not builds.wrote(name):
+                            (found if builds.owns(name) else others).append(url_of(name))
+                    elif not _is_sidecar(relative):
                         found.append(url_of(name))
-                    elif others is not None:
-                        others.append(url_of(name))
             else:
                 found.append(pattern if candidate == path else url_of(candidate))
         if found:
             files.extend(found)
-        else:
+        elif not skipped:
             unmatched.append(pattern)
-    return files, unmatched
+    # A file named twice (`verify a.tfrecord a.tfrecord`, a folder and a glob in it) is one.
+    return list(dict.fromkeys(files)), unmatched
+
+
+def _a_builds_own(fs: Any, path: str, builds_seen: dict[str, bool]) -> bool:
+    """Whether `path` is one of the files a build writes beside its shards, none of them a
+    TFRecord file: its manifest.json, labels, report and TFDS metadata (`BUILD_FILES`), its
+    `index` and `reports` folders, or a file in one of those."""
+    path = path.rstrip("/")
+    folder, name = posixpath.split(path)
+    parent, subfolder = posixpath.split(folder)
+    if name in BUILD_FILES:
+        return _is_build_folder(fs, folder, builds_seen)
+    if name in BUILD_FOLDERS:
+        return fs.isdir(path) and _is_build_folder(fs, folder, builds_seen)
+    if subfolder in BUILD_FOLDERS and _is_sidecar(name):
+        return _is_build_folder(fs, parent, builds_seen)
+    return False
+
+
+def _is_build_folder(fs: Any, folder: str, builds_seen: dict[str, bool]) -> bool:
+    """Whether `folder` holds a build's manifest.json (asked once per folder)."""
+    key = f"{fs.protocol}:{folder}"
+    if key not in builds_seen:
+        try:
+            builds_seen[key] = fs.isfile(posixpath.join(folder, MANIFEST_FILE))
+        except OSError:
+            builds_seen[key] = False
+    return builds_seen[key]
 
 
 class _BuildFolders:
@@ -368,6 +415,30 @@ class _BuildFolders:
             posixpath.dirname(n) for n in names if posixpath.basename(n) == MANIFEST_FILE
         }
         self._listings: dict[str, dict[str, dict[str, Any]] | None] = {}
+
+    def holds(self, name: str) -> bool:
+        """Whether `name` is below a build folder."""
+        return self._build_of(name) is not None
+
+    def wrote(self, name: str) -> bool:
+        """Whether `name` is one of the files its build writes beside its shards (manifest,
+        labels, report, TFDS files, and its index and reports folders' files)."""
+        build = self._build_of(name)
+        if build is None:
+            return False
+        parts = name[len(build) :].lstrip("/").split("/")
+        return (len(parts) == 1 and parts[0] in BUILD_FILES) or (
+            len(parts) == 2 and parts[0] in BUILD_FOLDERS
+        )
+
+    def _build_of(self, name: str) -> str | None:
+        probe = posixpath.dirname(name)
+        while probe not in self._manifests:
+            parent = posixpath.dirname(probe)
+            if parent == probe:
+                return None
+            probe = parent
+        return probe
 
     def owns(self, name: str) -> bool:
         """False for a file that is not its build's: below the nearest build folder above it,
@@ -400,17 +471,27 @@ class _BuildFolders:
 
 
 def incomplete_builds(
-    patterns: list[str],
+    patterns: list[str], files: Iterable[str] = ()
 ) -> list[tuple[str, list[str], list[str], dict[str, dict[int, int]]]]:
-    """The folders named on the command line that hold shards but no manifest.json: each with
-    its shards, the shards their names say are missing, and the splits whose shards are of
-    more than one build (`mixed_sets`)."""
+    """The folders that hold shards but no manifest.json: each with its shards, the shards
+    their names say are missing, and the splits whose shards are of more than one build
+    (`mixed_sets`).
+
+    The folders looked at are those named on the command line, and those of the `files` to be
+    verified that are named like a build's shards (`verify 'out/*.tfrecord*'`): checked one by
+    one, the shards an interrupted or withheld build left would each be sound.
+    """
+    folders = [p for p in patterns if not _GLOB_CHARS & set(p)]
+    folders += [posixpath.dirname(url) for url in files if shard_names([url])]
     found = []
-    for pattern in patterns:
-        if _GLOB_CHARS & set(pattern):
-            continue
+    seen: set[str] = set()
+    for pattern in folders:
         try:
             fs, path = url_to_fs(pattern)
+            key = f"{fs.protocol}:{path.rstrip('/')}"
+            if key in seen:
+                continue
+            seen.add(key)
             if not fs.isdir(path):
                 continue
             names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import posixpath
 import sys
 
 import fsspec
@@ -10,7 +11,13 @@ import fsspec
 from beam_tfrecord.codec.compression import COMPRESSION_TYPES
 from beam_tfrecord.verification import expand_paths
 
-__all__ = ["add_compression_argument", "expand_or_complain", "non_negative_int", "print_error"]
+__all__ = [
+    "add_compression_argument",
+    "builds_own",
+    "expand_or_complain",
+    "non_negative_int",
+    "print_error",
+]
 
 
 def non_negative_int(text: str) -> int:
@@ -40,13 +47,27 @@ def print_error(command: str, message: str) -> None:
 
 
 def expand_or_complain(
-    patterns: list[str], command: str, *, others: list[str] | None = None
+    patterns: list[str],
+    command: str,
+    *,
+    others: list[str] | None = None,
+    own: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """`expand_paths`, printing an error for each pattern that names nothing."""
-    files, unmatched = expand_paths(patterns, others=others)
+    files, unmatched = expand_paths(patterns, others=others, own=own)
     for pattern in unmatched:
         print_error(command, f"{pattern}: {_why_nothing(pattern)}")
     return files, unmatched
+
+
+def builds_own(own: list[str]) -> str:
+    """A build's own files that a command skipped (`expand_paths`' `own`), counted and the
+    first few named: what a user who typed `out/*` gave it besides the shards."""
+    if len(own) == 1:
+        return f"the build's own {posixpath.basename(own[0])}, not a TFRecord file"
+    names = ", ".join(posixpath.basename(url) for url in own[:4])
+    more = f" and {len(own) - 4} more" if len(own) > 4 else ""
+    return f"{len(own)} of the build's own files, not TFRecord files ({names}{more})"
 
 
 def _why_nothing(pattern: str) -> str:

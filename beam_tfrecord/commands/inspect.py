@@ -21,6 +21,7 @@ from beam_tfrecord.codec.framing import CorruptRecordError
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.commands.arguments import (
     add_compression_argument,
+    builds_own,
     expand_or_complain,
     non_negative_int,
     print_error,
@@ -232,8 +233,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     del extra  # the dispatcher refuses unknown flags for this command
     # In a build folder, only the build's files: a preview image or notes beside the shards are
     # not records (as verify takes a folder).
-    files, unmatched = expand_or_complain(args.files, "inspect", others=[])
+    own: list[str] = []  # a build's manifest, labels, report and indexes, named one by one
+    files, unmatched = expand_or_complain(args.files, "inspect", others=[], own=own)
     status = 1 if unmatched else 0
+    if own:
+        print(f"beam-tfrecord inspect: skipped {builds_own(own)}", file=sys.stderr)
     limit = args.records or None
     for url in files:
         if not args.json:

@@ -13,7 +13,11 @@ from __future__ import annotations
 import argparse
 import posixpath
 
-from beam_tfrecord.commands.arguments import add_compression_argument, expand_or_complain
+from beam_tfrecord.commands.arguments import (
+    add_compression_argument,
+    builds_own,
+    expand_or_complain,
+)
 from beam_tfrecord.verification import (
     FileReport,
     ManifestShards,
@@ -65,7 +69,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Verifies the files; returns 0 when all are sound, 1 otherwise."""
     del extra  # the dispatcher refuses unknown flags for this command
     others: list[str] = []  # files of build folders that are not the build's
-    files, unmatched = expand_or_complain(args.paths, "verify", others=others)
+    own: list[str] = []  # a build's manifest, labels, report and indexes, named one by one
+    files, unmatched = expand_or_complain(args.paths, "verify", others=others, own=own)
     status = 1 if unmatched else 0
     totals = {"records": 0, "bytes": 0, "damaged": 0, "stray": 0, "unreadable": 0}
     not_examples = False
@@ -120,7 +125,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         totals["damaged"] += not report.ok and not stray and not unreadable
     for url in missing:
         print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
-    incomplete = [] if args.loose else incomplete_builds(args.paths)
+    incomplete = [] if args.loose else incomplete_builds(args.paths, files)
     for folder, shards, gaps, mixed in incomplete:
         print(
             f"INCOMPLETE {folder}: a build folder without manifest.json (an interrupted or "
@@ -161,6 +166,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         + (f", {len(incomplete)} INCOMPLETE" if incomplete else "")
         + (f", {mixed_sets} MIXED" if mixed_sets else "")
         + (f"; {_count(len(others), 'other file')} not checked (not the build's)" if others else "")
+        + (f"; not checked: {builds_own(own)}" if own else "")
         + (f"; {len(unmatched)} matched nothing" if unmatched else "")
     )
     if not_examples:

@@ -313,6 +313,24 @@ def test_5_verify_calls_a_folder_without_manifest_an_incomplete_build(interrupte
     assert files_below(out) == before
 
 
+def test_5_verify_given_the_shards_one_by_one_still_calls_the_folder_incomplete(interrupted):
+    """`verify 'out/*.tfrecord*'` (or a shell's expansion of it) checked each shard on its own
+    and passed an interrupted build, exit 0, where `verify out` calls it INCOMPLETE."""
+    cwd, out, *_ = interrupted
+    shards = sorted(
+        str(p) for p in out.iterdir() if re.search(r"\.tfrecord-\d{5}-of-\d{5}$", p.name)
+    )
+    assert shards, "the interrupted build kept no shard"
+    for given in ([f"{out}/*.tfrecord*"], shards):
+        done = run("verify", *given, cwd=cwd)
+        assert done.returncode == 1, done.stdout
+        assert f"INCOMPLETE {out}: a build folder without manifest.json" in done.stdout
+        assert done.stdout.splitlines()[-1].endswith(", 1 INCOMPLETE")
+    loose = run("verify", "--loose", *shards, cwd=cwd)
+    assert loose.returncode == 0, loose.stdout
+    assert "INCOMPLETE" not in loose.stdout
+
+
 def test_5_verify_names_shards_of_another_build_not_gaps_they_seem_to_leave(interrupted, tmp_path):
     """A shard named -of-N+1 beside a split's -of-N shards (left by another build) made verify
     list N phantom MISSING shards of that other build; which set is this build's the names

@@ -285,6 +285,10 @@ def test_expand_paths(shards):
     assert unmatched == [str(shards / "nope*")]
     hidden, _ = expand_paths([str(shards / "train" / ".train-*")])
     assert hidden == [str(shards / "train" / ".train-00002-of-00002.tfrecord.tmp-abc")]
+    # A file named twice, outright or through its folder, is one file to read.
+    shard = str(shards / "train" / "train-00000-of-00002.tfrecord")
+    twice, _ = expand_paths([shard, str(shards / "train"), shard])
+    assert twice == [shard, str(shards / "train" / "train-00001-of-00002.tfrecord.gz")]
 
 
 def test_verify_fails_when_a_path_matches_nothing(tmp_path, capsys):
@@ -391,6 +395,8 @@ def test_verify_a_build_folder_skips_files_that_are_not_the_builds(build_copy):
     (out / "extra.bin").write_bytes(b"not a record")
     (out / "notes").mkdir()
     (out / "notes" / "old.tfrecord").write_bytes(b"garbage")
+    # Named like a sidecar, but not the build's: counted too (it was skipped unsaid).
+    (out / "notes.txt").write_text("the user's own")
 
     result = _run([*_cli(), "verify", str(out)])
     assert result.returncode == 0, result.stdout
@@ -399,7 +405,7 @@ def test_verify_a_build_folder_skips_files_that_are_not_the_builds(build_copy):
     assert checked == sorted(str(out / s["file"]) for s in manifest["shards"])
     assert result.stdout.splitlines()[-1].startswith(f"total: {len(manifest['shards'])} files, ")
     assert result.stdout.splitlines()[-1].endswith(
-        " 0 DAMAGED; 3 other files not checked (not the build's)"
+        " 0 DAMAGED; 4 other files not checked (not the build's)"
     )
 
     # Without a manifest the folder is no finished build: every file is checked, as before.
@@ -419,6 +425,43 @@ def test_inspect_a_build_folder_shows_the_builds_files_only(build_copy):
     shown = [line for line in result.stdout.splitlines() if line.startswith(str(out))]
     assert shown == sorted(str(out / s["file"]) for s in manifest["shards"])
     assert "extra.bin" not in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_a_build_folder_named_file_by_file_as_a_shell_expands_out_star(build_copy):
+    """`verify out/*` hands verify the build's manifest, labels, report, TFDS files and its
+    index and reports folders as well as the shards: none of them is a TFRecord file, and none
+    may be called DAMAGED, or a matched-nothing error, for what the build wrote itself."""
+    out, manifest = build_copy
+    (out / "notes.txt").write_text("a user's own file, named on purpose")
+    star = sorted(str(p) for p in out.iterdir() if p.name != "notes.txt")
+    own = [p for p in star if not any(p.endswith(s["file"]) for s in manifest["shards"])]
+    assert {Path(p).name for p in own} >= {"manifest.json", "labels.txt", "index", "reports"}
+
+    result = _run([*_cli(), "verify", *star])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stderr == ""
+    checked = [line.split()[1].rstrip(":") for line in result.stdout.splitlines()[:-1]]
+    assert checked == sorted(str(out / s["file"]) for s in manifest["shards"])
+    assert result.stdout.splitlines()[-1].endswith(
+        f" 0 DAMAGED; not checked: {len(own)} of the build's own files, not TFRecord files "
+        f"({', '.join(Path(p).name for p in own[:4])} and {len(own) - 4} more)"
+    )
+    # The files in its index and reports folders, named one by one, are the build's too.
+    inner = sorted(str(p) for p in (out / "index").iterdir())
+    alone = _run([*_cli(), "verify", str(out / "manifest.json"), *inner])
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert alone.stdout.splitlines()[-1].startswith("total: 0 files, 0 records, 0 bytes")
+
+    shown = _run([*_cli(), "inspect", "-n", "1", *star])
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stderr.startswith(f"beam-tfrecord inspect: skipped {len(own)} of the build's own")
+    assert "error" not in shown.stderr
+
+    # A file the build did not write is taken as given, whatever its name.
+    user = _run([*_cli(), "verify", *star, str(out / "notes.txt")])
+    assert user.returncode == 1
+    assert f"DAMAGED  {out / 'notes.txt'}: 0 records" in user.stdout
 
 
 @pytest.mark.slow
