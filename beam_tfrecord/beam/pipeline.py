@@ -167,7 +167,7 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
         _LOG.debug(
             "removed %s of an earlier build: %s",
             count(len(removed), "stale file"),
-            ", ".join(removed[:5]),
+            ", ".join(removed[:5]) + (f" and {len(removed) - 5} more" if len(removed) > 5 else ""),
         )
     return manifest["inputs"]
 
