@@ -17,12 +17,13 @@ from typing import Any
 import fsspec
 
 from beam_tfrecord.codec.record_index import INDEX_DIR, INDEX_SUFFIX
-from beam_tfrecord.entries import ReportEntry, ShardResult
+from beam_tfrecord.entries import Reason, ReportEntry, ShardResult
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.report import SHARD_REPORT_SUFFIX, SHARD_REPORTS_DIR, ReportTally, tally_counts
 from beam_tfrecord.storage import is_local, is_object_store, is_temporary, publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
+from beam_tfrecord.wording import count, nearest
 
 __all__ = [
     "BUILD_FILES",
@@ -252,22 +253,37 @@ def _holds_shards(output_dir: str) -> bool:
 
 
 def withdrawn_reason(
-    output_dir: str, max_skipped_fraction: float | None = None, listed: int | None = None
+    output_dir: str,
+    max_skipped_fraction: float | None = None,
+    listed: int | None = None,
+    classes: Sequence[str] | None = None,
 ) -> BuildFailed:
     """Why a build was withdrawn, in one line, from the report.jsonl `withdraw_build` wrote:
     the BuildFailed to raise.
 
     A build that wrote images and was withdrawn skipped more than `max_skipped_fraction` of its
     inputs: its finished shards stay. `listed`, when known (a runner's counter), gives the share.
+    `classes`, the build's --classes, if any: inputs skipped as unknown_class are then named by
+    their labels, with the --classes name each most likely mistypes (a withdrawn build has no
+    summary to say it).
     """
     url = posixpath.join(output_dir, REPORT_FILE)
     reasons: Counter[str] = Counter()
+    unknown: Counter[str] = Counter()  # labels --classes does not name, and their inputs
     with fsspec.open(url, "r", encoding="utf-8") as f:
         for line in f:
             entry = json.loads(line)
             if entry.get("action", "skipped") == "skipped":
                 reasons[entry["reason"]] += 1
+                label = entry.get("label")
+                if (
+                    entry["reason"] == Reason.UNKNOWN_CLASS
+                    and label is not None
+                    and (label in unknown or len(unknown) < _UNKNOWN_LABELS_KEPT)
+                ):
+                    unknown[label] += 1
     counts = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
+    hint = _left_out_labels(unknown, classes) if classes is not None else ""
     if max_skipped_fraction is not None and _holds_shards(output_dir):
         skipped = reasons.total()
         share = f" ({skipped / listed:.1%})" if listed else ""
@@ -276,7 +292,7 @@ def withdrawn_reason(
             f"{skipped}{of} inputs{share} {'was' if skipped == 1 else 'were'} skipped ({counts}), "
             "more than "
             f"--max-skipped-fraction {max_skipped_fraction:g} allows; nothing was published "
-            f"(the finished shards are kept), see {url}",
+            f"(the finished shards are kept), see {url}{hint}",
             resumable=True,
         )
     if not reasons:
@@ -286,7 +302,34 @@ def withdrawn_reason(
         )
     return BuildFailed(
         f"no image was written: {reasons.total()} inputs were reported ({counts}); "
-        f"nothing was published, see {url}"
+        f"nothing was published, see {url}{hint}"
+    )
+
+
+# Distinct unknown_class labels a withdrawn build's reason counts (a bound on what it holds).
+_UNKNOWN_LABELS_KEPT = 10_000
+# Labels it names.
+_UNKNOWN_LABELS_NAMED = 5
+
+
+def _left_out_labels(unknown: Counter[str], classes: Sequence[str]) -> str:
+    """`; --classes left out the labels 'banana' (31 inputs, did you mean it for 'banan'?)...`:
+    the most common labels of the inputs skipped as unknown_class, each with the --classes name
+    that mistypes it, if one is close."""
+    if not unknown:
+        return ""
+    named = []
+    for label, inputs in sorted(unknown.items(), key=lambda item: (-item[1], item[0])):
+        if len(named) == _UNKNOWN_LABELS_NAMED:
+            break
+        meant = nearest(label, [name for name in classes if name not in unknown])
+        typo = f"; --classes has {meant!r}: a typo?" if meant else ""
+        named.append(f"{label!r} ({count(inputs, 'input')}{typo})")
+    more = len(unknown) - len(named)
+    return (
+        f"; --classes left out the label{'s' if len(unknown) > 1 else ''} "
+        + ", ".join(named)
+        + (f" and {more} more" if more else "")
     )
 
 

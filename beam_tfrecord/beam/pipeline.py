@@ -683,6 +683,9 @@ def _build(
     fs.invalidate_cache()  # object store listings are cached for the life of the process
     if not fs.exists(path):
         raise withdrawn_reason(
-            config.output, config.max_skipped_fraction, counters.get("images_listed")
+            config.output,
+            config.max_skipped_fraction,
+            counters.get("images_listed"),
+            classes=config.classes,
         )
     return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)

@@ -205,3 +205,41 @@ def test_a_build_that_skipped_too_many_is_withheld_by_the_pipeline_itself(src, t
     )
     assert failed.value.resumable
     assert not set(_CLAIMS) & set(_files(out))
+
+
+@pytest.mark.slow
+def test_a_build_withheld_for_a_classes_typo_names_the_labels_it_left_out(src, tmp_path):
+    """A withheld build prints no summary, so its one line must say what --classes left out:
+    before, `--classes cta,dgo` said only `unknown_class: 120`."""
+    out = tmp_path / "nothing"
+    run = _cli("--input", f"{src}/**", "--output", str(out), "--classes", "cta,dgo")
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.splitlines() == [
+        "beam-tfrecord build: error: no image was written: 120 inputs were reported "
+        f"(unknown_class: 120); nothing was published, see {out}/report.jsonl; --classes left "
+        "out the labels 'cat' (60 inputs; --classes has 'cta': a typo?), 'dog' (60 inputs; "
+        "--classes has 'dgo': a typo?)"
+    ]
+
+    out = tmp_path / "withheld"
+    run = _cli(
+        "--input", f"{src}/**", "--output", str(out), "--classes", "cat,dgo",
+        "--max-skipped-fraction", "0.2",
+    )  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    first, publish = run.stderr.splitlines()
+    assert first.endswith(
+        f"see {out}/report.jsonl; --classes left out the label 'dog' (60 inputs; --classes has "
+        "'dgo': a typo?)"
+    )
+    assert "--max-skipped-fraction 0.2 allows" in first
+    assert publish.startswith("To publish it anyway: ")
+
+    # A label left out on purpose, with no --classes name near it, is named without a guess.
+    out = tmp_path / "on-purpose"
+    run = _cli(
+        "--input", f"{src}/**", "--output", str(out), "--classes", "cat",
+        "--max-skipped-fraction", "0.2",
+    )  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.splitlines()[0].endswith("; --classes left out the label 'dog' (60 inputs)")
