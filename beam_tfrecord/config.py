@@ -410,8 +410,13 @@ class BuildConfig:
                     "input" if required == "inputs" else required,
                     f"is required (give --{'input' if required == 'inputs' else required} or set it in --config)",
                 )
-        if isinstance(values.get("inputs"), list):
-            values["inputs"] = tuple(values["inputs"])
+        inputs = values.get("inputs")
+        if isinstance(inputs, list):
+            values["inputs"] = tuple(inputs)
+        elif not isinstance(inputs, (str, tuple)) or not all(
+            isinstance(p, str) for p in values["inputs"]
+        ):
+            raise ConfigError("input", f"must be a path or glob, or a list of them, got {inputs!r}")
         if isinstance(values.get("extensions"), list):
             values["extensions"] = tuple(values["extensions"])
         if isinstance(values.get("splits"), (str, Mapping)):

@@ -156,6 +156,8 @@ def test_yaml_then_flags_flags_win(tmp_path):
         ("input: [a]\noutput: o\n", ["--overwrite", "--resume"], "--resume", "cannot go with"),
         ("- a\n- b\n", [], "--config", "must hold a mapping"),
         ("input: [a\n", [], "--config", "cannot be read"),
+        ("input: 5\noutput: o\n", [], "--input", "must be a path or glob, or a list of them"),
+        ("input: [a]\noutput: o\nresize: 6.5\n", [], "--resize", "a size such as 256"),
     ],
 )
 def test_bad_settings_name_the_setting(tmp_path, yaml_text, flags, setting, message):
@@ -235,3 +237,14 @@ def test_defaults_name_each_setting_as_the_manifest_writes_it():
     # Every default but the name (taken from the output folder) is what the manifest writes.
     assert defaults.pop("name") is None and written.pop("name") == "o"
     assert {name: written[name] for name in defaults} == defaults
+
+
+def test_a_resize_written_as_a_number_is_the_resize_its_text_is(tmp_path):
+    """`resize: 256` in a YAML file is a number; it was refused as "must be a Resize"."""
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("input: [a]\noutput: o\nresize: 256\n")
+    config = config_from_args(_args("--config", str(yaml_file)))
+    assert config.image.resize == Resize.parse("256")
+    assert BuildConfig.from_settings(
+        {"input": ["a"], "output": "o", "resize": 64}
+    ).image.resize == (Resize.parse("64"))

@@ -178,6 +178,8 @@ class ImagePolicy:
             raise PolicyError(
                 "apply_exif_orientation", f"must be a bool, got {self.apply_exif_orientation!r}"
             )
+        if _is_int(self.resize):  # `resize: 256` in a YAML file, or 256 from Python
+            object.__setattr__(self, "resize", str(self.resize))
         if isinstance(self.resize, str):
             try:
                 object.__setattr__(self, "resize", Resize.parse(self.resize))
@@ -185,7 +187,10 @@ class ImagePolicy:
                 # The problem is shown after the setting's name: Resize's own "resize: " goes.
                 raise PolicyError("resize", re.sub(r"^resize:? ", "", str(err))) from None
         if self.resize is not None and not isinstance(self.resize, Resize):
-            raise PolicyError("resize", f"must be a Resize or None, got {self.resize!r}")
+            raise PolicyError(
+                "resize",
+                f"must be a size such as 256, 640x480 or exact:224x224, got {self.resize!r}",
+            )
         if self.encode is not None:
             _check_choice("encode", self.encode, _ENCODINGS)
         _check_choice("store", self.store, _STORES)
