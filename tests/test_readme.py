@@ -69,6 +69,8 @@ def test_the_python_example_runs_as_written(tmp_path):
         [sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr
+    # The library leaves the program's logging as it was: nothing of Beam's on stderr.
+    assert done.stderr == ""
     manifest = (tmp_path / "out" / "fruits-py" / "manifest.json").read_text()
     assert '"resize": "64"' in manifest or '"resize":"64"' in manifest.replace(" ", "")
     assert "'written': 45" in done.stdout, done.stdout
