@@ -31,7 +31,7 @@ from beam_tfrecord.wording import count
 __all__ = ["add_arguments", "run"]
 
 _MAX_VALUES = 10  # values shown per feature before the rest is only counted
-_MAX_TEXT = 60  # characters of text shown per bytes value
+_MAX_TEXT = 80  # characters of text shown per bytes value: a SHA-256 in hex (64) shows whole
 _MAX_HEX = 16  # bytes shown in hex per binary value
 # Magic numbers of the image formats worth summarizing, and Pillow's names for them. BMP's
 # two bytes are weak evidence, so it counts as an image only when Pillow reads its header.

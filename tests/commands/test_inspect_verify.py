@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import math
@@ -115,6 +116,14 @@ def test_inspect_shows_records_as_people_read_them(tmp_path, capsys):
     assert "  record 1, byte offset" in out and "    only  int64  1\n" in out
     assert 'not a tf.train.Example: "not an example \\u0000' not in out  # binary shown as hex
     assert "not a tf.train.Example: 0x6e6f7420616e206578616d706c6520" in out
+
+
+def test_inspect_shows_an_images_sha256_whole(tmp_path, capsys):
+    """A build's image/key/sha256 is 64 hex characters: it was cut at 60, with "(64 bytes)"."""
+    digest = hashlib.sha256(b"an image").hexdigest()
+    path = _write(tmp_path / "a.tfrecord", [encode_example({"image/key/sha256": digest})])
+    assert main(["inspect", path]) == 0
+    assert f'image/key/sha256  bytes  "{digest}"\n' in capsys.readouterr().out
 
 
 def test_inspect_limits_records_per_file(tmp_path, capsys):
