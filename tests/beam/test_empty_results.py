@@ -221,13 +221,16 @@ def test_a_build_withheld_for_a_classes_typo_names_the_labels_it_left_out(src, t
         "--classes has 'dgo': a typo?)"
     ]
 
+    def withheld(out: Path, classes: str) -> list[str]:
+        run = _cli(
+            "--input", f"{src}/**", "--output", str(out), "--classes", classes,
+            "--max-skipped-fraction", "0.2",
+        )  # fmt: skip
+        assert run.returncode == 1, run.stderr
+        return run.stderr.splitlines()
+
     out = tmp_path / "withheld"
-    run = _cli(
-        "--input", f"{src}/**", "--output", str(out), "--classes", "cat,dgo",
-        "--max-skipped-fraction", "0.2",
-    )  # fmt: skip
-    assert run.returncode == 1, run.stderr
-    first, publish = run.stderr.splitlines()
+    first, publish = withheld(out, "cat,dgo")
     assert first.endswith(
         f"see {out}/report.jsonl; --classes left out the label 'dog' (60 inputs; --classes has "
         "'dgo': a typo?)"
@@ -236,10 +239,5 @@ def test_a_build_withheld_for_a_classes_typo_names_the_labels_it_left_out(src, t
     assert publish.startswith("To publish it anyway: ")
 
     # A label left out on purpose, with no --classes name near it, is named without a guess.
-    out = tmp_path / "on-purpose"
-    run = _cli(
-        "--input", f"{src}/**", "--output", str(out), "--classes", "cat",
-        "--max-skipped-fraction", "0.2",
-    )  # fmt: skip
-    assert run.returncode == 1, run.stderr
-    assert run.stderr.splitlines()[0].endswith("; --classes left out the label 'dog' (60 inputs)")
+    lines = withheld(tmp_path / "on-purpose", "cat")
+    assert lines[0].endswith("; --classes left out the label 'dog' (60 inputs)")
