@@ -84,17 +84,26 @@ def parse_record(data: bytes) -> dict[str, Any]:
     return features
 
 
-def decode_image(encoded: bytes, channels: int = 3, image_format: str | None = None) -> np.ndarray:
+def decode_image(
+    encoded: bytes,
+    channels: int = 3,
+    image_format: str | None = None,
+    size: tuple[int, int] | None = None,
+) -> np.ndarray:
     """Decodes image bytes with Pillow into a ``(height, width, channels)`` uint8 array.
 
     The pixels are those ``tf.io.decode_image(encoded, channels=channels)`` returns, up to the
     JPEG decoder's rounding. Like TensorFlow, it ignores EXIF orientation (the build applied it
-    to the pixels already).
+    to the pixels already). Raw pixels (``--store raw``, ``image/format`` ``raw``) are the
+    array itself, row by row: ``size`` says its height and width.
 
     Args:
         encoded: The image file's bytes (``image/encoded``).
         channels: 1 (gray), 3 (RGB) or 4 (RGBA), as ``image/channels`` states.
-        image_format: ``jpeg`` or ``png`` to try that decoder only; None to let Pillow detect it.
+        image_format: ``jpeg`` or ``png`` to try that decoder only, ``raw`` for raw pixels;
+            None to let Pillow detect it.
+        size: ``(height, width)``, as ``image/height`` and ``image/width`` state: needed for
+            raw pixels only.
 
     Returns:
         The pixels, shape ``(height, width, channels)``, dtype uint8.
@@ -107,6 +116,17 @@ def decode_image(encoded: bytes, channels: int = 3, image_format: str | None = N
         raise ValueError(f"channels must be 1, 3 or 4, got {channels!r}")
     # Imported here: reading records and labels needs neither, only decoding pixels does.
     import numpy as np
+
+    if image_format == "raw":
+        if size is None:
+            raise ValueError("raw pixels need the image's height and width to be read")
+        height, width = size
+        if len(encoded) != height * width * channels:
+            raise ValueError(
+                f"the raw image holds {len(encoded)} bytes, not {height}x{width}x{channels}"
+            )
+        # A copy: a view of the record's bytes would be read-only (see below).
+        return np.frombuffer(encoded, dtype=np.uint8).reshape(height, width, channels).copy()
     from PIL import Image
 
     formats = [_PILLOW_FORMATS[image_format]] if image_format in _PILLOW_FORMATS else None
@@ -425,7 +445,9 @@ class Dataset:
         filename = record.get("image/filename")
         try:
             shape = tuple(record[f"image/{name}"] for name in ("height", "width", "channels"))
-            image = decode_image(record["image/encoded"], shape[2], record.get("image/format"))
+            image = decode_image(
+                record["image/encoded"], shape[2], record.get("image/format"), shape[:2]
+            )
         except (KeyError, ValueError) as error:
             raise ValueError(f"{url}: record of {filename!r}: {error}") from error
         if image.shape != shape:

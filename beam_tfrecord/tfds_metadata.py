@@ -13,6 +13,7 @@ flatten to the same keys, but would load as `ex["image"]["class"]["label"]`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,7 +56,9 @@ def _int64() -> dict[str, Any]:
     }
 
 
-def features_json(*, channels: int | None, num_classes: int | None) -> dict[str, Any]:
+def features_json(
+    *, channels: int | None, num_classes: int | None, raw: tuple[int, int] | bool = False
+) -> dict[str, Any]:
     """The features.json of a build, as `tfds.features.FeaturesDict.to_proto()` writes it.
 
     Args:
@@ -63,15 +66,38 @@ def features_json(*, channels: int | None, num_classes: int | None) -> dict[str,
             when they vary (--color keep): TFDS then decodes each image to its own channels.
         num_classes: the number of classes, or None for a build without labels (--labels none),
             whose records have neither `image/class/label` nor `image/class/text`.
+        raw: a build of raw pixels (--store raw): its (height, width) when every image has
+            them (`--resize exact:WxH`) and `channels` is known, else True; False for one of
+            image files. TFDS's Image feature would take raw pixels for an image file and fail
+            on the first record: a fixed-size raw image is a uint8 Tensor stored as bytes, which
+            TFDS decodes to its array; any other is the bytes themselves, a string Tensor
+            (`tf.io.decode_raw`, then reshaped to the record's height, width and channels).
     """
     # int64 dimensions are strings in proto JSON; -1 is an unknown dimension.
     dims = ["-1", "-1", "-1" if channels is None else str(channels)]
-    features: dict[str, Any] = {
+    if raw is False:
         # No encoding format: TFDS then decodes with tf.image.decode_image, JPEG and PNG alike.
-        "image/encoded": {
+        image: dict[str, Any] = {
             "pythonClassName": _FEATURES + "image_feature.Image",
             "image": {"dtype": "uint8", "shape": {"dimensions": dims}},
-        },
+        }
+    elif raw is True or channels is None:
+        image = {
+            "pythonClassName": _FEATURES + "tensor_feature.Tensor",
+            "tensor": {"dtype": "string", "encoding": "none", "shape": {}},
+        }
+    else:
+        height, width = raw
+        image = {
+            "pythonClassName": _FEATURES + "tensor_feature.Tensor",
+            "tensor": {
+                "dtype": "uint8",
+                "encoding": "bytes",
+                "shape": {"dimensions": [str(height), str(width), str(channels)]},
+            },
+        }
+    features: dict[str, Any] = {
+        "image/encoded": image,
         "image/format": _text(),
         "image/height": _int64(),
         "image/width": _int64(),
@@ -142,6 +168,18 @@ def dataset_info_json(manifest: Mapping[str, Any]) -> dict[str, Any]:
     return info
 
 
+def _raw_size(config: Mapping[str, Any]) -> tuple[int, int] | bool:
+    """`features_json`'s `raw` for a build's config (the manifest's, with `store` and `resize`
+    as their text: `exact:32x32`, `exact:32x32:pad`...)."""
+    if config.get("store") != "raw":
+        return False
+    exact = re.fullmatch(r"exact:(\d+)x(\d+)(:\w+)?", str(config.get("resize") or ""))
+    if exact is None:
+        return True
+    width, height = int(exact[1]), int(exact[2])
+    return height, width
+
+
 def tfds_files(manifest: Mapping[str, Any]) -> dict[str, str]:
     """The TFDS files of a build and their text, by file name; a build without labels has no
     label names file."""
@@ -150,6 +188,7 @@ def tfds_files(manifest: Mapping[str, Any]) -> dict[str, str]:
     features = features_json(
         channels=_CHANNELS[config["color"]],
         num_classes=len(manifest["classes"]) if labeled else None,
+        raw=_raw_size(config),
     )
     files = {
         # The layout TFDS writes: features.json indented by 4 and dataset_info.json by 2, keys

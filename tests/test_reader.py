@@ -270,3 +270,15 @@ def test_a_file_given_for_a_build_folder_is_named_as_such(tmp_path):
     given.write_text("not a build")
     with pytest.raises(NotADirectoryError, match=r"notes\.txt: a file, not a build folder$"):
         Dataset(str(given))
+
+
+def test_raw_pixels_are_read_as_the_array_they_are():
+    """`--store raw` records hold the pixels row by row (`image/format` raw): decode=True and
+    preview handed them to Pillow, which cannot read them."""
+    pixels = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    image = decode_image(pixels.tobytes(), 4, "raw", (2, 3))
+    assert np.array_equal(image, pixels) and image.flags.writeable
+    with pytest.raises(ValueError, match="holds 24 bytes, not 2x4x4"):
+        decode_image(pixels.tobytes(), 4, "raw", (2, 4))
+    with pytest.raises(ValueError, match="height and width"):
+        decode_image(pixels.tobytes(), 4, "raw")

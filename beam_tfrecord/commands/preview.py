@@ -72,11 +72,11 @@ def _tile(data: bytes, classes: Sequence[str] | None) -> _Tile:
     channels = record.get("image/channels", 3)
     if not isinstance(encoded, bytes):
         return _Tile(caption, problem="no image/encoded", warn=warn)
-    try:
-        image = decode_image(encoded, channels, record.get("image/format"))
-    except ValueError as error:
-        return _Tile(caption, problem=str(error), warn=warn)
     stated = tuple(record.get(f"image/{name}") for name in ("height", "width", "channels"))
+    try:
+        image = decode_image(encoded, channels, record.get("image/format"), stated[:2])
+    except (ValueError, TypeError) as error:
+        return _Tile(caption, problem=str(error), warn=warn)
     if image.shape != stated:
         return _Tile(caption, problem=f"states {stated}, decodes to {image.shape}", warn=warn)
     return _Tile(caption, image=image, warn=warn)

@@ -239,3 +239,22 @@ def test_preview_draws_a_placeholder_for_what_does_not_decode(built, tmp_path, c
     pixels = _png(png)
     assert pixels.shape[1] == 3 * 96 and pixels.shape[0] % 2 == 0
     assert len(Dataset(str(out), "train")) == 6
+
+
+def test_preview_draws_raw_pixels(tmp_path, capsys):
+    """A `--store raw` build's records hold pixels, not image files: every tile said "cannot
+    decode", exit 1."""
+    from beam_tfrecord.beam.pipeline import build
+    from beam_tfrecord.config import BuildConfig
+
+    src = tmp_path / "src"
+    make_collection(src, {"cat": 6, "dog": 6}, seed=4)
+    out = tmp_path / "raw"
+    config = BuildConfig.from_settings(
+        {"inputs": [f"{src}/**"], "output": str(out), "store": "raw", "resize": "24"}
+    )
+    build(config, [])
+    sheet = tmp_path / "sheet.png"
+    assert main(["preview", str(out), "-o", str(sheet)]) == 0, capsys.readouterr().err
+    assert "could not be shown" not in capsys.readouterr().err
+    assert Image.open(sheet).size[0] > 0
