@@ -596,12 +596,12 @@ def test_8_progress_is_redrawn_on_a_terminal(big_src, tmp_path, mode):
     )
     assert status == 0, output
     updates = [u for u in output.split("\r") if u.startswith("listed ")]
-    # At least one redraw a second (by the time the last one shows), of the counts gathered
-    # from every worker process.
+    # Drawn at the start and redrawn in place to the end, at least once a second (by the time
+    # the last one shows), of the counts gathered from every worker process. (An in-process
+    # build of these 300 images can end within its first second now.)
     minutes, secs = re.search(r"(\d+):(\d\d) elapsed", updates[-1]).groups()
     shown = int(minutes) * 60 + int(secs)
-    assert shown >= 1, updates
-    assert len(updates) >= shown, (len(updates), shown)
+    assert len(updates) >= max(shown, 2), (len(updates), shown, updates)
     final = [u for u in updates if "planned 300 of 300" in u]
     assert final, updates[-3:]
     assert re.search(r"written \d+ of 300 images, [\d.]+ [KM]?B, [\d.]+ MB/s", final[-1])
