@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import posixpath
 import threading
 from collections import Counter
@@ -37,6 +38,7 @@ from beam_tfrecord.remote import (
 )
 from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.storage import (
+    is_local,
     is_object_store,
     publish,
     read_source,
@@ -426,6 +428,12 @@ def _verify_existing(
         if any(r.reason == Reason.READ_ERROR for r in report):
             # Worth another try: a store's error may have passed.
             return "it left out an image that could not be read, to be read again"
+        changed = _changed_since_written(fs, final_path, ordered)
+        if changed is not None:
+            return (
+                f"the file of its image {changed.relpath} changed after the shard was written "
+                "(a change that keeps the file's size shows in no record)"
+            )
         left_out = {r.url for r in report if r.action == "skipped"}
         expected = [e for e in ordered if e.url not in left_out]
         # One pass reads the records and checksums the file: a shard on a store is read once.
@@ -464,6 +472,34 @@ def _verify_existing(
         planned_bytes=sum(e.record_size for e in ordered),
     )
     return result, "".join(index), report
+
+
+def _changed_since_written(fs, shard_path: str, ordered: list[ImageEntry]) -> ImageEntry | None:
+    """The first planned image on this machine's disk whose file changed after the shard on
+    this machine's disk was written (its status-change time, which a content change moves and
+    no program can set back, is later than the shard's last write); None if there is none.
+
+    A file rewritten to the same size (an edited header, a re-encode that happens to match)
+    moves nothing in the plan, and a kept shard would keep the old image; one left out as
+    broken and since replaced would stay left out. On an object store a look at each object
+    would be a request per image, so only local sources and shards are looked at.
+    """
+    if not is_local(fs):
+        return None
+    try:
+        written = os.stat(shard_path).st_mtime_ns
+    except OSError:
+        return None
+    for entry in ordered:
+        if "://" in entry.url:
+            continue
+        try:
+            changed = os.stat(entry.url).st_ctime_ns
+        except OSError:  # gone: the shard holds it as it was, or reports it
+            continue
+        if changed > written:
+            return entry
+    return None
 
 
 def _disagreement(features: dict, entry: ImageEntry, policy: ImagePolicy) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import time
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -184,6 +185,32 @@ def test_resume_keeps_a_shard_only_if_its_records_say_what_this_build_would(plan
         assert resumed.replaced == ""
     else:
         assert kept in resumed.replaced
+
+
+def test_resume_rewrites_a_shard_whose_image_changed_in_place_to_the_same_size(planned):
+    """An image rewritten after its shard, to other bytes of the same size, moves nothing in the
+    plan: --resume kept the shard and its old image, and verify found nothing wrong."""
+    spec, entries, _ = planned
+    first, _ = write_shard(spec, entries, POLICY)
+    assert write_shard(spec, entries, POLICY, resume=True)[0].resumed, "unchanged: kept"
+    time.sleep(0.05)  # the file system's clock ticks in milliseconds: the edit comes after
+    edited = sorted(entries, key=lambda e: e.sort_key)[4]
+    data = bytearray(Path(edited.url).read_bytes())
+    assert data[6:11] == b"JFIF\0"
+    data[15] ^= 0x03  # its JFIF pixel density: other bytes, the same size, still a JPEG
+    Path(edited.url).write_bytes(bytes(data))
+
+    redone, report = write_shard(spec, entries, POLICY, resume=True)
+    assert not redone.resumed and report == []
+    assert f"the file of its image {edited.relpath} changed" in redone.replaced
+    assert redone.crc32c != first.crc32c
+    records = {
+        decode_example(r)["image/filename"][0].decode(): decode_example(r)
+        for r in read_records(spec.url)
+    }
+    assert records[edited.relpath]["image/encoded"] == [bytes(data)]
+    # Written again, it is kept again.
+    assert write_shard(spec, entries, POLICY, resume=True)[0].resumed
 
 
 def test_resume_replaces_a_shard_with_more_or_fewer_records_than_planned_and_says_so(planned):
