@@ -71,8 +71,10 @@ class ImageEntry:
     source_sha256: str = ""
 
     @property
-    def sort_key(self) -> tuple[int, str]:
-        return (self.shuffle_key, self.relpath)
+    def sort_key(self) -> tuple[int, str, str]:
+        # The URL breaks the tie of two inputs with one relative path (the same names below two
+        # --input folders): their order would otherwise be the runner's, and so their shards.
+        return (self.shuffle_key, self.relpath, self.url)
 
     def to_bytes(self) -> bytes:
         """A compact, deterministic encoding (what crosses a shuffle); `from_bytes` reverses it."""

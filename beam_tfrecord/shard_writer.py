@@ -434,7 +434,17 @@ def _verify_existing(
                 f"the file of its image {changed.relpath} changed after the shard was written "
                 "(a change that keeps the file's size shows in no record)"
             )
+        planned = {e.url for e in ordered}
+        stranger = next((r for r in report if r.url not in planned), None)
+        if stranger is not None:
+            # Kept, its report would count an input this build did not list, and the books
+            # would not balance.
+            return (
+                f"its report names {stranger.relpath}, which this build does not plan for it "
+                "(inputs changed)"
+            )
         left_out = {r.url for r in report if r.action == "skipped"}
+        modified = {r.url for r in report if r.action == "modified"}
         expected = [e for e in ordered if e.url not in left_out]
         # One pass reads the records and checksums the file: a shard on a store is read once.
         stream = ChecksummedReader(shard, final_path)
@@ -443,9 +453,17 @@ def _verify_existing(
             # Not strict: a count that differs is a reason to give, not an error to catch.
             for entry, (offset, record) in zip(expected, records, strict=False):
                 index.append(index_line(offset, framed_size(len(record))))
-                differs = _disagreement(decode_example(record), entry, policy)
+                features = decode_example(record)
+                differs = _disagreement(features, entry, policy)
                 if differs is not None:
                     return differs
+                (held,) = features.get("image/encoded") or [b""]
+                if entry.url not in modified and len(held) != entry.source_size:
+                    # An image written as it was holds its file's bytes: this file changed.
+                    return (
+                        f"its record of {entry.relpath} holds {count(len(held), 'byte')} of "
+                        f"image, where the file has {entry.source_size} now: it changed"
+                    )
                 if entry.label is not None:
                     counts[entry.label] += 1
             if len(index) < len(expected) or next(records, None) is not None:

@@ -115,7 +115,8 @@ def place_records(
 
     Args:
         records: (sort key, size in bytes, payload) for every record of the bucket, in any order.
-            The sort key is (shuffle key, relative path): the path breaks the rare hash tie.
+            The sort key is (shuffle key, relative path, URL): the path breaks the rare hash
+            tie, and the URL that of two inputs with one relative path.
         start_offset: the bytes of all records in earlier buckets.
         total_bytes: the bytes of the whole split.
         shards: the split's shard count.

@@ -213,6 +213,57 @@ def test_resume_rewrites_a_shard_whose_image_changed_in_place_to_the_same_size(p
     assert write_shard(spec, entries, POLICY, resume=True)[0].resumed
 
 
+def test_resume_replaces_a_shard_whose_report_names_an_input_no_longer_planned(planned):
+    """A file a shard left out (truncated), since deleted: kept, the shard's report counted an
+    input the build no longer lists, and the build failed with "-1 ... inputs were neither
+    written nor reported", its manifest published all the same."""
+    spec, entries, _ = planned
+    broken = sorted(entries, key=lambda e: e.sort_key)[3]
+    damaged = _damage_scan(Path(broken.url).read_bytes())
+    Path(broken.url).write_bytes(damaged)
+    plan = [replace(e, source_size=len(damaged)) if e is broken else e for e in entries]
+    first, report = write_shard(spec, plan, POLICY)
+    assert [r.relpath for r in report] == [broken.relpath]
+    Path(broken.url).unlink()
+    rest = [e for e in plan if e.url != broken.url]
+    redone, report = write_shard(spec, rest, POLICY, resume=True)
+    assert not redone.resumed and report == []
+    assert redone.replaced.startswith(f"its report names {broken.relpath}, which this build")
+    assert redone.examples == first.examples
+
+
+def test_resume_replaces_a_shard_whose_image_is_not_its_files_size_any_more(planned):
+    """A file that changed size after its shard (on an object store, where no file's times are
+    looked at) moved nothing in the plan unless the shard's cut moved: the shard was kept."""
+    spec, entries, _ = planned
+    write_shard(spec, entries, POLICY)
+    grown = sorted(entries, key=lambda e: e.sort_key)[6]
+    plan = [replace(e, source_size=e.source_size + 10) if e is grown else e for e in entries]
+    redone, _ = write_shard(spec, plan, POLICY, resume=True)
+    assert not redone.resumed
+    assert redone.replaced == (
+        f"its record of {grown.relpath} holds {grown.source_size} bytes of image, where the "
+        f"file has {grown.source_size + 10} now: it changed"
+    )
+
+
+def test_two_inputs_of_one_relative_path_keep_one_order_whatever_order_they_come_in(planned):
+    """The same names below two --input folders share a relative path, so a shuffle key: their
+    order, and the shard's bytes, were the order the runner handed them over in."""
+    spec, entries, images = planned
+    other = Path(spec.output_dir).parent / "other"
+    twins = []
+    for entry, lookalike in zip(entries[:3], entries[-3:], strict=True):
+        twin = other / entry.relpath  # the same name, another image
+        twin.parent.mkdir(parents=True, exist_ok=True)
+        twin.write_bytes(images[lookalike.relpath])
+        twins.append(replace(entry, url=str(twin), source_size=lookalike.source_size))
+    write_shard(spec, [*entries, *twins], POLICY)
+    once = Path(spec.url).read_bytes()
+    write_shard(spec, [*reversed(twins), *reversed(entries)], POLICY)
+    assert Path(spec.url).read_bytes() == once
+
+
 def test_resume_replaces_a_shard_with_more_or_fewer_records_than_planned_and_says_so(planned):
     spec, entries, _ = planned
     ordered = sorted(entries, key=lambda e: e.sort_key)
