@@ -257,12 +257,15 @@ def withdrawn_reason(
     max_skipped_fraction: float | None = None,
     listed: int | None = None,
     classes: Sequence[str] | None = None,
+    written: int | None = None,
 ) -> BuildFailed:
     """Why a build was withdrawn, in one line, from the report.jsonl `withdraw_build` wrote:
     the BuildFailed to raise.
 
     A build that wrote images and was withdrawn skipped more than `max_skipped_fraction` of its
-    inputs: its finished shards stay. `listed`, when known (a runner's counter), gives the share.
+    inputs, or its books did not balance (inputs listed but neither written nor reported): its
+    finished shards stay. `listed` and `written`, when known (a runner's counters), give the
+    share and the count lost.
     `classes`, the build's --classes, if any: inputs skipped as unknown_class are then named by
     their labels, with the --classes name each most likely mistypes (a withdrawn build has no
     summary to say it).
@@ -284,8 +287,31 @@ def withdrawn_reason(
                     unknown[label] += 1
     counts = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
     hint = _left_out_labels(unknown, classes) if classes is not None else ""
-    if max_skipped_fraction is not None and _holds_shards(output_dir):
-        skipped = reasons.total()
+    skipped = reasons.total()
+    holds_shards = _holds_shards(output_dir)
+    # A withdrawn build that wrote images and did not skip too many (or that no bound limits)
+    # had books that did not balance.
+    if holds_shards and (
+        max_skipped_fraction is None
+        or (
+            listed
+            and not too_many_skipped({"listed": listed, "skipped": skipped}, max_skipped_fraction)
+        )
+    ):
+        lost = (listed or 0) - (written or 0) - skipped
+        how_many = (
+            f"{lost} of {count(listed or 0, 'listed input')} {'was' if lost == 1 else 'were'}"
+            if lost > 0 and written
+            else "inputs were"
+        )
+        return BuildFailed(
+            f"{how_many} neither written nor reported: the runner lost them between stages; "
+            f"nothing was published (the finished shards are kept), see {url}. Build again "
+            "with --resume (the DirectRunner's in_memory mode, a local build's default, does "
+            "not lose data)",
+            retry=True,
+        )
+    if max_skipped_fraction is not None and holds_shards:
         share = f" ({skipped / listed:.1%})" if listed else ""
         of = f" of {listed}" if listed else ""
         return BuildFailed(

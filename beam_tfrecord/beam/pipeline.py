@@ -153,9 +153,15 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
     shard_files = [s["file"] for s in manifest["shards"]]
     shard_files += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     shard_files += [shard_report_name(s["file"]) for s in manifest["shards"]]
-    if too_many_skipped(manifest["inputs"], config_dict.get("max_skipped_fraction")):
-        # Decided here, not by the command line, so that no runner publishes such a build. Its
-        # finished shards stay, as an interrupted build's do: --resume publishes them.
+    if (
+        too_many_skipped(manifest["inputs"], config_dict.get("max_skipped_fraction"))
+        or (manifest["inputs"]["unaccounted"])
+    ):
+        # Decided here, not by the command line, so that no runner publishes such a build: one
+        # that skipped too many, or whose books do not balance (inputs listed but neither
+        # written nor reported: a runner that lost them between stages), which would pass for
+        # complete wherever manifest.json is what says a build is done. Its finished shards
+        # stay, as an interrupted build's do: --resume publishes them.
         withdraw_build(output_dir, keep=shard_files)
         return manifest["inputs"]
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
@@ -687,5 +693,6 @@ def _build(
             config.max_skipped_fraction,
             counters.get("images_listed"),
             classes=config.classes,
+            written=counters.get("images_written"),
         )
     return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)
