@@ -217,13 +217,7 @@ def test_resume_replaces_a_shard_whose_report_names_an_input_no_longer_planned(p
     """A file a shard left out (truncated), since deleted: kept, the shard's report counted an
     input the build no longer lists, and the build failed with "-1 ... inputs were neither
     written nor reported", its manifest published all the same."""
-    spec, entries, _ = planned
-    broken = sorted(entries, key=lambda e: e.sort_key)[3]
-    damaged = _damage_scan(Path(broken.url).read_bytes())
-    Path(broken.url).write_bytes(damaged)
-    plan = [replace(e, source_size=len(damaged)) if e is broken else e for e in entries]
-    first, report = write_shard(spec, plan, POLICY)
-    assert [r.relpath for r in report] == [broken.relpath]
+    spec, plan, broken, first, report = _written_with_one_truncated(planned)
     Path(broken.url).unlink()
     rest = [e for e in plan if e.url != broken.url]
     redone, report = write_shard(spec, rest, POLICY, resume=True)
@@ -377,14 +371,21 @@ def test_a_record_over_the_shard_limit_is_reported_when_written(planned):
     assert result.examples == len(entries) - 1
 
 
-def test_resume_keeps_a_shard_with_left_out_images_and_its_report(planned):
+def _written_with_one_truncated(planned):
+    """The shard written with its fourth image cut short: (spec, plan, that entry, result,
+    report)."""
     spec, entries, _ = planned
     broken = sorted(entries, key=lambda e: e.sort_key)[3]
     damaged = _damage_scan(Path(broken.url).read_bytes())
     Path(broken.url).write_bytes(damaged)
     plan = [replace(e, source_size=len(damaged)) if e is broken else e for e in entries]
     first, report = write_shard(spec, plan, POLICY)
-    assert [r.reason for r in report] == ["truncated"]
+    assert [(r.relpath, r.reason) for r in report] == [(broken.relpath, "truncated")]
+    return spec, plan, plan[entries.index(broken)], first, report
+
+
+def test_resume_keeps_a_shard_with_left_out_images_and_its_report(planned):
+    spec, plan, _, first, report = _written_with_one_truncated(planned)
     kept, kept_report = write_shard(spec, plan, POLICY, resume=True)
     assert kept.resumed and kept.crc32c == first.crc32c and kept.examples == first.examples
     assert kept_report == report
