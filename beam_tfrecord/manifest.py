@@ -345,10 +345,11 @@ def _left_out_labels(unknown: Counter[str], classes: Sequence[str]) -> str:
     if not unknown:
         return ""
     named = []
+    unused = [name for name in classes if name not in unknown]  # the names a label may mistype
     for label, inputs in sorted(unknown.items(), key=lambda item: (-item[1], item[0])):
         if len(named) == _UNKNOWN_LABELS_NAMED:
             break
-        meant = nearest(label, [name for name in classes if name not in unknown])
+        meant = nearest(label, unused)
         typo = f"; --classes has {meant!r}: a typo?" if meant else ""
         named.append(f"{label!r} ({count(inputs, 'input')}{typo})")
     more = len(unknown) - len(named)

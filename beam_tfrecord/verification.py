@@ -380,18 +380,25 @@ def expand_paths(
 
 def _a_builds_own(fs: Any, path: str, builds_seen: dict[str, bool]) -> bool:
     """Whether `path` is one of the files a build writes beside its shards, none of them a
-    TFRecord file: its manifest.json, labels, report and TFDS metadata (`BUILD_FILES`), its
-    `index` and `reports` folders, or a file in one of those."""
+    TFRecord file (`_build_wrote`), or its `index` or `reports` folder itself."""
     path = path.rstrip("/")
     folder, name = posixpath.split(path)
     parent, subfolder = posixpath.split(folder)
-    if name in BUILD_FILES:
-        return _is_build_folder(fs, folder, builds_seen)
     if name in BUILD_FOLDERS:
         return fs.isdir(path) and _is_build_folder(fs, folder, builds_seen)
-    if subfolder in BUILD_FOLDERS and _is_sidecar(name):
-        return _is_build_folder(fs, parent, builds_seen)
-    return False
+    if _build_wrote(name):
+        return _is_build_folder(fs, folder, builds_seen)
+    return _build_wrote(f"{subfolder}/{name}") and _is_build_folder(fs, parent, builds_seen)
+
+
+def _build_wrote(relative: str) -> bool:
+    """Whether a path below a build folder (relative to it) is a file the build writes beside
+    its shards: its manifest.json, labels, report and TFDS metadata (`BUILD_FILES`), or a file
+    in its `index` or `reports` folder (`BUILD_FOLDERS`)."""
+    head, _, rest = relative.partition("/")
+    if not rest:
+        return head in BUILD_FILES
+    return head in BUILD_FOLDERS and "/" not in rest
 
 
 def _is_build_folder(fs: Any, folder: str, builds_seen: dict[str, bool]) -> bool:
@@ -424,12 +431,7 @@ class _BuildFolders:
         """Whether `name` is one of the files its build writes beside its shards (manifest,
         labels, report, TFDS files, and its index and reports folders' files)."""
         build = self._build_of(name)
-        if build is None:
-            return False
-        parts = name[len(build) :].lstrip("/").split("/")
-        return (len(parts) == 1 and parts[0] in BUILD_FILES) or (
-            len(parts) == 2 and parts[0] in BUILD_FOLDERS
-        )
+        return build is not None and _build_wrote(name[len(build) :].lstrip("/"))
 
     def _build_of(self, name: str) -> str | None:
         probe = posixpath.dirname(name)

@@ -155,7 +155,7 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
     shard_files += [shard_report_name(s["file"]) for s in manifest["shards"]]
     if (
         too_many_skipped(manifest["inputs"], config_dict.get("max_skipped_fraction"))
-        or (manifest["inputs"]["unaccounted"])
+        or manifest["inputs"]["unaccounted"]
     ):
         # Decided here, not by the command line, so that no runner publishes such a build: one
         # that skipped too many, or whose books do not balance (inputs listed but neither
