@@ -27,8 +27,9 @@ import signal
 import sys
 import threading
 import types
+from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 import fsspec
@@ -39,7 +40,14 @@ from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpe
 from beam_tfrecord.images.decode import quiet_pillow_for_good
 from beam_tfrecord.images.policy import ImagePolicy
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
-from beam_tfrecord.shard_writer import write_shard
+from beam_tfrecord.shard_writer import (
+    Segment,
+    keep_finished,
+    prepare_segment,
+    segment_runs,
+    write_segments,
+    write_shard,
+)
 
 __all__ = ["ShardProcesses", "discard_started", "settings_travel", "start_early", "take_started"]
 
@@ -66,6 +74,10 @@ class ShardProcesses:
             # would not have; the environment it inherits.
             initargs=(log_level, copy.deepcopy(fsspec.config.conf)),
         )
+        # The thread of this process that writes shards prepared in segments, one at a time:
+        # every process prepares that shard's segments, and at most `2 * processes` of them are
+        # in memory (shards of other builds' sizes are written whole, by one process each).
+        self._assemblers = ThreadPoolExecutor(1, thread_name_prefix="shard-segments")
 
     def submit(
         self,
@@ -84,6 +96,63 @@ class ShardProcesses:
             return self._pool.submit(
                 _write, spec, packed, policy, max_record_size, resume, read_ahead
             )
+
+    def submit_in_segments(
+        self,
+        spec: ShardSpec,
+        entries: Iterable[ImageEntry],
+        policy: ImagePolicy,
+        *,
+        max_record_size: int | None,
+        resume: bool,
+        read_ahead: int,
+    ) -> Future[tuple[ShardResult, list[ReportEntry]]]:
+        """Writes the shard from this process, its images prepared by all the worker processes
+        (`prepare_segment`, a run of images each): a shard is then not one core's work. The
+        future holds what `write_shard` returns, and the shard is the same bytes."""
+        with _signals_blocked():  # the thread it starts inherits the mask
+            return self._assemblers.submit(
+                self._write_in_segments, spec, entries, policy, max_record_size, resume, read_ahead
+            )
+
+    def _write_in_segments(
+        self,
+        spec: ShardSpec,
+        entries: Iterable[ImageEntry],
+        policy: ImagePolicy,
+        max_record_size: int | None,
+        resume: bool,
+        read_ahead: int,
+    ) -> tuple[ShardResult, list[ReportEntry]]:
+        ordered = sorted(entries, key=lambda e: e.sort_key)
+        replaced = ""
+        if resume:
+            packed = [entry.to_bytes() for entry in ordered]
+            with _signals_blocked():
+                kept = self._pool.submit(_keep, spec, packed, policy).result()
+            if isinstance(kept, tuple):
+                return kept
+            replaced = kept or ""
+        in_flight: deque[Future[Segment]] = deque()
+
+        def segments() -> Iterator[Segment]:
+            try:
+                for run in segment_runs(ordered):
+                    packed = [entry.to_bytes() for entry in run]
+                    with _signals_blocked():
+                        in_flight.append(
+                            self._pool.submit(_prepare, packed, policy, max_record_size, read_ahead)
+                        )
+                    # Enough queued that no process waits for work; few segments in memory.
+                    while len(in_flight) > 2 * self.processes:
+                        yield in_flight.popleft().result()
+                while in_flight:
+                    yield in_flight.popleft().result()
+            finally:
+                for future in in_flight:
+                    future.cancel()
+
+        return write_segments(spec, ordered, segments(), replaced=replaced)
 
     def start(self) -> None:
         """Starts every process now, where the first shards would start them."""
@@ -105,6 +174,7 @@ class ShardProcesses:
                 with contextlib.suppress(OSError):
                     process.terminate()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
+        self._assemblers.shutdown(wait=True, cancel_futures=cancel)
 
 
 def settings_travel() -> bool:
@@ -236,3 +306,28 @@ def _write(
         folder = os.environ.get(progress.ENV)
         if folder:  # the launcher's progress line sees this shard's last images at once
             progress.flush(folder)
+
+
+def _prepare(
+    packed: list[bytes], policy: ImagePolicy, max_record_size: int | None, read_ahead: int
+) -> Segment:
+    try:
+        return prepare_segment(
+            [ImageEntry.from_bytes(data) for data in packed],
+            policy,
+            max_record_size=max_record_size,
+            read_ahead=read_ahead,
+            executor=_worker["executor"] if read_ahead else None,
+            cpu=_worker["cpu"],
+        )
+    except SystemExit as stop:  # SIGTERM
+        os._exit(stop.code if isinstance(stop.code, int) else 1)
+
+
+def _keep(
+    spec: ShardSpec, packed: list[bytes], policy: ImagePolicy
+) -> tuple[ShardResult, list[ReportEntry]] | str | None:
+    try:
+        return keep_finished(spec, [ImageEntry.from_bytes(data) for data in packed], policy)
+    except SystemExit as stop:  # SIGTERM
+        os._exit(stop.code if isinstance(stop.code, int) else 1)

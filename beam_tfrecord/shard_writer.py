@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import os
 import posixpath
 import threading
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import fsspec
@@ -47,7 +49,15 @@ from beam_tfrecord.storage import (
 )
 from beam_tfrecord.wording import count
 
-__all__ = ["write_shard"]
+__all__ = [
+    "Segment",
+    "ShardOutput",
+    "keep_finished",
+    "prepare_segment",
+    "segment_runs",
+    "write_segments",
+    "write_shard",
+]
 
 
 _LOG = logging.getLogger(__name__)
@@ -87,135 +97,316 @@ def write_shard(
         cpu: bounds the checks and re-encodes running at once, shared between shards.
     """
     ordered = sorted(entries, key=lambda e: e.sort_key)
+    replaced = ""
+    if resume:
+        kept = keep_finished(spec, ordered, policy)
+        if isinstance(kept, tuple):
+            return kept
+        replaced = kept or ""
+    records = _prepared(ordered, policy, read_ahead, executor, cpu)
+    with ShardOutput(spec) as output:
+        work = output.frame_all(records, max_record_size)
+        output.commit()
+    return output.result(ordered, work, replaced), output.report
+
+
+def write_segments(
+    spec: ShardSpec,
+    ordered: list[ImageEntry],
+    segments: Iterable[Segment],
+    *,
+    replaced: str = "",
+) -> tuple[ShardResult, list[ReportEntry]]:
+    """Writes one shard from its segments (`prepare_segment`), in order; returns what
+    `write_shard` returns for the same images, and the shard holds the same bytes.
+
+    `ordered` is the shard's plan in shuffle-key order, the segments its consecutive runs:
+    other processes prepare them while this one writes their bytes as they come.
+    """
+    work: Counter[str] = Counter()
+    with ShardOutput(spec) as output:
+        for segment in segments:
+            output.write_segment(segment)
+            work.update(dict(segment.work))
+        output.commit()
+    return output.result(ordered, work, replaced), output.report
+
+
+def keep_finished(
+    spec: ShardSpec, ordered: list[ImageEntry], policy: ImagePolicy
+) -> tuple[ShardResult, list[ReportEntry]] | str | None:
+    """--resume: the result and report of the shard an earlier run of this build finished,
+    when it verifies against the plan (its index published again: that run may have died
+    between the shard and its index); else why it is to be written again (None: not there)."""
     fs, final_path = fsspec.core.url_to_fs(spec.url)
     folder = posixpath.dirname(final_path)
-    index_path = posixpath.join(folder, index_file_name(spec.file_name))
     report_path = posixpath.join(folder, shard_report_name(spec.file_name))
-    replaced = ""  # why a finished shard found here is not kept (ShardResult.replaced)
-    if resume:
-        kept = _verify_existing(fs, final_path, report_path, spec, ordered, policy)
-        if isinstance(kept, str):
-            replaced = kept
-        elif kept is not None:
-            result, index, report = kept
-            # An earlier run may have died between publishing the shard and its index.
-            publish(fs, index_path, index.encode("ascii"))
-            progress.add("written", result.examples, result.bytes)
-            _LOG.debug(
-                "kept finished shard %s (%s)", spec.file_name, count(result.examples, "example")
-            )
-            return result, report
-    temp_path = final_path if is_object_store(fs) else temporary_name(final_path)
+    kept = _verify_existing(fs, final_path, report_path, spec, ordered, policy)
+    if kept is None or isinstance(kept, str):
+        return kept
+    result, index, report = kept
+    publish(fs, posixpath.join(folder, index_file_name(spec.file_name)), index.encode("ascii"))
+    progress.add("written", result.examples, result.bytes)
+    _LOG.debug("kept finished shard %s (%s)", spec.file_name, count(result.examples, "example"))
+    return result, report
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A consecutive run of a shard's images, read, checked and framed by any process: the
+    bytes its records take in the shard, and what the shard's result and report need of them.
+
+    What lets the images of one shard be prepared on several cores: the framing of a record
+    does not depend on where it lands, so the shard is its segments' bytes in order.
+    """
+
+    data: bytes  # the framed records, as TFRecordWriter writes them
+    sizes: bytes  # each record's framed size, as array("Q") bytes (the index's lengths)
+    report: tuple[ReportEntry, ...]
+    counts: tuple[tuple[str, int], ...]  # records per class
+    work: tuple[tuple[str, int], ...]  # reads, bytes read, decodes, encodes
+
+    @property
+    def records(self) -> int:
+        return len(self.sizes) // _SIZE_BYTES
+
+
+_SIZE_BYTES = array("Q").itemsize
+
+# A segment's images at most, and their source bytes at most (an image larger than that is a
+# segment of its own): enough that handing a segment to a process and its records back is
+# small beside the work, few enough that the shard's processes all have segments to prepare.
+SEGMENT_IMAGES = 2048
+SEGMENT_BYTES = 4 * 1024 * 1024
+
+
+def segment_runs(ordered: list[ImageEntry]) -> Iterator[list[ImageEntry]]:
+    """A shard's images, in order, cut into consecutive runs for `prepare_segment`."""
+    run: list[ImageEntry] = []
+    size = 0
+    for entry in ordered:
+        if run and (len(run) >= SEGMENT_IMAGES or size + entry.source_size > SEGMENT_BYTES):
+            yield run
+            run, size = [], 0
+        run.append(entry)
+        size += entry.source_size
+    if run:
+        yield run
+
+
+def prepare_segment(
+    ordered: list[ImageEntry],
+    policy: ImagePolicy,
+    *,
+    max_record_size: int | None = None,
+    read_ahead: int = 0,
+    executor: ThreadPoolExecutor | None = None,
+    cpu: threading.Semaphore | None = None,
+) -> Segment:
+    """Reads, checks and frames a run of a shard's images (in shuffle-key order) as
+    `write_shard` would, into memory: the run's records, bytes for bytes."""
+    buffer = io.BytesIO()
     report: list[ReportEntry] = []
     counts: Counter[str] = Counter()
     work: Counter[str] = Counter()
-    # A few bytes per record; held until the shard is published, so that no index ever
-    # describes a shard that is not there.
-    index: list[str] = []
-    tally = progress.Tally()  # the images written, handed on in sums
-    fs.makedirs(folder, exist_ok=True)
-    direct = temp_path == final_path
-    # An object store completes an upload when its file is closed, even when the writing failed;
-    # without autocommit it completes only on commit(), so a failed shard never appears.
-    raw = (
-        fs.open(temp_path, "wb", autocommit=False, block_size=upload_block_size(fs))
-        if direct
-        else fs.open(temp_path, "wb")
+    sizes = array("Q")
+    with TFRecordWriter(buffer) as writer:
+        for entry, encoded in _prepared(ordered, policy, read_ahead, executor, cpu):
+            ready = _record_for(entry, encoded.result, report, max_record_size, work)
+            if ready is None:
+                continue
+            sizes.append(writer.write_parts(ready.record, crc=ready.crc))
+            if entry.label is not None:
+                counts[entry.label] += 1
+    return Segment(
+        buffer.getvalue(),
+        sizes.tobytes(),
+        tuple(report),
+        tuple(counts.items()),
+        tuple(work.items()),
     )
-    # An object store's file uploads a block inside write() whenever its buffer fills; on a
-    # thread of its own the upload overlaps the reading of the next images.
-    out = BackgroundWriter(raw) if direct else raw
-    try:
-        encode = functools.partial(
-            _encoded, policy=policy, cpu=cpu or threading.Semaphore(usable_cores())
+
+
+class ShardOutput:
+    """One shard being written: the publish step as an object.
+
+    Opened, its records go to a temporary name beside the final one (on an object store: an
+    upload left uncommitted, which no reader sees). `commit` publishes, in an order that never
+    lets a reader see a part: the shard's report lines, then the shard under its final name,
+    then its index. Leaving the `with` block without a commit (an error, an interrupt) aborts:
+    the temporary file goes, or the upload is cancelled, and nothing of the shard appears.
+    """
+
+    def __init__(self, spec: ShardSpec):
+        self.spec = spec
+        self.report: list[ReportEntry] = []
+        self._counts: Counter[str] = Counter()
+        # A few bytes per record; held until the shard is published, so that no index ever
+        # describes a shard that is not there.
+        self._index: list[str] = []
+        self._tally = progress.Tally()  # the images written, handed on in sums
+        fs, final_path = fsspec.core.url_to_fs(spec.url)
+        self._fs, self._final = fs, final_path
+        folder = posixpath.dirname(final_path)
+        self._index_path = posixpath.join(folder, index_file_name(spec.file_name))
+        self._report_path = posixpath.join(folder, shard_report_name(spec.file_name))
+        self._direct = is_object_store(fs)
+        self._temp = final_path if self._direct else temporary_name(final_path)
+        self._committed = False
+
+    def __enter__(self) -> ShardOutput:
+        fs = self._fs
+        fs.makedirs(posixpath.dirname(self._final), exist_ok=True)
+        # An object store completes an upload when its file is closed, even when the writing
+        # failed; without autocommit it completes only on commit(), so a failed shard never
+        # appears.
+        self._raw = (
+            fs.open(self._temp, "wb", autocommit=False, block_size=upload_block_size(fs))
+            if self._direct
+            else fs.open(self._temp, "wb")
         )
-        if read_ahead and any(is_remote(e.url) for e in ordered):
-            # Objects: many reads in flight through the store's async interface; the threads
-            # then only check and encode, on bytes already here.
-            fetched = fetch_in_order(((e, e.url, e.source_size) for e in ordered), depth=read_ahead)
-            sources = (
-                (entry, future)
-                for (entry, _), future in ahead_of(
-                    fetched,
-                    lambda pair: encode(pair[0], data=pair[1]),
-                    threads=read_ahead,
-                    size_of=lambda pair: pair[0].source_size,
-                    executor=executor,
-                )
-            )
-        else:
-            # A thread takes a run of images, not one: handing an image to a thread and its
-            # record back costs tens of microseconds, more than all the work on a small image.
-            runs = ahead_of(
-                _runs(ordered),
-                lambda run: [_Outcome.of(encode, entry) for entry in run],
-                threads=read_ahead,
-                size_of=lambda run: sum(e.source_size for e in run),
-                executor=executor,
-            )
-            sources = (
-                pair for run, outcomes in runs for pair in zip(run, outcomes.result(), strict=True)
-            )
+        # An object store's file uploads a block inside write() whenever its buffer fills; on
+        # a thread of its own the upload overlaps the reading of the next images.
+        out = BackgroundWriter(self._raw) if self._direct else self._raw
+        self._out = out
         # The writer keeps the file's checksum as it goes, so the shard is never read back.
-        with TFRecordWriter(out, checksum=True) as writer:
-            for entry, encoded in sources:
-                ready = _record_for(entry, encoded.result, report, max_record_size, work)
-                if ready is None:
-                    continue
-                offset = writer.bytes_written
-                index.append(index_line(offset, writer.write_parts(ready.record, crc=ready.crc)))
-                tally.add("written", 1, writer.bytes_written - offset)
-                if entry.label is not None:
-                    counts[entry.label] += 1
+        self.writer = TFRecordWriter(out, checksum=True).__enter__()
+        return self
+
+    def __exit__(self, kind, error, traceback) -> None:
+        self._tally.flush()
+        if not self._committed:
+            self._abort()
+
+    def frame_all(
+        self, records: Iterable[tuple[ImageEntry, _Outcome | Future]], max_record_size: int | None
+    ) -> Counter[str]:
+        """Frames each prepared image in turn, or reports it; returns the work done."""
+        work: Counter[str] = Counter()
+        writer, index, tally, counts = self.writer, self._index, self._tally, self._counts
+        report = self.report
+        for entry, encoded in records:
+            ready = _record_for(entry, encoded.result, report, max_record_size, work)
+            if ready is None:
+                continue
+            offset = writer.bytes_written
+            size = writer.write_parts(ready.record, crc=ready.crc)
+            index.append(index_line(offset, size))
+            tally.add("written", 1, size)
+            if entry.label is not None:
+                counts[entry.label] += 1
+        return work
+
+    def write_segment(self, segment: Segment) -> None:
+        """Writes a segment's records as they are, after the records before it."""
+        offset = self.writer.bytes_written
+        self.writer.write_framed(segment.data, segment.records)
+        index = self._index
+        for size in array("Q", segment.sizes):
+            index.append(index_line(offset, size))
+            offset += size
+        self.report.extend(segment.report)
+        self._counts.update(dict(segment.counts))
+        self._tally.add("written", segment.records, len(segment.data))
+
+    def commit(self) -> None:
+        """Publishes the shard whole: its report lines, the shard, then its index."""
+        self.writer.close()
+        fs = self._fs
         # Before the shard: a shard under its final name always has its report lines.
-        publish(fs, report_path, "".join(r.to_json() + "\n" for r in report).encode("utf-8"))
-        if direct:
-            out.close()
+        publish(
+            fs, self._report_path, "".join(r.to_json() + "\n" for r in self.report).encode("utf-8")
+        )
+        raw = self._raw
+        if self._direct:
+            self._out.close()
             whole = unsent(raw)
             if whole is None:
                 raw.close()
                 raw.commit()
             else:  # a shard smaller than one upload block: one request, not three
                 raw.closed = True  # it sent nothing, so there is nothing to cancel
-                publish(fs, final_path, whole)
+                publish(fs, self._final, whole)
         else:
             raw.close()
-            fs.mv(temp_path, final_path)
-    except BaseException:
-        tally.flush()
-        if direct:
-            out.abandon()
-            _cancel_upload(raw, temp_path)
+            fs.mv(self._temp, self._final)
+        self._committed = True
+        self._tally.flush()
+        publish(fs, self._index_path, "".join(self._index).encode("ascii"))
+
+    def _abort(self) -> None:
+        if self._direct:
+            self._out.abandon()
+            _cancel_upload(self._raw, self._temp)
         else:
-            raw.close()
-            if fs.exists(temp_path):
-                fs.rm(temp_path)
-        raise
-    tally.flush()
-    publish(fs, index_path, "".join(index).encode("ascii"))
-    result = ShardResult(
-        split=spec.split,
-        index=spec.index,
-        file_name=spec.file_name,
-        examples=writer.records_written,
-        bytes=writer.bytes_written,
-        crc32c=f"{writer.crc32c:08x}",
-        class_counts=tuple(sorted(counts.items())),
-        index_file=index_file_name(spec.file_name),
-        planned_bytes=sum(e.record_size for e in ordered),
-        reads=work["reads"],
-        bytes_read=work["bytes_read"],
-        decodes=work["decodes"],
-        encodes=work["encodes"],
-        replaced=replaced,
+            self._raw.close()
+            if self._fs.exists(self._temp):
+                self._fs.rm(self._temp)
+
+    def result(self, ordered: list[ImageEntry], work: Counter[str], replaced: str) -> ShardResult:
+        """What the committed shard holds (ShardResult)."""
+        writer, spec = self.writer, self.spec
+        result = ShardResult(
+            split=spec.split,
+            index=spec.index,
+            file_name=spec.file_name,
+            examples=writer.records_written,
+            bytes=writer.bytes_written,
+            crc32c=f"{writer.crc32c:08x}",
+            class_counts=tuple(sorted(self._counts.items())),
+            index_file=index_file_name(spec.file_name),
+            planned_bytes=sum(e.record_size for e in ordered),
+            reads=work["reads"],
+            bytes_read=work["bytes_read"],
+            decodes=work["decodes"],
+            encodes=work["encodes"],
+            replaced=replaced,
+        )
+        _LOG.debug(
+            "wrote shard %s: %s, %s",
+            spec.file_name,
+            count(result.examples, "example"),
+            count(result.bytes, "byte"),
+        )
+        return result
+
+
+def _prepared(
+    ordered: list[ImageEntry],
+    policy: ImagePolicy,
+    read_ahead: int,
+    executor: ThreadPoolExecutor | None,
+    cpu: threading.Semaphore | None,
+) -> Iterator[tuple[ImageEntry, _Outcome | Future]]:
+    """Each image with its preparation (`_encoded`), in order: something whose `result()`
+    gives the record, or raises what preparing it raised."""
+    encode = functools.partial(
+        _encoded, policy=policy, cpu=cpu or threading.Semaphore(usable_cores())
     )
-    _LOG.debug(
-        "wrote shard %s: %s, %s",
-        spec.file_name,
-        count(result.examples, "example"),
-        count(result.bytes, "byte"),
+    if read_ahead and any(is_remote(e.url) for e in ordered):
+        # Objects: many reads in flight through the store's async interface; the threads
+        # then only check and encode, on bytes already here.
+        fetched = fetch_in_order(((e, e.url, e.source_size) for e in ordered), depth=read_ahead)
+        return (
+            (entry, future)
+            for (entry, _), future in ahead_of(
+                fetched,
+                lambda pair: encode(pair[0], data=pair[1]),
+                threads=read_ahead,
+                size_of=lambda pair: pair[0].source_size,
+                executor=executor,
+            )
+        )
+    # A thread takes a run of images, not one: handing an image to a thread and its record
+    # back costs tens of microseconds, more than all the work on a small image.
+    runs = ahead_of(
+        _runs(ordered),
+        lambda run: [_Outcome.of(encode, entry) for entry in run],
+        threads=read_ahead,
+        size_of=lambda run: sum(e.source_size for e in run),
+        executor=executor,
     )
-    return result, report
+    return (pair for run, outcomes in runs for pair in zip(run, outcomes.result(), strict=True))
 
 
 def _cancel_upload(raw, path: str) -> None:

@@ -83,6 +83,7 @@ class _WriteShardFn(_ReadAheadFn):
     def setup(self):
         super().setup()
         self._pool: ShardProcesses | None = None
+        self._segmented = False
         self._pending: list = []
 
     def start_bundle(self):
@@ -108,7 +109,13 @@ class _WriteShardFn(_ReadAheadFn):
         }
         pool = self._pool_for(plan)
         if pool is not None:
-            self._pending.append(pool.submit(spec, entries, self._policy, **how))
+            # Too few shards to keep every process busy to the end (a build of small images is
+            # a few shards of a hundred thousand images each, and a split's last shards are
+            # often its smallest): each shard's images are prepared by all the processes, a
+            # segment each, and the shard written from here. More shards are written whole, by
+            # one process each, which saves moving their bytes between processes.
+            submit = pool.submit_in_segments if self._segmented else pool.submit
+            self._pending.append(submit(spec, entries, self._policy, **how))
             # Two shards a process queued: none waits for work, and few plans wait in memory.
             while len(self._pending) > 2 * self._processes:
                 yield from self._outputs(*self._next_written())
@@ -152,6 +159,9 @@ class _WriteShardFn(_ReadAheadFn):
                     " (started early)" if early else "",
                 )
                 self._pool = early or ShardProcesses(self._processes)
+                self._segmented = sum(p.shards for p in splits) <= 2 * self._processes
+                if self._segmented:
+                    _LOG.debug("each shard's images prepared in all %d processes", self._processes)
         return self._pool
 
     def _outputs(self, result, report):

@@ -19,6 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from test_transform_write_shards import _shards
 
+from beam_tfrecord import shard_writer
 from beam_tfrecord.beam.pipeline import shard_processes
 from beam_tfrecord.beam.writing import WriteShards
 from beam_tfrecord.config import BuildConfig
@@ -102,6 +103,45 @@ def test_worker_processes_write_the_same_shards_results_and_report(
     assert "writing shards in 2 worker processes" in caplog.text
     assert _digests(pooled) == _digests(here)
     assert not [name for name in _digests(pooled) if name.startswith(".") or "/." in name]
+
+
+def test_a_plan_of_few_shards_has_every_process_prepare_each_shard(
+    pipeline, shards, tmp_path, caplog, monkeypatch
+):
+    """Two shards for two processes: each shard's images are prepared by both, in segments, and
+    the shards are the bytes one writer per shard makes."""
+    shard_list, plan = shards
+    by_split: dict[str, list[ImageEntry]] = {}
+    for (split, _), entries in shard_list:
+        by_split.setdefault(split, []).extend(entries)
+    few = [((split, 0), entries) for split, entries in sorted(by_split.items())]
+    plan = {split: replace(p, shards=1) for split, p in plan.items()}
+    here = tmp_path / "here"
+    for (split, index), entries in few:
+        spec = ShardSpec(str(here), shard_file_name("ds", split, index, 1), split, index, 1)
+        write_shard(spec, entries, POLICY, max_record_size=1 << 20)
+    monkeypatch.setattr(shard_writer, "SEGMENT_IMAGES", 3)  # several segments a shard
+    caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
+    pooled = tmp_path / "pooled"
+    with pipeline as p:
+        written = (
+            p
+            | "Shards" >> beam.Create(few)
+            | WriteShards(
+                str(pooled),
+                "ds",
+                POLICY,
+                p | "Plan" >> beam.Create([plan]),
+                max_record_size=1 << 20,
+                read_ahead=4,
+                processes=2,
+                processes_min_bytes=0,
+            )
+        )
+        counted = written["results"] | beam.Map(lambda r: r.examples) | beam.CombineGlobally(sum)
+        assert_that(counted, equal_to([26]))
+    assert "each shard's images prepared in all 2 processes" in caplog.text
+    assert _digests(pooled) == _digests(here)
 
 
 def test_a_small_plan_is_written_without_worker_processes(pipeline, shards, tmp_path, caplog):

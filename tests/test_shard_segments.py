@@ -1,0 +1,117 @@
+"""A shard written from segments, its images prepared on several cores: the same shard, byte for
+byte, as one process writing it image by image, hostile images normalized or reported alike."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from hostile_images import hostile_corpus
+
+from beam_tfrecord import shard_writer
+from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.entries import ImageEntry, ShardSpec
+from beam_tfrecord.shard_processes import ShardProcesses
+from beam_tfrecord.shard_writer import (
+    prepare_segment,
+    segment_runs,
+    write_segments,
+    write_shard,
+)
+
+POLICY = BuildConfig(inputs=("unused",), output="unused").image
+
+
+@pytest.fixture
+def hostile(tmp_path) -> list[ImageEntry]:
+    """The hostile corpus on disk, planned into one shard (a file that is no image among them)."""
+    entries = []
+    for number, case in enumerate(hostile_corpus()):
+        path = tmp_path / "src" / f"{number:02d}" / case.filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(case.data)
+        relpath = str(path.relative_to(tmp_path / "src"))
+        # Keys out of file order: the shard's order is the plan's, whoever prepares what.
+        entries.append(
+            ImageEntry(
+                str(path), relpath, len(case.data), "train", (number * 7919) % 101, "x", 0, 1
+            )
+        )
+    return entries
+
+
+def _files(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _spec(folder: Path) -> ShardSpec:
+    return ShardSpec(str(folder), "ds-train.tfrecord-00000-of-00001", "train", 0, 1)
+
+
+def test_segments_make_the_shard_one_writer_makes(hostile, tmp_path, monkeypatch):
+    expected, expected_report = write_shard(
+        _spec(tmp_path / "one"), hostile, POLICY, max_record_size=1 << 20
+    )
+    assert {r.action for r in expected_report} == {"skipped", "modified"}
+    monkeypatch.setattr(shard_writer, "SEGMENT_IMAGES", 4)  # many segments of a small shard
+    ordered = sorted(hostile, key=lambda e: e.sort_key)
+    runs = list(segment_runs(ordered))
+    assert len(runs) > 3 and [e for run in runs for e in run] == ordered
+    segments = (prepare_segment(run, POLICY, max_record_size=1 << 20) for run in runs)
+    result, report = write_segments(_spec(tmp_path / "segments"), ordered, segments)
+    assert result == expected
+    assert report == expected_report
+    assert _files(tmp_path / "segments") == _files(tmp_path / "one")
+
+
+def test_a_segment_is_cut_by_bytes_too_and_a_large_image_is_one_of_its_own(monkeypatch):
+    monkeypatch.setattr(shard_writer, "SEGMENT_BYTES", 1000)
+    sizes = [300, 300, 300, 300, 5000, 10, 10]
+    entries = [ImageEntry(f"/{i}", f"{i}", s, "train", i) for i, s in enumerate(sizes)]
+    runs = [[e.source_size for e in run] for run in segment_runs(entries)]
+    assert runs == [[300, 300, 300], [300], [5000], [10, 10]]
+
+
+@pytest.mark.slow
+def test_worker_processes_prepare_the_segments_of_one_shard(hostile, tmp_path, monkeypatch):
+    expected, expected_report = write_shard(
+        _spec(tmp_path / "one"), hostile, POLICY, max_record_size=1 << 20
+    )
+    # Read where segments are cut, in this process: the processes only prepare them.
+    monkeypatch.setattr(shard_writer, "SEGMENT_IMAGES", 3)
+    pool = ShardProcesses(2)
+    try:
+        how = {"max_record_size": 1 << 20, "resume": False, "read_ahead": 4}
+        future = pool.submit_in_segments(_spec(tmp_path / "pooled"), hostile, POLICY, **how)
+        result, report = future.result(timeout=120)
+        assert (result, report) == (expected, expected_report)
+        assert _files(tmp_path / "pooled") == _files(tmp_path / "one")
+        # --resume finds the finished shard and keeps it, as write_shard does.
+        kept = pool.submit_in_segments(
+            _spec(tmp_path / "pooled"), hostile, POLICY, **{**how, "resume": True}
+        )
+        kept_result, kept_report = kept.result(timeout=120)
+        assert kept_result.resumed and kept_report == expected_report
+        assert kept_result.crc32c == expected.crc32c and kept_result.bytes == expected.bytes
+    finally:
+        pool.close()
+    assert _files(tmp_path / "pooled") == _files(tmp_path / "one")
+
+
+def test_a_failed_segment_publishes_nothing(hostile, tmp_path, monkeypatch):
+    """An error while the shard is written (here: a segment that cannot be had) leaves no shard,
+    no temporary file, no report and no index behind."""
+    ordered = sorted(hostile, key=lambda e: e.sort_key)
+
+    def segments():
+        yield prepare_segment(ordered[:3], POLICY)
+        raise OSError("the segment's process died")
+
+    with pytest.raises(OSError, match="process died"):
+        write_segments(_spec(tmp_path / "out"), ordered, segments())
+    assert _files(tmp_path / "out") == {}
