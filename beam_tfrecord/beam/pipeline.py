@@ -25,10 +25,12 @@ from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 from fsspec.utils import get_protocol
 
+from beam_tfrecord.batches import EntryBatch
 from beam_tfrecord.beam import callers_logging_kept
 from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
+    Batched,
     DropDuplicates,
     HashImages,
     ListImages,
@@ -38,7 +40,7 @@ from beam_tfrecord.beam.transforms import (
 from beam_tfrecord.beam.writing import PROCESSES_MIN_BYTES, WriteReport, WriteShards
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.config import BuildConfig, ConfigError
-from beam_tfrecord.entries import ShardResult
+from beam_tfrecord.entries import ImageEntry, ShardResult
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.manifest import (
@@ -201,10 +203,15 @@ class ConvertImages(beam.PTransform):
         census = planned_images["census"]
         entries, reports = planned_images["entries"], [planned_images["report"]]
         if config.dedup:
-            # The one setting that reads images before planning: content hashes.
-            hashed = entries | "HashImages" >> HashImages(read_ahead=read_ahead)
+            # The one setting that reads images before planning: content hashes. Copies meet
+            # by their content, an image to an element; batched again after.
+            hashed = (
+                entries
+                | "Unbatch" >> beam.FlatMap(iter).with_output_types(ImageEntry)
+                | "HashImages" >> HashImages(read_ahead=read_ahead)
+            )
             unique = hashed["entries"] | "DropDuplicates" >> DropDuplicates()
-            entries = unique["entries"]
+            entries = unique["entries"] | "Batch" >> Batched(EntryBatch)
             reports += [hashed["report"], unique["report"]]
         # No split can hold more images than were listed: that bounds the planning buckets.
         most = census | "ListedCount" >> beam.Map(lambda c: c.listed)

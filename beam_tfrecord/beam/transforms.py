@@ -19,6 +19,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_tfrecord import progress
+from beam_tfrecord.batches import BATCH, EntryBatch, LabelledBatch, SourceBatch, batched
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.listing import (
@@ -44,6 +45,7 @@ from beam_tfrecord.wording import nearest
 
 __all__ = [
     "METRICS_NAMESPACE",
+    "Batched",
     "Census",
     "DropDuplicates",
     "HashImages",
@@ -72,14 +74,28 @@ def metric_counter(name: str):
 
 class _SplitFn(beam.DoFn):
     """Splits a listing task into parts for other workers; the files its listing already found
-    (`split_listing`) go out at once, tagged FILES."""
+    (`split_listing`) go out in batches, tagged FILES."""
 
     def __init__(self, extensions: Sequence[str]):
         self._extensions = tuple(extensions)
 
+    def start_bundle(self):
+        self._found = SourceBatch()
+
     def process(self, task: ListingTask):
         for item in split_listing(task, self._extensions):
-            yield pvalue.TaggedOutput(_FILES, item) if isinstance(item, SourceFile) else item
+            if not isinstance(item, SourceFile):
+                yield item
+                continue
+            self._found.append(item)
+            if len(self._found) >= BATCH:
+                yield pvalue.TaggedOutput(_FILES, self._found)
+                self._found = SourceBatch()
+
+    def finish_bundle(self):
+        if self._found:
+            yield in_global_window(pvalue.TaggedOutput(_FILES, self._found))
+        self._found = SourceBatch()
 
 
 _FILES = "files"
@@ -89,8 +105,8 @@ class _ExpandTaskFn(beam.DoFn):
     def __init__(self, extensions: Sequence[str]):
         self._extensions = tuple(extensions)
 
-    def process(self, task: ListingTask) -> Iterable[SourceFile]:
-        yield from expand_task(task, self._extensions)
+    def process(self, task: ListingTask) -> Iterable[SourceBatch]:
+        yield from batched(expand_task(task, self._extensions), SourceBatch)
 
 
 class _TallyFn(beam.DoFn):
@@ -104,13 +120,15 @@ class _TallyFn(beam.DoFn):
 
 
 class _CountFn(_TallyFn):
+    """Counts the files of each batch it passes on."""
+
     def __init__(self, name: str):
         self._counter = metric_counter(name)
 
-    def process(self, element):
-        self._counter.inc()
-        self._tally.add("listed")
-        yield element
+    def process(self, batch: SourceBatch):
+        self._counter.inc(len(batch))
+        self._tally.add("listed", len(batch))
+        yield batch
 
 
 class _OnePerFileFn(_TallyFn):
@@ -142,7 +160,7 @@ class _OnePerFileFn(_TallyFn):
 class ListImages(beam.PTransform):
     """Lists the image files that glob patterns (or an input list) name, each file once.
 
-    Returns a dict: `sources` (SourceFile) and, where a file can be listed more than once (an
+    Returns a dict: `sources` (SourceBatch: listed files, many to an element) and, where a file can be listed more than once (an
     input list, several patterns), `report`: files an input list labels more than one way,
     listed but not to be written (PlanImages reports them, so that they count as listed).
 
@@ -174,11 +192,16 @@ class ListImages(beam.PTransform):
                 pbegin
                 | "ListChunks" >> beam.Create(input_list_chunks(self._input_list))
                 | "SpreadChunks" >> beam.Reshuffle()
-                | "ReadList" >> beam.FlatMap(read_input_list_chunk).with_output_types(SourceFile)
+                | "ReadList"
+                >> beam.FlatMap(
+                    lambda chunk: batched(read_input_list_chunk(chunk), SourceBatch)
+                ).with_output_types(SourceBatch)
             )
         elif self._listing == "launcher":
             sources = sorted(s for p in self._patterns for s in expand_pattern(p, self._extensions))
-            found = pbegin | "ListedHere" >> beam.Create(sources)
+            found = pbegin | "ListedHere" >> beam.Create(
+                list(batched(sources, SourceBatch))
+            ).with_output_types(SourceBatch)
         else:
             tasks = (
                 pbegin
@@ -190,31 +213,38 @@ class ListImages(beam.PTransform):
                 split = tasks | f"Split{level}" >> beam.ParDo(
                     _SplitFn(self._extensions)
                 ).with_output_types(ListingTask).with_outputs(_FILES, main="parts")
+                split[_FILES].element_type = SourceBatch
                 found_splitting.append(split[_FILES])
                 # Each part is listed by whichever worker takes it, not by the launcher.
                 tasks = split.parts | f"Spread{level}" >> beam.Reshuffle()
             expanded = tasks | "Expand" >> beam.ParDo(
                 _ExpandTaskFn(self._extensions)
-            ).with_output_types(SourceFile)
+            ).with_output_types(SourceBatch)
             found = (*found_splitting, expanded) | "AllFound" >> beam.Flatten().with_output_types(
-                SourceFile
+                SourceBatch
             )
         if self._input_list is None and len(self._patterns) == 1:
             # The parts of one pattern are disjoint, so no file can be listed twice: no shuffle.
             counted = found | "CountListed" >> beam.ParDo(
                 _CountFn("images_listed")
-            ).with_output_types(SourceFile)
+            ).with_output_types(SourceBatch)
             return {"sources": counted}
+        # A file two patterns (or lines of a list) name is one input: the files meet by URL,
+        # one element each, and are batched again after.
         listed = (
             found
-            | "KeyByUrl" >> beam.Map(lambda s: (s.url, s)).with_output_types(tuple[str, SourceFile])
+            | "KeyByUrl"
+            >> beam.FlatMap(lambda batch: ((s.url, s) for s in batch)).with_output_types(
+                tuple[str, SourceFile]
+            )
             | "GroupByUrl" >> beam.GroupByKey()
             | "OnePerFile"
             >> beam.ParDo(_OnePerFileFn())
             .with_output_types(SourceFile)
             .with_outputs(REPORT, main="sources")
         )
-        return {"sources": listed.sources, "report": listed[REPORT]}
+        sources = listed.sources | "Batch" >> Batched(SourceBatch)
+        return {"sources": sources, "report": listed[REPORT]}
 
 
 class _ImageEntryCoder(beam.coders.Coder):
@@ -261,17 +291,58 @@ class _SourceFileCoder(beam.coders.Coder):
 
 
 beam.coders.registry.register_coder(SourceFile, _SourceFileCoder)
+
+
+class _BatchCoder(beam.coders.Coder):
+    """A batch of metadata (`batches`) in its own compact bytes: one element, coded in one piece.
+
+    Beam sizes every element it outputs, and would encode it to do so: a batch adds up its
+    entries' sizes instead.
+    """
+
+    kind: type
+
+    def encode(self, value) -> bytes:
+        return self.kind.to_bytes(value)
+
+    def decode(self, encoded: bytes):
+        return self.kind.from_bytes(encoded)
+
+    def estimate_size(self, value) -> int:
+        return value.encoded_size()
+
+    def is_deterministic(self) -> bool:
+        return True
+
+    def to_type_hint(self):
+        return self.kind
+
+
+class _SourceBatchCoder(_BatchCoder):
+    kind = SourceBatch
+
+
+class _EntryBatchCoder(_BatchCoder):
+    kind = EntryBatch
+
+
+class _LabelledBatchCoder(_BatchCoder):
+    kind = LabelledBatch
+
+
+for _coder in (_SourceBatchCoder, _EntryBatchCoder, _LabelledBatchCoder):
+    beam.coders.registry.register_coder(_coder.kind, _coder)
+
+
 # Entries per chunk at most, and entries a bundle holds back at most before it outputs its
 # chunks: a bound on the memory chunking takes, however many planning buckets there are.
-_CHUNK_ENTRIES = 2048
+_CHUNK_ENTRIES = BATCH
 _HELD_ENTRIES = 8 * _CHUNK_ENTRIES
 
 
 # ((split, bucket or shard), a chunk of its entries): planning moves entries in chunks, as
 # every element costs Beam microseconds of its own at each step and shuffle it crosses.
-_Chunk = tuple[tuple[str, int], list[ImageEntry]]
-# A listed file and its label: a class name, None (unlabelled builds), or why it has none.
-_Labelled = tuple[SourceFile, "str | ReportEntry | None"]
+_Chunk = tuple[tuple[str, int], EntryBatch]
 
 
 @dataclass(frozen=True)
@@ -318,7 +389,7 @@ class _CensusFn(beam.CombineFn):
         # Inputs listed; their labels; labels --classes does not name (unknown_class).
         return 0, set(), set()
 
-    def add_input(self, accumulator, chunk: list[_Labelled]):
+    def add_input(self, accumulator, chunk: LabelledBatch):
         listed, labels, others = accumulator
         for _, label in chunk:
             if isinstance(label, str):
@@ -358,21 +429,38 @@ class _CensusFn(beam.CombineFn):
 
 
 class _GatherFn(beam.DoFn):
-    """Gathers a bundle's elements into lists of up to `_CHUNK_ENTRIES`."""
+    """Gathers a bundle's elements into batches of `kind` (a list), of up to `BATCH`."""
+
+    def __init__(self, kind: type[list]):
+        self._kind = kind
 
     def start_bundle(self):
-        self._chunk: list = []
+        self._chunk = self._kind()
 
     def process(self, element):
         self._chunk.append(element)
-        if len(self._chunk) >= _CHUNK_ENTRIES:
+        if len(self._chunk) >= BATCH:
             yield self._chunk
-            self._chunk = []
+            self._chunk = self._kind()
 
     def finish_bundle(self):
         if self._chunk:
             yield in_global_window(self._chunk)
-        self._chunk = []
+        self._chunk = self._kind()
+
+
+class Batched(beam.PTransform):
+    """Gathers single elements into batches of `kind` (a list type of `batches`), as each
+    bundle holds them: the same elements, many to an element."""
+
+    def __init__(self, kind: type[list]):
+        super().__init__()
+        self._kind = kind
+
+    def expand(self, elements):
+        return elements | "Gather" >> beam.ParDo(_GatherFn(self._kind)).with_output_types(
+            self._kind
+        )
 
 
 class _PlanFn(_TallyFn):
@@ -380,8 +468,9 @@ class _PlanFn(_TallyFn):
         self._preparer = preparer
         self._skipped = metric_counter("images_skipped")
 
-    def process(self, chunk: list[_Labelled], census: Census):
+    def process(self, chunk: LabelledBatch, census: Census):
         plan, id_of, tally = self._preparer.plan, census.classes.id_of, self._tally
+        entries = EntryBatch()
         for source, label in chunk:
             if isinstance(label, ReportEntry):
                 planned: ImageEntry | ReportEntry = label
@@ -392,14 +481,16 @@ class _PlanFn(_TallyFn):
                 self._skipped.inc()
                 yield pvalue.TaggedOutput(REPORT, planned)
             else:
-                yield planned
+                entries.append(planned)
+        if entries:
+            yield entries
 
 
 class PlanImages(beam.PTransform):
     """Labels each listed file and plans it from what the listing knows: nothing is read.
 
-    Returns a dict: `entries` (ImageEntry: label, class id, split, shuffle key, planned record
-    size), `census` (a one-element PCollection: the listed count and the class map, which the
+    Takes SourceBatch elements (ListImages' `sources`). Returns a dict: `entries` (EntryBatch
+    elements of ImageEntry: label, class id, split, shuffle key, planned record size), `census` (a one-element PCollection: the listed count and the class map, which the
     record sizes need) and `report` (inputs that get no label, or cannot fit in any shard, and
     those of `listing_report`, ListImages' report, if given).
     """
@@ -411,29 +502,23 @@ class PlanImages(beam.PTransform):
 
     def expand(self, sources):
         # Each file is labelled once: the census counts the labels, and the plan uses them.
-        # Files go through in chunks, as every element costs Beam microseconds of its own at
-        # each step; the labelled chunks are kept for the census, so coded: each file
-        # compactly, its label a str, None or (rarely, pickled) a ReportEntry.
+        # Files go through in batches, as every element costs Beam microseconds of its own at
+        # each step; the labelled batches are kept for the census (LabelledBatch's coder).
         preparer = self._preparer
-        labelled = (
-            sources
-            | "Gather" >> beam.ParDo(_GatherFn()).with_output_types(list[SourceFile])
-            | "Label"
-            >> beam.Map(
-                lambda chunk: [(source, preparer.label(source)) for source in chunk]
-            ).with_output_types(list[tuple[SourceFile, Any]])
-        )
+        labelled = sources | "Label" >> beam.Map(
+            lambda batch: LabelledBatch((source, preparer.label(source)) for source in batch)
+        ).with_output_types(LabelledBatch)
         if self._listing_report is not None:
             # Files the listing found but will not give to a shard (ListImages' report): each
             # is counted as listed, and reported, as a file that gets no label is.
             unlabelled = self._listing_report | "Unlabelled" >> beam.Map(
-                lambda entry: [(SourceFile(entry.url, entry.relpath, -1), entry)]
-            ).with_output_types(list[tuple[SourceFile, Any]])
+                lambda entry: LabelledBatch([(SourceFile(entry.url, entry.relpath, -1), entry)])
+            ).with_output_types(LabelledBatch)
             labelled = (labelled, unlabelled) | "AllListed" >> beam.Flatten()
         census = labelled | "Census" >> beam.CombineGlobally(_CensusFn(self._preparer))
         results = labelled | "Plan" >> beam.ParDo(
             _PlanFn(self._preparer), census=pvalue.AsSingleton(census)
-        ).with_output_types(ImageEntry).with_outputs(REPORT, main="entries")
+        ).with_output_types(EntryBatch).with_outputs(REPORT, main="entries")
         return {"entries": results.entries, "census": census, "report": results[REPORT]}
 
 
@@ -565,23 +650,27 @@ class _BucketFn(beam.DoFn):
         self._bucket_records = bucket_records
 
     def start_bundle(self):
-        self._chunks: dict[tuple[str, int], list[ImageEntry]] = {}
+        self._chunks: dict[tuple[str, int], EntryBatch] = {}
         self._held = 0
 
-    def process(self, entry: ImageEntry, most: int):
-        key = (entry.split, bucket_of(entry.shuffle_key, num_buckets(most, self._bucket_records)))
-        chunk = self._chunks.get(key)
-        if chunk is None:
-            chunk = self._chunks[key] = []
-        chunk.append(entry)
-        self._held += 1
-        if len(chunk) >= _CHUNK_ENTRIES:
-            del self._chunks[key]
-            self._held -= len(chunk)
-            yield key, chunk
-        elif self._held >= _HELD_ENTRIES:
-            yield from self._chunks.items()
-            self.start_bundle()
+    def process(self, batch: EntryBatch, most: int):
+        buckets = num_buckets(most, self._bucket_records)
+        chunks = self._chunks
+        for entry in batch:
+            key = (entry.split, bucket_of(entry.shuffle_key, buckets))
+            chunk = chunks.get(key)
+            if chunk is None:
+                chunk = chunks[key] = EntryBatch()
+            chunk.append(entry)
+            self._held += 1
+            if len(chunk) >= _CHUNK_ENTRIES:
+                del chunks[key]
+                self._held -= len(chunk)
+                yield key, chunk
+            elif self._held >= _HELD_ENTRIES:
+                yield from chunks.items()
+                self.start_bundle()
+                chunks = self._chunks
 
     def finish_bundle(self):
         for chunk in self._chunks.items():
@@ -628,21 +717,21 @@ class _PlanBucketFn(beam.DoFn):
         (split, bucket), chunks = element
         records = ((e.sort_key, e.record_size, e) for chunk in chunks for e in chunk)
         # Placed in key order, so a shard's entries come in one run: chunks of one shard each.
-        chunk: list[ImageEntry] = []
+        chunk = EntryBatch()
         current = None
         for shard, entry in plan[split].place(bucket, records):
             if shard != current or len(chunk) >= _CHUNK_ENTRIES:
                 if chunk:
                     yield (split, current), chunk
-                chunk, current = [], shard
+                chunk, current = EntryBatch(), shard
             chunk.append(entry)
         if chunk:
             yield (split, current), chunk
 
 
-def _joined(element: tuple[tuple[str, int], Iterable[list[ImageEntry]]]):
+def _joined(element: tuple[tuple[str, int], Iterable[EntryBatch]]):
     key, chunks = element
-    return key, [entry for chunk in chunks for entry in chunk]
+    return key, EntryBatch(entry for chunk in chunks for entry in chunk)
 
 
 class PlanShards(beam.PTransform):
@@ -655,7 +744,8 @@ class PlanShards(beam.PTransform):
     one combine give each bucket's bytes and each split's totals. Entries cross both shuffles in
     chunks (of one bucket, then of one shard), not one element each.
 
-    Returns a dict: `shards`, ((split, shard index), [ImageEntry]) pairs, and `plan`, a one-element
+    Takes EntryBatch elements (PlanImages' `entries`). Returns a dict: `shards`, ((split, shard
+    index), EntryBatch) pairs, and `plan`, a one-element
     PCollection with each split's SplitPlan (sharding.plan_splits).
     """
 

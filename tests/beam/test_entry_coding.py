@@ -90,8 +90,8 @@ def test_the_planning_shuffles_carry_entries_in_their_compact_coder():
             coder_id = proto.components.pcollections[pcollection].coder_id
             coders[transform.unique_name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
     for step in ("GroupBuckets", "GroupShards"):
-        # Entries cross in chunks: a list of them per element, each in its compact coder.
-        assert coders[step].endswith("ListCoder[_ImageEntryCoder]]"), coders[step]
+        # Entries cross in batches: many to an element, coded as one piece.
+        assert coders[step].endswith("_EntryBatchCoder]"), coders[step]
         assert "Pickle" not in coders[step] and "FastPrimitives" not in coders[step]
 
 
@@ -109,7 +109,7 @@ def test_listed_files_cross_in_their_compact_coder_too():
             (pcollection,) = transform.outputs.values()
             coder_id = proto.components.pcollections[pcollection].coder_id
             coders[name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
-    assert coders["Label"] == "ListCoder[TupleCoder[_SourceFileCoder, FastPrimitivesCoder]]"
+    assert coders["Label"] == "_LabelledBatchCoder"
     assert coders["KeyByUrl"] == "TupleCoder[StrUtf8Coder, _SourceFileCoder]"
 
 

@@ -43,7 +43,9 @@ def _sources(images: dict[str, bytes], base: str = "/src", relative_to: str = "/
 @pytest.mark.parametrize("pattern", ["memory://src/**", "memory://src", "memory://src/"])
 def test_one_pattern_lists_every_image_once_with_its_size(pipeline, tree, pattern, listing):
     with pipeline as p:
-        listed = (p | ListImages([pattern], EXTENSIONS, listing=listing))["sources"]
+        listed = (p | ListImages([pattern], EXTENSIONS, listing=listing))[
+            "sources"
+        ] | "Files" >> beam.FlatMap(iter)
         assert_that(listed, equal_to(_sources(tree)))
 
 
@@ -60,7 +62,9 @@ def test_overlapping_patterns_list_a_file_once_under_its_smallest_relative_path(
     # Every file once; of its relative paths the smallest ("cat/cat_0000.jpg" < "cat_0000.jpg",
     # "deep/owl/..." < "owl/..."), so the same file never gets two labels or two splits.
     with pipeline as p:
-        listed = (p | ListImages(patterns, EXTENSIONS, listing=listing))["sources"]
+        listed = (p | ListImages(patterns, EXTENSIONS, listing=listing))[
+            "sources"
+        ] | "Files" >> beam.FlatMap(iter)
         assert_that(listed, equal_to(_sources(tree)))
 
 
@@ -69,7 +73,10 @@ def test_disjoint_patterns_list_the_union(pipeline, tree):
     expected = _sources(tree, "/src/cat", "/src/cat") + _sources(tree, "/src/deep", "/src/deep")
     assert len(expected) == 7
     with pipeline as p:
-        assert_that((p | ListImages(patterns, EXTENSIONS))["sources"], equal_to(expected))
+        assert_that(
+            (p | ListImages(patterns, EXTENSIONS))["sources"] | "Files" >> beam.FlatMap(iter),
+            equal_to(expected),
+        )
 
 
 def test_a_pattern_that_matches_nothing_adds_nothing_on_the_workers(pipeline, tree):
@@ -77,7 +84,7 @@ def test_a_pattern_that_matches_nothing_adds_nothing_on_the_workers(pipeline, tr
     # a build refuses such a pattern before its pipeline starts (preflight), naming it.
     patterns = ["memory://src/cat/*.jpg", "memory://nowhere/**", "memory://src/cat/missing.jpg"]
     with pipeline as p:
-        listed = (p | ListImages(patterns, EXTENSIONS))["sources"]
+        listed = (p | ListImages(patterns, EXTENSIONS))["sources"] | "Files" >> beam.FlatMap(iter)
         assert_that(listed, equal_to(_sources(tree, "/src/cat", "/src/cat")))
 
 
@@ -89,7 +96,11 @@ def test_a_pattern_that_matches_nothing_fails_a_listing_here_naming_it(tree):
 
 def test_no_extension_matches_lists_nothing(pipeline, tree):
     with pipeline as p:
-        assert_that((p | ListImages(["memory://src/**"], (".webp",)))["sources"], equal_to([]))
+        assert_that(
+            (p | ListImages(["memory://src/**"], (".webp",)))["sources"]
+            | "Files" >> beam.FlatMap(iter),
+            equal_to([]),
+        )
 
 
 def test_an_input_list_gives_each_file_once_with_its_label_and_an_unknown_size(
@@ -107,7 +118,9 @@ def test_an_input_list_gives_each_file_once_with_its_label_and_an_unknown_size(
         SourceFile("memory://src/gone/missing.jpg", "gone/missing.jpg", -1, "ghost"),
     ]
     with pipeline as p:
-        listed = (p | ListImages([], EXTENSIONS, input_list="memory://src/list.csv"))["sources"]
+        listed = (p | ListImages([], EXTENSIONS, input_list="memory://src/list.csv"))[
+            "sources"
+        ] | "Files" >> beam.FlatMap(iter)
         assert_that(listed, equal_to(expected))
 
 
@@ -120,7 +133,7 @@ def test_a_file_an_input_list_labels_two_ways_is_reported_not_guessed(pipeline, 
     with pipeline as p:
         listed = p | ListImages([], EXTENSIONS, input_list="memory://src/list.csv")
         assert_that(
-            listed["sources"],
+            listed["sources"] | "Files" >> beam.FlatMap(iter),
             equal_to(
                 [
                     SourceFile("memory://src/cat/cat_0001.jpg", "cat/cat_0001.jpg", -1, "cat"),

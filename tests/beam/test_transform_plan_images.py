@@ -6,6 +6,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from beam_tfrecord.batches import SourceBatch, batched
 from beam_tfrecord.beam.pipeline import preparer
 from beam_tfrecord.beam.transforms import Census, PlanImages
 from beam_tfrecord.config import BuildConfig
@@ -49,6 +50,16 @@ def _planned(source: SourceFile, label: str | None, class_id: int | None, size=N
     )
 
 
+def _batches(sources: list[SourceFile]) -> list[SourceBatch]:
+    """The files as ListImages gives them: in batches (small ones here, so that there are several)."""
+    return list(batched(sources, SourceBatch, size=3))
+
+
+def _entries(planned):
+    """The planned images, one element each (PlanImages gives them in batches)."""
+    return planned["entries"] | "Entries of batches" >> beam.FlatMap(iter)
+
+
 def _reasons(report):
     return report | "Reasons" >> beam.Map(lambda r: (r.relpath, r.reason, r.action, r.split))
 
@@ -63,8 +74,8 @@ def test_each_file_is_labelled_split_and_sized_without_being_read(pipeline, memf
     expected = [_planned(s, s.relpath.split("/")[0], ids[s.relpath.split("/")[0]]) for s in sources]
     assert {e.split for e in expected} == {"train", "test"}
     with pipeline as p:
-        planned = p | beam.Create(sources) | PlanImages(_preparer())
-        assert_that(planned["entries"], equal_to(expected), label="Entries")
+        planned = p | beam.Create(_batches(sources)) | PlanImages(_preparer())
+        assert_that(_entries(planned), equal_to(expected), label="Entries")
         assert_that(
             planned["census"], equal_to([Census(8, ClassMap(["ant", "cow", "zebra"]))]), "Census"
         )
@@ -81,8 +92,10 @@ def test_an_unlabelled_file_is_reported_and_still_counted(pipeline):
     ]
     expected = [_planned(sources[0], "cat", 0), _planned(sources[1], "dog", 1)]
     with pipeline as p:
-        planned = p | beam.Create(sources) | PlanImages(_preparer(labels="regex:^([^/]+)/"))
-        assert_that(planned["entries"], equal_to(expected), label="Entries")
+        planned = (
+            p | beam.Create(_batches(sources)) | PlanImages(_preparer(labels="regex:^([^/]+)/"))
+        )
+        assert_that(_entries(planned), equal_to(expected), label="Entries")
         # The census counts every listed input (the books balance against it), and takes its
         # classes from the inputs that have a usable label.
         assert_that(planned["census"], equal_to([Census(4, ClassMap(["cat", "dog"]))]), "Census")
@@ -96,9 +109,13 @@ def test_an_unlabelled_file_is_reported_and_still_counted(pipeline):
 def test_fixed_classes_keep_their_order_and_report_any_other_label(pipeline):
     sources = [_source("cat/a.jpg"), _source("dog/b.jpg"), _source("fox/c.jpg")]
     with pipeline as p:
-        planned = p | beam.Create(sources) | PlanImages(_preparer(classes=("dog", "cat", "owl")))
+        planned = (
+            p
+            | beam.Create(_batches(sources))
+            | PlanImages(_preparer(classes=("dog", "cat", "owl")))
+        )
         expected = [_planned(sources[0], "cat", 1), _planned(sources[1], "dog", 0)]
-        assert_that(planned["entries"], equal_to(expected), label="Entries")
+        assert_that(_entries(planned), equal_to(expected), label="Entries")
         classes = ClassMap(["dog", "cat", "owl"])
         # How the labels met --classes, for the summary: owl has no input, fox is not listed.
         census = Census(3, classes, not_found=("owl",), other_labels=("fox",), other_label_count=1)
@@ -112,7 +129,11 @@ def test_a_class_list_typo_finds_the_label_it_meant_among_all_left_out(pipeline)
     meant is looked for among all of them (zebra sorts after label_000 ... label_149)."""
     sources = [_source(f"label_{i:03d}/a.jpg") for i in range(150)] + [_source("zebra/z.jpg")]
     with pipeline as p:
-        planned = p | beam.Create(sources) | PlanImages(_preparer(classes=("label_000", "zebar")))
+        planned = (
+            p
+            | beam.Create(_batches(sources))
+            | PlanImages(_preparer(classes=("label_000", "zebar")))
+        )
         census = planned["census"] | beam.Map(
             lambda c: (c.not_found, c.meant, len(c.other_labels), c.other_label_count)
         )
@@ -123,8 +144,8 @@ def test_a_file_whose_record_fits_in_no_shard_is_reported_with_its_split(pipelin
     sources = [_source("cat/small.jpg", 1_000), _source("cat/huge.jpg", 50_000)]
     prep = _preparer(min_shard_size=2_000, max_shard_size=10_000)
     with pipeline as p:
-        planned = p | beam.Create(sources) | PlanImages(prep)
-        assert_that(planned["entries"], equal_to([_planned(sources[0], "cat", 0)]), "Entries")
+        planned = p | beam.Create(_batches(sources)) | PlanImages(prep)
+        assert_that(_entries(planned), equal_to([_planned(sources[0], "cat", 0)]), "Entries")
         split = assign_split("cat/huge.jpg", SPLITS, SEED)
         reported = [("cat/huge.jpg", Reason.TOO_LARGE, "skipped", split)]
         assert_that(_reasons(planned["report"]), equal_to(reported), label="Report")
@@ -136,9 +157,9 @@ def test_an_input_list_entry_gets_its_size_looked_up_or_is_reported_gone(pipelin
     there = _source("cat/there.jpg", -1, label="tabby")
     gone = _source("cat/gone.jpg", -1, label="tabby")
     with pipeline as p:
-        planned = p | beam.Create([there, gone]) | PlanImages(_preparer())
+        planned = p | beam.Create(_batches([there, gone])) | PlanImages(_preparer())
         expected = [_planned(there, "tabby", 0, size=777)]
-        assert_that(planned["entries"], equal_to(expected), label="Entries")
+        assert_that(_entries(planned), equal_to(expected), label="Entries")
         assert_that(planned["census"], equal_to([Census(2, ClassMap(["tabby"]))]), "Census")
         split = assign_split("cat/gone.jpg", SPLITS, SEED)
         reported = [("cat/gone.jpg", Reason.VANISHED, "skipped", split)]
@@ -148,9 +169,9 @@ def test_an_input_list_entry_gets_its_size_looked_up_or_is_reported_gone(pipelin
 def test_without_labels_there_are_no_classes(pipeline):
     sources = [_source("cat/a.jpg"), _source("b.jpg")]
     with pipeline as p:
-        planned = p | beam.Create(sources) | PlanImages(_preparer(labels="none"))
+        planned = p | beam.Create(_batches(sources)) | PlanImages(_preparer(labels="none"))
         assert_that(
-            planned["entries"], equal_to([_planned(s, None, None) for s in sources]), "Entries"
+            _entries(planned), equal_to([_planned(s, None, None) for s in sources]), "Entries"
         )
         assert_that(planned["census"], equal_to([Census(2, ClassMap([]))]), label="Census")
         assert_that(planned["report"], equal_to([]), label="Report")
@@ -160,8 +181,8 @@ def test_an_empty_listing_plans_nothing_and_counts_zero(pipeline):
     with pipeline as p:
         planned = (
             p
-            | beam.Create([], reshuffle=False).with_output_types(SourceFile)
+            | beam.Create([], reshuffle=False).with_output_types(SourceBatch)
             | PlanImages(_preparer())
         )
-        assert_that(planned["entries"], equal_to([]), label="Entries")
+        assert_that(_entries(planned), equal_to([]), label="Entries")
         assert_that(planned["census"], equal_to([Census(0, ClassMap([]))]), label="Census")

@@ -14,6 +14,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import BeamAssertException, assert_that, equal_to
 
+from beam_tfrecord.batches import EntryBatch, batched
 from beam_tfrecord.beam.transforms import PlanShards
 from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.sharding import num_shards
@@ -63,6 +64,11 @@ def _one_pass_plan(entries: list[ImageEntry]) -> dict[tuple[str, int], list[str]
     return dict(plan)
 
 
+def _batches(entries: list[ImageEntry]) -> list[EntryBatch]:
+    """The entries as PlanImages gives them: in batches (small ones, so that there are many)."""
+    return list(batched(entries, EntryBatch, size=7))
+
+
 def _shard_names(element):
     (split, index), entries = element
     return (split, index), [e.relpath for e in sorted(entries, key=lambda e: e.sort_key)]
@@ -107,7 +113,7 @@ def test_the_bucketed_plan_is_the_one_pass_plan_in_any_order(pipeline, bucket_re
     with pipeline as p:
         # `most`, as the pipeline gives it: the listed count, which no split exceeds.
         most = p | "Most" >> beam.Create([len(entries) + 7])
-        planned = p | beam.Create(shuffled) | PlanShards(MIN, MAX, bucket_records, most)
+        planned = p | beam.Create(_batches(shuffled)) | PlanShards(MIN, MAX, bucket_records, most)
         assert_that(planned["shards"], _check_shards(entries), label="Promises")
         assert_that(
             planned["shards"] | beam.Map(_shard_names),
@@ -132,7 +138,7 @@ def test_entries_planned_in_small_chunks_make_the_same_plan(
     entries = _entries(90, seed=2)
     with pipeline as p:
         most = p | "Most" >> beam.Create([len(entries)])
-        planned = p | beam.Create(entries) | PlanShards(MIN, MAX, bucket_records, most)
+        planned = p | beam.Create(_batches(entries)) | PlanShards(MIN, MAX, bucket_records, most)
         assert_that(planned["shards"], _check_shards(entries), label="Promises")
         assert_that(
             planned["shards"] | beam.Map(_shard_names),
@@ -151,7 +157,7 @@ def test_the_plan_gives_each_split_its_records_bytes_and_shard_count(pipeline):
         expected.append((split, len(records), total, shards))
     with pipeline as p:
         most = p | "Most" >> beam.Create([len(entries)])
-        planned = p | beam.Create(entries) | PlanShards(MIN, MAX, 8, most)
+        planned = p | beam.Create(_batches(entries)) | PlanShards(MIN, MAX, 8, most)
         totals = planned["plan"] | beam.FlatMap(
             lambda plan: [(s, v.records, v.bytes, v.shards) for s, v in plan.items()]
         )
@@ -163,6 +169,6 @@ def test_a_split_smaller_than_the_maximum_is_one_shard(pipeline):
     assert sum(e.record_size for e in entries) < MIN
     with pipeline as p:
         most = p | "Most" >> beam.Create([30])
-        planned = p | beam.Create(entries) | PlanShards(MIN, MAX, 2, most)
+        planned = p | beam.Create(_batches(entries)) | PlanShards(MIN, MAX, 2, most)
         expected = [(("train", 0), [e.relpath for e in sorted(entries, key=lambda e: e.sort_key)])]
         assert_that(planned["shards"] | beam.Map(_shard_names), equal_to(expected))

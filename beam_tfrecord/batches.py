@@ -1,0 +1,156 @@
+"""Batches of metadata: many listed files or planned images as one element, coded column by column.
+
+A build moves its metadata (what was listed, how each image is planned) between the steps of a
+pipeline, and every element a runner moves costs it microseconds of its own at each step and
+shuffle, whatever its size: at a hundred million images, a per-image element is the pipeline's
+cost. A batch is a list of up to `BATCH` entries that a runner moves as one element, coded in one
+piece (`to_bytes`, `from_bytes`), where a list of entries would be coded, and sized, entry by
+entry by the runner.
+
+Batches are plain lists, so code that takes entries takes a batch as it is.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Iterable, Iterator
+from itertools import accumulate, pairwise
+from typing import TypeVar
+
+from beam_tfrecord.entries import ImageEntry, ReportEntry
+from beam_tfrecord.listing import SourceFile
+
+__all__ = ["BATCH", "EntryBatch", "LabelledBatch", "SourceBatch", "batched"]
+
+# Entries per batch at most: a batch's columns then stay within a few hundred kilobytes.
+BATCH = 2048
+
+_COUNT = struct.Struct("<I")
+_ENCODING = ("utf-8", "surrogateescape")
+
+B = TypeVar("B", bound=list)
+
+
+def batched(items: Iterable, kind: type[B], size: int = BATCH) -> Iterator[B]:
+    """`items` in consecutive batches of `kind`, of at most `size` each."""
+    batch = kind()
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = kind()
+    if batch:
+        yield batch
+
+
+def _join(parts: list[bytes]) -> bytes:
+    """Items' bytes as one: their count, each one's length, then the bytes back to back."""
+    return _COUNT.pack(len(parts)) + array("I", map(len, parts)).tobytes() + b"".join(parts)
+
+
+def _overhead(items) -> int:
+    """What `_join` adds to its items' bytes."""
+    return _COUNT.size * (1 + len(items))
+
+
+# Items sized one by one at most, when a batch is sized: Beam sizes the elements it outputs (for
+# its element-size metrics, not to place or cut anything), and sizing a whole batch would cost
+# about what coding it does.
+_SIZED = 16
+
+
+def _estimated(items: list, size_of) -> int:
+    """The items' encoded sizes, added up: exact for a few items (exact when their texts are
+    ASCII), extrapolated from the first `_SIZED` for more."""
+    sized = sum(map(size_of, items[:_SIZED]))
+    return sized if len(items) <= _SIZED else sized * len(items) // _SIZED
+
+
+def _labelled_size(item) -> int:
+    source, label = item
+    return source.encoded_size() + 1 + (len(label) if isinstance(label, str) else 0)
+
+
+def _split(data: bytes) -> list[bytes]:
+    """The items' bytes that `_join` joined."""
+    (count,) = _COUNT.unpack_from(data)
+    lengths = array("I")
+    start = _COUNT.size + lengths.itemsize * count
+    lengths.frombytes(data[_COUNT.size : start])
+    ends = list(accumulate(lengths, initial=start))
+    return [data[a:b] for a, b in pairwise(ends)]
+
+
+# Each item keeps the compact encoding of its own kind (`to_bytes`, what a shuffle of single
+# items carried before): a batch only saves the runner's cost per element. Row by row measured
+# faster than column by column here: one C-level encode per item beats five per field.
+
+
+class SourceBatch(list):
+    """Listed files (SourceFile), moved as one element."""
+
+    def to_bytes(self) -> bytes:
+        return _join([source.to_bytes() for source in self])
+
+    def encoded_size(self) -> int:
+        """About `len(self.to_bytes())`, without encoding (`_estimated`)."""
+        return _overhead(self) + _estimated(self, SourceFile.encoded_size)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SourceBatch:
+        return cls(map(SourceFile.from_bytes, _split(data)))
+
+
+class EntryBatch(list):
+    """Planned images (ImageEntry), moved as one element."""
+
+    def to_bytes(self) -> bytes:
+        return _join([entry.to_bytes() for entry in self])
+
+    def encoded_size(self) -> int:
+        """About `len(self.to_bytes())`, without encoding (`_estimated`)."""
+        return _overhead(self) + _estimated(self, ImageEntry.encoded_size)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> EntryBatch:
+        return cls(map(ImageEntry.from_bytes, _split(data)))
+
+
+# How a label is coded in a LabelledBatch: its kind, then its text.
+_STR, _NO_LABEL, _REPORTED = b"s", b"n", b"r"
+
+
+class LabelledBatch(list):
+    """Listed files each with its label: a class name, None (an unlabelled build), or the
+    ReportEntry saying why it has none (rare: coded as its report line)."""
+
+    def to_bytes(self) -> bytes:
+        labels = [
+            _NO_LABEL
+            if label is None
+            else _STR + label.encode(*_ENCODING)
+            if isinstance(label, str)
+            else _REPORTED + label.to_json().encode("utf-8")
+            for _, label in self
+        ]
+        return _join([SourceBatch(source for source, _ in self).to_bytes(), _join(labels)])
+
+    def encoded_size(self) -> int:
+        """About `len(self.to_bytes())`, without encoding (`_estimated`; a report line is
+        guessed at)."""
+        return 3 * _overhead(()) + 2 * _overhead(self) + _estimated(self, _labelled_size)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LabelledBatch:
+        sources, labels = _split(data)
+        return cls(zip(SourceBatch.from_bytes(sources), map(_label, _split(labels)), strict=True))
+
+
+def _label(data: bytes) -> str | ReportEntry | None:
+    kind = data[:1]
+    if kind == _STR:
+        return data[1:].decode(*_ENCODING)
+    if kind == _NO_LABEL:
+        return None
+    return ReportEntry.from_json(data[1:].decode("utf-8"))

@@ -1,0 +1,76 @@
+"""Batches of metadata: many listed files or planned images as one element, coded in one piece."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from beam_tfrecord.batches import EntryBatch, LabelledBatch, SourceBatch, batched
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
+from beam_tfrecord.listing import SourceFile
+
+# Lone surrogates too: file names whose bytes are not UTF-8 (Python's surrogateescape).
+texts = st.text(max_size=30)
+sources = st.builds(SourceFile, texts, texts, st.integers(-1, 2**40), st.none() | texts)
+entries = st.builds(
+    ImageEntry,
+    url=texts,
+    relpath=texts,
+    source_size=st.integers(-1, 2**40),
+    split=texts,
+    shuffle_key=st.integers(0, 2**64 - 1),
+    label=st.none() | texts,
+    class_id=st.none() | st.integers(0, 2**31),
+    record_size=st.integers(0, 2**40),
+    source_sha256=st.sampled_from(["", "ab" * 32]),
+)
+reports = st.builds(
+    ReportEntry, texts, texts, st.sampled_from(list(Reason)), texts, label=st.none() | texts
+)
+
+
+@given(st.lists(sources, max_size=40))
+def test_listed_files_survive_their_batch_coding(items):
+    batch = SourceBatch(items)
+    decoded = SourceBatch.from_bytes(batch.to_bytes())
+    assert type(decoded) is SourceBatch and decoded == items
+
+
+@given(st.lists(entries, max_size=40))
+def test_planned_images_survive_their_batch_coding(items):
+    batch = EntryBatch(items)
+    decoded = EntryBatch.from_bytes(batch.to_bytes())
+    assert type(decoded) is EntryBatch and decoded == items
+
+
+@given(st.lists(st.tuples(sources, st.none() | texts | reports), max_size=40))
+def test_labelled_files_survive_their_batch_coding(items):
+    """A label is a class name, None (labels off) or the report entry saying why there is none."""
+    decoded = LabelledBatch.from_bytes(LabelledBatch(items).to_bytes())
+    assert decoded == items
+
+
+def test_a_small_batch_is_sized_exactly_without_coding_it():
+    files = [SourceFile(f"/data/cat/{i}.jpg", f"cat/{i}.jpg", 1000 + i) for i in range(10)]
+    planned = [
+        ImageEntry(s.url, s.relpath, s.size, "train", 7 * i, "cat", 0, s.size + 200)
+        for i, s in enumerate(files)
+    ]
+    labelled = [(s, "cat") for s in files[:5]] + [(s, None) for s in files[5:]]
+    for batch in (SourceBatch(files), EntryBatch(planned), LabelledBatch(labelled)):
+        assert batch.encoded_size() == len(batch.to_bytes())
+
+
+def test_a_large_batch_is_sized_from_a_sample_close_to_its_bytes():
+    files = [
+        SourceFile(f"/data/c{i % 7}/{i:06d}.jpg", f"c{i % 7}/{i:06d}.jpg", i) for i in range(2048)
+    ]
+    batch = SourceBatch(files)
+    assert abs(batch.encoded_size() - len(batch.to_bytes())) < 0.05 * len(batch.to_bytes())
+
+
+def test_batched_cuts_items_into_consecutive_batches_of_at_most_the_size():
+    batches = list(batched(range(10), SourceBatch, size=4))
+    assert [list(b) for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert all(type(b) is SourceBatch for b in batches)
+    assert list(batched([], EntryBatch)) == []
