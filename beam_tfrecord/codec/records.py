@@ -64,33 +64,42 @@ def image_record_parts(
     the image (the costliest step after decoding) runs beside the other images' work.
     """
     sha = hashlib.sha256(encoded).hexdigest().encode()
-    name = filename.encode("utf-8", "surrogateescape")
-    # Map entries in key order, as deterministic serialization writes them.
-    before = [_int_entry(_CHANNELS, channels)]
-    if label is not None:
-        before.append(_int_entry(_LABEL, label))
-        before.append(_bytes_entry(_TEXT, (label_text or "").encode("utf-8")))
     size = len(encoded)
     # image/encoded: entry{key, value: Feature{bytes_list: BytesList{value: <image>}}}
     value_size = _delimited(size)
     feature_size = _delimited(value_size)
     entry_size = _KEY_SIZES["image/encoded"] + _delimited(feature_size)
-    before.append(
-        b"\x0a" + _varint(entry_size) + _ENCODED_KEY + b"\x12" + _varint(feature_size)
-        + b"\x0a" + _varint(value_size) + b"\x0a" + _varint(size)
+    # Map entries in key order, as deterministic serialization writes them: those before the
+    # image are the same for every image of a class (cached), and so is the digest's framing.
+    head = b"".join(
+        (
+            _head_entries(channels, label, label_text),
+            b"\x0a", _varint(entry_size), _ENCODED_KEY, b"\x12", _varint(feature_size),
+            b"\x0a", _varint(value_size), b"\x0a", _varint(size),
+        )
     )  # fmt: skip
     after = b"".join(
         (
-            _bytes_entry(_FILENAME, name),
+            _bytes_entry(_FILENAME, filename.encode("utf-8", "surrogateescape")),
             _format_entry(image_format),
             _int_entry(_HEIGHT, height),
-            _bytes_entry(_SHA256, sha),
+            _SHA256_ENTRY_HEAD,
+            sha,
             _int_entry(_WIDTH, width),
         )
     )
-    head = b"".join(before)
     features_size = len(head) + size + len(after)
     return b"\x0a" + _varint(features_size) + head, encoded, after
+
+
+@functools.lru_cache(maxsize=4096)  # a build's images share a few channel counts and classes
+def _head_entries(channels: int, label: int | None, label_text: str | None) -> bytes:
+    """The map entries that come before image/encoded: channels, and the class if any."""
+    entries = [_int_entry(_CHANNELS, channels)]
+    if label is not None:
+        entries.append(_int_entry(_LABEL, label))
+        entries.append(_bytes_entry(_TEXT, (label_text or "").encode("utf-8")))
+    return b"".join(entries)
 
 
 def _varint(value: int) -> bytes:
@@ -147,6 +156,8 @@ _ENCODED_KEY, _FILENAME, _FORMAT = (
     _key("image/format"),
 )
 _HEIGHT, _SHA256, _WIDTH = _key("image/height"), _key("image/key/sha256"), _key("image/width")
+# The image/key/sha256 entry up to its value: a hex SHA-256 is always 64 bytes.
+_SHA256_ENTRY_HEAD = _bytes_entry(_SHA256, bytes(64))[:-64]
 
 
 def image_record_size(
