@@ -161,7 +161,7 @@ def commands_page() -> str:
         title = f"beam-tfrecord {command}" if command else "beam-tfrecord"
         out += [f"## `{title}` {{#{command or 'beam-tfrecord'}}}", ""]
         if parser.description:
-            out += [_sentence(parser.description) + ".", ""]
+            out += [_sentence(parser.description).rstrip(".") + ".", ""]
         usage = parser.format_usage().replace("usage: ", "", 1).strip()
         out += ["```text", usage, "```", ""]
         if not command:
