@@ -192,7 +192,10 @@ class BuildConfig:
         classes: the fixed class list (ids in this order), or None for the sorted distinct labels.
         splits: (name, ratio) pairs summing to 1.
         seed: salts split assignment and shuffling.
-        min_shard_size / max_shard_size: shard size bounds in bytes.
+        min_shard_size: the smallest shard, in bytes (B, KB, MB, GB, KiB, MiB or GiB in a file
+            or flag); a split holding less is one shard, below it.
+        max_shard_size: the largest shard, in bytes; shards are cut at equal planned bytes,
+            aimed at the middle of the two bounds.
         overwrite: replace an earlier build in `output`.
         resume: keep shards an interrupted run of the same build already finished.
         image: how each image is checked, normalized and transformed. As settings (flags, config

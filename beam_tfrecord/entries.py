@@ -20,27 +20,53 @@ class Reason(str, Enum):
     string is expected (report.jsonl, the manifest's counts, comparisons with a code read back).
     """
 
+    # Each code's docstring is its meaning in the reference docs (docs/hooks/reference.py).
     # Labelling and planning.
     NO_LABEL = "no_label"
+    """The label rule (`--labels dir` or `regex:...`) finds no label in the image's path."""
     UNKNOWN_CLASS = "unknown_class"
-    BAD_CLASS_NAME = "bad_class_name"  # a name no labels file can hold (labels.class_name_problem)
-    CONFLICTING_LABELS = "conflicting_labels"  # one file, lines of an input list that disagree
+    """The image's label is not one of the classes `--classes` names."""
+    BAD_CLASS_NAME = "bad_class_name"
+    """The label cannot be a class name: it holds a line break or another control character, a
+    byte that is not UTF-8, or white space at either end, which no labels file reads back equal
+    (`labels.class_name_problem`). The name is never changed; rename the folder instead."""
+    CONFLICTING_LABELS = "conflicting_labels"
+    """An `--input-list` names one file on several lines that give it different labels."""
     # Reading the source.
     READ_ERROR = "read_error"
-    VANISHED = "vanished"  # listed (matched, or named in --input-list) but not found when read
+    """The file or object could not be read (no permission; a store that kept failing after
+    its client's own retries). The message says what the disk or store answered."""
+    VANISHED = "vanished"
+    """Listed (matched, or named in `--input-list`) but not found when read: deleted since, a
+    link to nothing, or a listed path that never existed."""
     SOURCE_CHANGED = "source_changed"
+    """The file is not the size it was listed at when its shard is written: it changed since."""
     TOO_LARGE = "larger_than_max_shard_size"
-    DUPLICATE = "duplicate"  # byte-identical to another input, which was written instead
+    """The image's record alone is larger than `--max-shard-size`."""
+    DUPLICATE = "duplicate"
+    """With `--dedup`: byte-identical to another input (the one of the smallest relative path),
+    which was written instead."""
     # The image checks (ImageError.code, beam_tfrecord.images).
-    EMPTY_FILE = "empty_file"  # zero bytes
-    UNKNOWN_FORMAT = "unknown_format"  # the content is not an image format we recognise
-    UNSUPPORTED = "unsupported"  # a recognised image, but a format or feature not decoded
-    TRUNCATED = "truncated"  # the data ends before the image does
-    CORRUPT = "corrupt"  # the data is damaged or inconsistent
-    TOO_MANY_PIXELS = "too_many_pixels"  # width * height is above ImagePolicy.max_pixels
-    NEED_FULL_DATA = "need_full_data"  # a prefix was checked, and the answer needs the whole file
+    EMPTY_FILE = "empty_file"
+    """The file has zero bytes."""
+    UNKNOWN_FORMAT = "unknown_format"
+    """The content is not an image format the checker recognises (whatever the file's name)."""
+    UNSUPPORTED = "unsupported"
+    """A recognised image, but a format or feature this Pillow does not read (HEIC, JPEG XL, a
+    colour mode it cannot convert to RGB...)."""
+    TRUNCATED = "truncated"
+    """The data ends before the image does: a download cut off, a copy not finished."""
+    CORRUPT = "corrupt"
+    """The data is damaged or inconsistent: it does not decode, or its headers contradict it."""
+    TOO_MANY_PIXELS = "too_many_pixels"
+    """Width times height is above `--max-pixels` (a guard against decompression bombs)."""
+    NEED_FULL_DATA = "need_full_data"
+    """Only a prefix of the file was checked, and the answer needs the whole file."""
     # Written, but re-encoded or transformed (action "modified").
     NORMALIZED = "normalized"
+    """Written, but not as its original bytes: re-encoded so that TensorFlow decodes it as its
+    record states (CMYK, 16-bit, EXIF rotation, transparency...), or transformed as `--resize`,
+    `--encode` or `--store raw` asks. Its `notes` say what was done."""
 
     # The code itself, not "Reason.TRUNCATED", in str() and f-strings, on every Python version.
     __str__ = str.__str__
@@ -155,7 +181,20 @@ _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 @dataclass(frozen=True)
 class ReportEntry:
-    """One line of the report: an input that was not written (or was changed), and why."""
+    """One line of the report: an input that was not written (or was changed), and why.
+
+    Attributes:
+        url: the input's full path or URL, as the listing found it.
+        relpath: its path relative to its `--input` folder (or as an `--input-list` names it):
+            the name the build knows it by, and `image/filename` in a written record.
+        reason: the code (`Reason`) saying why it was not written, or `normalized`.
+        message: one line for people, naming what was wrong (`--labels ... finds no label in
+            'x.jpg'`, `the data ends before the image does`...).
+        action: `skipped` (not written) or `modified` (written, but changed).
+        split: the split it was planned for, when it got that far.
+        label: its label, when it has one.
+        notes: for `modified`, what was changed (`NOTE_CODES`: `cmyk_converted`, `resized`...).
+    """
 
     url: str
     relpath: str

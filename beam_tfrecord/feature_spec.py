@@ -24,7 +24,7 @@ _SHARD_INDEX = re.compile(r"\.tfrecord-(\d+)-of-\d+$")
 def _layout(labels: bool) -> dict[str, str]:
     """Feature name -> kind of the records a build writes, read from what the writer writes."""
     kinds = decode_example_kinds(sample_record(labels=labels))
-    # The README's order: the image, its shape, its class, then where it came from.
+    # The order of docs/reading/index.md's record table: the image, its shape, its class, then where it came from.
     order = ["image/encoded", "image/format", "image/height", "image/width", "image/channels",
              "image/class/label", "image/class/text", "image/filename", "image/key/sha256"]  # fmt: skip
     names = sorted(

@@ -12,7 +12,7 @@ import posixpath
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
-from typing import Any
+from typing import Any, TypedDict
 
 import fsspec
 
@@ -32,6 +32,12 @@ __all__ = [
     "MANIFEST_FILE",
     "REPORT_FILE",
     "BuildFailed",
+    "GivenClasses",
+    "Inputs",
+    "Manifest",
+    "ShardSummary",
+    "SplitSummary",
+    "Work",
     "build_manifest",
     "discard_manifest",
     "is_build_file",
@@ -58,6 +64,144 @@ BUILD_FILES = (*_METADATA_FILES, *TFDS_FILES)
 BUILD_FOLDERS = (INDEX_DIR, SHARD_REPORTS_DIR)
 
 
+# manifest.json, declared: build_manifest writes these fields and no others (a test compares a
+# real build's manifest with them), and the reference docs are generated from their docstrings.
+
+
+class Inputs(TypedDict):
+    """What became of the inputs: `listed` = `written` + `skipped` + `unaccounted`.
+
+    Attributes:
+        listed: inputs the listing found (each file once).
+        written: images written, one record each.
+        skipped: inputs not written, each a line of report.jsonl with its reason.
+        skipped_by_reason: the skipped inputs counted by reason code (`truncated: 1`).
+        modified: images written, but re-encoded or transformed (report lines `normalized`).
+        unaccounted: inputs neither written nor reported: lost by the runner between stages.
+            A published build has 0; a build that would not have publishes no manifest.
+    """
+
+    listed: int
+    written: int
+    skipped: int
+    skipped_by_reason: dict[str, int]
+    modified: int
+    unaccounted: int
+
+
+class Work(TypedDict):
+    """What the shard writers did, counted: each source is read once, and decoded and encoded
+    at most once (benchmarks/README.md reads these).
+
+    Attributes:
+        reads: sources read.
+        bytes_read: their bytes (the collection's size, when every image is read once).
+        decodes: images decoded in full (`--validate decode`, or an image re-encoded).
+        encodes: images encoded (normalized or transformed).
+    """
+
+    reads: int
+    bytes_read: int
+    decodes: int
+    encodes: int
+
+
+class SplitSummary(TypedDict):
+    """One split, totalled over its shards.
+
+    Attributes:
+        examples: records written to the split (0 for a split that received no image).
+        bytes: the size of its shards.
+        shards: how many shards it has.
+        class_counts: records per class name, classes with none left out.
+    """
+
+    examples: int
+    bytes: int
+    shards: int
+    class_counts: dict[str, int]
+
+
+class ShardSummary(TypedDict):
+    """One shard, as `verify` checks it.
+
+    Attributes:
+        file: the shard's file name, relative to the build folder.
+        split: its split.
+        index: its number within the split, from 0.
+        examples: records it holds.
+        bytes: its size.
+        planned_bytes: the size the plan cut it at (its records' planned sizes, summed).
+        crc32c: the whole file's CRC32C, 8 hex digits, as `gcloud storage hash --hex` prints it.
+        index_file: its record index, relative to the build folder (`index/{file}.index`).
+    """
+
+    file: str
+    split: str
+    index: int
+    examples: int
+    bytes: int
+    planned_bytes: int
+    crc32c: str
+    index_file: str | None
+
+
+class GivenClasses(TypedDict):
+    """How the listing's labels met `--classes` (only in a build given `--classes`).
+
+    Attributes:
+        not_found: names `--classes` gives that no listed input is labelled with.
+        meant: for such a name, the left-out label it most likely mistypes.
+        other_labels: labels of inputs that `--classes` does not name (those inputs are
+            reported `unknown_class`), the first 100 by name.
+        other_label_count: how many such labels there are in all.
+    """
+
+    not_found: list[str]
+    meant: dict[str, str]
+    other_labels: list[str]
+    other_label_count: int
+
+
+class _ManifestFields(TypedDict):
+    """The fields every manifest has."""
+
+    format: str
+    name: str
+    created: str
+    versions: dict[str, str]
+    seed: int
+    config: dict[str, Any]
+    classes: list[str]
+    inputs: Inputs
+    work: Work
+    splits: dict[str, SplitSummary]
+    shards: list[ShardSummary]
+
+
+class Manifest(_ManifestFields, total=False):
+    """manifest.json: what a finished build holds. It is written last, so its presence means
+    the build is complete; `verify` checks every shard against it.
+
+    Attributes:
+        format: `beam-tfrecord/1`, the version of this layout.
+        name: the dataset's name, as in its shard names.
+        created: when it was written, ISO 8601 in UTC.
+        versions: of Python and the packages that made it (beam-tfrecord, apache-beam, ...).
+        seed: the seed of split assignment and shuffling.
+        config: every setting of the build, resolved (the config file's keys, defaults
+            included); `BuildConfig.from_settings` reads it back to an equal config.
+        classes: the class names; the list index is the class id (the lines of labels.txt).
+        given_classes: only with `--classes`: how the labels met it (`GivenClasses`).
+        inputs: what became of the inputs (`Inputs`).
+        work: what the shard writers did (`Work`).
+        splits: per split name, its totals (`SplitSummary`), splits without images included.
+        shards: one entry per shard (`ShardSummary`), split by split, in order.
+    """
+
+    given_classes: GivenClasses
+
+
 def _versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}
     for dist in ("beam-tfrecord", "apache-beam", "protobuf", "Pillow", "fsspec", "crc32c"):
@@ -78,7 +222,7 @@ def build_manifest(
     listed: int,
     class_counts: Mapping[str, Mapping[str, int]] | None = None,
     given_classes: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Manifest:
     """The manifest of a finished build, from what its shards and report hold.
 
     `report` is the report's tally (what a build merges from its workers), or its lines.
@@ -129,22 +273,19 @@ def build_manifest(
         },
         # What the shard writers did, counted: each source is read once, and decoded and
         # encoded at most once (benchmarks/README.md reads these).
-        "work": {
-            key: sum(getattr(s, key) for s in shards)
-            for key in ("reads", "bytes_read", "decodes", "encodes")
-        },
+        "work": Work(**{key: sum(getattr(s, key) for s in shards) for key in Work.__annotations__}),
         "splits": splits,
         "shards": [
-            {
-                "file": s.file_name,
-                "split": s.split,
-                "index": s.index,
-                "examples": s.examples,
-                "bytes": s.bytes,
-                "planned_bytes": s.planned_bytes,
-                "crc32c": s.crc32c,
-                "index_file": s.index_file,
-            }
+            ShardSummary(
+                file=s.file_name,
+                split=s.split,
+                index=s.index,
+                examples=s.examples,
+                bytes=s.bytes,
+                planned_bytes=s.planned_bytes,
+                crc32c=s.crc32c,
+                index_file=s.index_file,
+            )
             for s in shards
         ],
     }

@@ -10,7 +10,7 @@ no one else can see, beside a second build holding the new one). A killed build 
 behind, unlocked; it is hidden, neither a build nor `verify` takes it for part of a dataset,
 and the next build into the folder takes it over and removes it when done.
 
-Object stores have no such lock; their outputs are not locked (see the README).
+Object stores have no such lock; their outputs are not locked (docs/guide/output-lock.md).
 """
 
 from __future__ import annotations

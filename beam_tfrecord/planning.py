@@ -40,7 +40,7 @@ _MOST_CHANNELS = 4
 # The size model of images the build encodes, in bytes per pixel. Measured on photographs
 # (benchmarks/collection.py, 640x480 scaled to 341x256): JPEG 0.11 at quality 75, 0.22 at 90,
 # 0.36 at 95; PNG 1.6 for three channels. Drawn images and screenshots compress far better, and
-# a build of them makes smaller shards than planned (README: "Shard sizes").
+# a build of them makes smaller shards than planned (docs/guide/shard-sizes.md).
 _JPEG_BYTES_PER_PIXEL = ((50, 0.07), (75, 0.11), (90, 0.22), (95, 0.36), (100, 0.9))
 _PNG_BYTES_PER_CHANNEL = 0.55
 # What a source file holds per pixel, by its name's suffix: how many pixels a file of a given

@@ -284,7 +284,7 @@ def _torch_worker() -> tuple[int, int] | None:
 class Dataset:
     """One split of a built dataset, as an iterable of records; every record once per pass.
 
-    Works with PyTorch as an ``IterableDataset`` (wrap it, see the README): in each
+    Works with PyTorch as an ``IterableDataset`` (wrap it, see docs/reading/pytorch.md): in each
     DataLoader worker it reads only that worker's part, found with
     ``torch.utils.data.get_worker_info()`` when torch is loaded. For other setups (several
     machines, a process pool), ``shard(index, count)`` gives the parts by hand.

@@ -748,7 +748,7 @@ def _settings_show(features: dict, policy: ImagePolicy) -> bool:
     """Whether a record's format, channels and size fit the build's image settings.
 
     What a record cannot show (`--jpeg-quality`, `--background`, `--exif-orientation`, a resize
-    of an image it left as it was) is not checked: the README says to rebuild with --overwrite
+    of an image it left as it was) is not checked: docs/guide/resume.md says to rebuild with --overwrite
     after changing those.
     """
     (image_format,) = features.get("image/format") or [b""]

@@ -6,7 +6,7 @@ decoded, labels as a ClassLabel with their names. The files are the JSON TFDS 4.
 
 TFDS reads the features of a record by the flat keys its FeaturesDict names, so the FeaturesDict
 is keyed by our record keys as they are ("image/encoded", "image/class/label", ...) and a loaded
-example is a dict with exactly the keys of README's record table. Nested FeaturesDicts would
+example is a dict with exactly the keys of the record table (docs/reading/index.md). Nested FeaturesDicts would
 flatten to the same keys, but would load as `ex["image"]["class"]["label"]`.
 """
 

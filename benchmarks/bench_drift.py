@@ -2,7 +2,7 @@
 
     python benchmarks/bench_drift.py [--photos 600] [--markdown F]
 
-Shards are planned from file sizes (README: "Shard sizes"). This builds, in-process, with shard
+Shards are planned from file sizes (docs/guide/shard-sizes.md). This builds, in-process, with shard
 bounds small enough for many shards:
 
 - photographs kept as they are (the plan is exact but for a few bytes per record);

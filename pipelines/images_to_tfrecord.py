@@ -6,8 +6,8 @@
         --runner DataflowRunner --project P --region R --temp_location gs://bucket/tmp \
         --extra_package dist/beam_tfrecord-0.1.0-py3-none-any.whl
 
-The workers get this package as the wheel given with --extra_package (README, "Dataflow, Flink
-and Spark"); the project has no setup.py.
+The workers get this package as the wheel given with --extra_package (docs/clusters/index.md,
+"How workers get the code"); the project has no setup.py.
 
 Other flags must be Beam's pipeline options; anything else is refused (exit status 2), as
 `beam-tfrecord build` refuses it: this is the same command.

@@ -143,7 +143,7 @@ def test_torch_worker_info_is_used_when_torch_is_loaded(built, monkeypatch):
 
 
 class _Pets:
-    """The README's wrapper, with torch.utils.data.IterableDataset replaced by object."""
+    """The wrapper of docs/reading/pytorch.md, with torch.utils.data.IterableDataset replaced by object."""
 
     def __init__(self, out, split):
         self.records = Dataset(str(out), split, decode=True, shuffle_shards=True, seed=1)

@@ -155,7 +155,7 @@ def test_resume_keeps_an_intact_shard_and_rewrites_a_damaged_one(planned):
         ({"policy": ImagePolicy(encode="png")}, "image settings"),
         ({"policy": ImagePolicy(store="raw")}, "image settings"),
         ({"policy": ImagePolicy(resize=Resize.parse("exact:20x20"))}, "image settings"),
-        ({"policy": ImagePolicy(jpeg_quality=80)}, None),  # not in a record: README says so
+        ({"policy": ImagePolicy(jpeg_quality=80)}, None),  # not in a record (docs/guide/resume.md)
     ],
     ids=[
         "same",

@@ -176,7 +176,7 @@ def runs_here(options: argparse.Namespace) -> bool:
 
 # A plain local build's DirectRunner mode: in this process, its checks and writes on threads of
 # their own as many at once as there are cores. Measured against Beam's multi_threading and
-# multi_processing modes on 2,000 images: see README ("A local build's parallelism").
+# multi_processing modes on 2,000 images: see CHANGELOG.md ("A local build's parallelism").
 LOCAL_RUNNING_MODE = "in_memory"
 
 

@@ -55,6 +55,17 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     return parser
 
 
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """The command line's own parser (under "") and each command's, every argument declared:
+    what the reference docs are generated from (docs/hooks/reference.py)."""
+    parsers: dict[str, argparse.ArgumentParser] = {"": _parser([])}
+    for name in _COMMANDS:
+        top = _parser([name])
+        (sub,) = (a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+        parsers[name] = sub.choices[name]
+    return parsers
+
+
 def _unrecognized(extra: Sequence[str], parser: argparse.ArgumentParser) -> str:
     """Why a command refuses the arguments it does not know: each unknown flag, with the flag
     a typo of it meant; other arguments as argparse names them."""

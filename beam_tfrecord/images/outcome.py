@@ -19,24 +19,26 @@ ERROR_CODES = (
     Reason.NEED_FULL_DATA,
 )
 
-NOTE_CODES = (
-    "16bit_reduced",  # 16 bits per sample mapped to 8
-    "32bit_reduced",  # 32-bit integer samples mapped to 8 bits
-    "alpha_flattened",  # alpha composited onto ImagePolicy.background
-    "cmyk_converted",  # CMYK (or YCCK, which decodes to CMYK) converted to RGB
-    "color_space_converted",  # another colour space (YCbCr, HSV, ...) converted to RGB
-    "exif_orientation_ignored",  # an EXIF orientation other than 1 left unapplied by the policy
-    "exif_rotated",  # the EXIF orientation applied to the pixels
-    "exif_unreadable",  # EXIF present but unparseable, so treated as orientation 1
-    "first_frame_of_animation",  # an animation or multi-page file reduced to its first frame
-    "float_reduced",  # floating-point samples mapped to 8 bits
-    "format_converted",  # the written format differs from the source format
-    "lab_converted",  # CIE L*a*b* converted to sRGB
-    "low_bit_depth_expanded",  # 1, 2 or 4 bits per sample expanded to 8
-    "palette_expanded",  # palette indices expanded to their colours
-    "resized",  # scaled (and cropped or padded) as ImagePolicy.resize asks
-    "stored_raw",  # written as decoded uint8 pixels, not as an image file
-)
+# What a written image's report line says was changed or noticed (its `notes`), with what each
+# means: the reference docs are generated from this.
+NOTE_CODES: dict[str, str] = {
+    "16bit_reduced": "16 bits per sample mapped to 8",
+    "32bit_reduced": "32-bit integer samples mapped to 8 bits",
+    "alpha_flattened": "Alpha composited onto the `--background` colour",
+    "cmyk_converted": "CMYK (or YCCK, which decodes to CMYK) converted to RGB",
+    "color_space_converted": "Another colour space (YCbCr, HSV, ...) converted to RGB",
+    "exif_orientation_ignored": "An EXIF orientation other than 1 left unapplied (`--no-exif-orientation`)",
+    "exif_rotated": "The EXIF orientation applied to the pixels",
+    "exif_unreadable": "EXIF present but unparseable, so treated as orientation 1",
+    "first_frame_of_animation": "An animation or multi-page file reduced to its first frame",
+    "float_reduced": "Floating-point samples mapped to 8 bits",
+    "format_converted": "The written format differs from the source format",
+    "lab_converted": "CIE L*a*b* converted to sRGB",
+    "low_bit_depth_expanded": "1, 2 or 4 bits per sample expanded to 8",
+    "palette_expanded": "Palette indices expanded to their colours",
+    "resized": "Scaled (and cropped or padded) as `--resize` asks",
+    "stored_raw": "Written as decoded uint8 pixels, not as an image file",
+}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Shard sizes when shards are planned from file sizes: exact on clean data, drift on dirty data.
 
-README "Shard sizes" states these figures; benchmarks/bench_drift.py measures them at scale.
+docs/guide/shard-sizes.md states these figures; benchmarks/bench_drift.py measures them at scale.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.config import BuildConfig
 
 IN_PROCESS = ["--direct_num_workers=1", "--direct_running_mode=in_memory"]
-SLACK = 6  # bytes a planned record may be over the written one (README: How it works)
+SLACK = 6  # bytes a planned record may be over the written one (docs/guide/shard-sizes.md)
 
 
 def _build(src: Path, out: Path, low: int, high: int, **settings) -> dict:

@@ -613,8 +613,8 @@ def test_8_progress_is_redrawn_on_a_terminal(big_src, tmp_path, mode):
     assert float(summary.group(1)) >= max(0.0, seconds - 5)
 
 
-# 9. A plain local build: the DirectRunner's in-process mode (README: "A local build's
-# parallelism"), its books still checked.
+# 9. A plain local build: the DirectRunner's in-process mode (docs/guide/local-builds.md), its
+# books still checked.
 
 
 def test_9_a_plain_build_runs_in_process_and_balances_its_books(src, tmp_path):
