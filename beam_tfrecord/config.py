@@ -202,6 +202,11 @@ class BuildConfig:
             orientation, which TensorFlow ignores), `resize` (`N` for the shorter side, `WxH` to
             fit within, `exact:WxH[:crop|pad|stretch]`), `encode` (`jpeg` or `png`) and `store`
             (`encoded` or `raw`); `from_settings` makes the policy from them.
+        transformed_sizes: how an image the build transforms (`resize`, `encode`, `store: raw`)
+            is sized for the shard plan: `measure` (transformed once while planning, as its
+            shard writer will: every shard within the bounds, for a second read, decode and
+            encode of each such image) or `estimate` (a size model: one read, and shards that
+            may leave the bounds, which the summary names).
         dedup: write one of each set of byte-identical images and report the other copies.
         split_by: a regex over the relative path; images whose capture (first group, or the
             group named `group`) is equal share a split (one subject, patient or scene).
@@ -228,6 +233,7 @@ class BuildConfig:
     overwrite: bool = False
     resume: bool = False
     image: ImagePolicy = field(default_factory=ImagePolicy)
+    transformed_sizes: str = "measure"
     dedup: bool = False
     split_by: str | None = None
     max_skipped_fraction: float | None = None
@@ -249,6 +255,7 @@ class BuildConfig:
         if self.inputs and self.input_list:
             raise ConfigError("input_list", "give input patterns or an input list, not both")
         _check_choice("listing", self.listing, ("pipeline", "launcher"))
+        _check_choice("transformed_sizes", self.transformed_sizes, ("measure", "estimate"))
         if not self.output or not str(self.output).strip():
             raise ConfigError("output", "an output folder is needed")
         object.__setattr__(self, "output", str(self.output).rstrip("/") or "/")

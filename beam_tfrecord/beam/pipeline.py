@@ -26,6 +26,7 @@ from apache_beam.runners.runner import PipelineRunner, PipelineState
 from fsspec.utils import get_protocol
 
 from beam_tfrecord.beam import callers_logging_kept
+from beam_tfrecord.beam.measuring import MeasureImages
 from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
@@ -55,6 +56,7 @@ from beam_tfrecord.manifest import (
     withdrawn_reason,
     write_build_files,
 )
+from beam_tfrecord.measurement import measures
 from beam_tfrecord.output_lock import is_lockable, release_output
 from beam_tfrecord.planning import Preparer
 from beam_tfrecord.readahead import usable_cores
@@ -206,6 +208,13 @@ class ConvertImages(beam.PTransform):
             unique = hashed["entries"] | "DropDuplicates" >> DropDuplicates()
             entries = unique["entries"]
             reports += [hashed["report"], unique["report"]]
+        if measures(config.image, config.transformed_sizes):
+            # Transformed images are planned on their records' real sizes, not a model's guess.
+            measured = entries | "MeasureImages" >> MeasureImages(
+                config.image, config.max_shard_size, read_ahead=read_ahead
+            )
+            entries = measured["entries"]
+            reports.append(measured["report"])
         # No split can hold more images than were listed: that bounds the planning buckets.
         most = census | "ListedCount" >> beam.Map(lambda c: c.listed)
         planned = entries | "PlanShards" >> PlanShards(

@@ -58,6 +58,7 @@ _VALUE_FLAGS = {
     "resize": "resize",
     "encode": "encode",
     "store": "store",
+    "transformed_sizes": "transformed_sizes",
     "split_by": "split_by",
     "max_skipped_fraction": "max_skipped_fraction",
     "planning_bucket_records": "planning_bucket_records",
@@ -188,6 +189,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["encoded", "raw"],
         help="raw: decoded uint8 pixels, for small images (default: encoded)",
     )
+    group.add_argument(
+        "--transformed-sizes", choices=["measure", "estimate"],
+        help="how a transformed image is sized for the shard plan: measure (encoded once more "
+        "while planning; every shard within the size bounds) or estimate (a size model: faster, "
+        "shards may leave the bounds) (default: measure)",
+    )  # fmt: skip
     group = parser.add_argument_group("duplicates and leakage")
     group.add_argument(
         "--dedup", action="store_true", default=None,
