@@ -338,6 +338,7 @@ def _print_summary(
             f"{why} (report.jsonl)",
             file=out,
         )
+    _warn_out_of_bounds(manifest.get("shards", ()), config, out)
     if config.image.validate == "header":
         # Documented, but a user who wrote a truncated download without a word should hear it.
         print(
@@ -381,6 +382,26 @@ def _print_summary(
             f"see {config.output.rstrip('/')}/report.jsonl",
             file=out,
         )
+
+
+def _warn_out_of_bounds(shards, config: BuildConfig, out) -> None:
+    """One warning naming the shards outside the size bounds (up to five), each with why."""
+    from beam_tfrecord.measurement import measures
+    from beam_tfrecord.shard_bounds import shards_out_of_bounds
+
+    estimated = config.transformed_sizes == "estimate" and measures(config.image, "measure")
+    found = shards_out_of_bounds(
+        shards, config.min_shard_size, config.max_shard_size, estimated=estimated
+    )
+    if not found:
+        return
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    print(
+        f"WARNING: {count(len(found), 'shard')} outside --min-shard-size "
+        f"{format_size(config.min_shard_size)} .. --max-shard-size "
+        f"{format_size(config.max_shard_size)}: {', '.join(found[:5])}{more}",
+        file=out,
+    )
 
 
 def _meant(name: str, meant_by: dict[str, str]) -> str:
