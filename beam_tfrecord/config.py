@@ -212,6 +212,9 @@ class BuildConfig:
             group named `group`) is equal share a split (one subject, patient or scene).
         max_skipped_fraction: fail the build when more inputs are skipped: it writes the report
             and its shards, and publishes nothing (no manifest), as an interrupted build.
+        allow_missing_classes: publish a build whose `classes` names a class no input is
+            labelled with (it keeps its id and gets no image); by default such a build fails,
+            as `max_skipped_fraction` does, since the name is most often a typo.
         planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
         read_ahead: images each worker reads concurrently, ahead of the one it checks or writes;
             None to choose by the inputs' store (deep for object stores, where every read waits
@@ -233,15 +236,16 @@ class BuildConfig:
     overwrite: bool = False
     resume: bool = False
     image: ImagePolicy = field(default_factory=ImagePolicy)
-    transformed_sizes: str = "measure"
     dedup: bool = False
+    transformed_sizes: str = "measure"
     split_by: str | None = None
     max_skipped_fraction: float | None = None
+    allow_missing_classes: bool = False
     planning_bucket_records: int = 200_000
     read_ahead: int | None = None
 
     def __post_init__(self) -> None:
-        for setting in ("overwrite", "resume", "dedup"):
+        for setting in ("overwrite", "resume", "dedup", "allow_missing_classes"):
             _check_switch(setting, getattr(self, setting))
         if not isinstance(self.image, ImagePolicy):
             raise ConfigError("image", f"expected an ImagePolicy, got {self.image!r}")

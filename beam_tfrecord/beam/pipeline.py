@@ -155,15 +155,20 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
     shard_files = [s["file"] for s in manifest["shards"]]
     shard_files += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     shard_files += [shard_report_name(s["file"]) for s in manifest["shards"]]
+    missing = _missing_classes(manifest, config_dict)
     if (
         too_many_skipped(manifest["inputs"], config_dict.get("max_skipped_fraction"))
         or manifest["inputs"]["unaccounted"]
+        or missing
     ):
         # Decided here, not by the command line, so that no runner publishes such a build: one
         # that skipped too many, or whose books do not balance (inputs listed but neither
         # written nor reported: a runner that lost them between stages), which would pass for
         # complete wherever manifest.json is what says a build is done. Its finished shards
-        # stay, as an interrupted build's do: --resume publishes them.
+        # stay, as an interrupted build's do: --resume publishes them. So is one whose
+        # --classes names a class no input has, most often a typo that dropped its images.
+        for name in missing:
+            beam.metrics.Metrics.string_set(METRICS_NAMESPACE, _CLASSES_NOT_FOUND).add(name)
         withdraw_build(output_dir, keep=shard_files)
         return manifest["inputs"]
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
@@ -178,6 +183,17 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
             ", ".join(removed[:5]) + (f" and {len(removed) - 5} more" if len(removed) > 5 else ""),
         )
     return manifest["inputs"]
+
+
+# The metric naming the --classes names no input has, in a build withheld for them.
+_CLASSES_NOT_FOUND = "classes_not_found"
+
+
+def _missing_classes(manifest: dict, config_dict: dict) -> list[str]:
+    """The --classes names no input is labelled with, when the build may not publish them."""
+    if config_dict.get("allow_missing_classes"):
+        return []
+    return list((manifest.get("given_classes") or {}).get("not_found", ()))
 
 
 class ConvertImages(beam.PTransform):
@@ -692,8 +708,14 @@ def _build(
             counters[counter.key.metric.name] = (
                 counters.get(counter.key.metric.name, 0) + counter.committed
             )
+        missing_classes = sorted(
+            name
+            for string_set in query.get("string_sets", ())
+            if string_set.key.metric.name == _CLASSES_NOT_FOUND
+            for name in string_set.committed
+        )
     except (NotImplementedError, AttributeError, KeyError):  # some runners report no metrics
-        pass
+        missing_classes = []
     fs, path = fsspec.core.url_to_fs(posixpath.join(config.output, MANIFEST_FILE))
     fs.invalidate_cache()  # object store listings are cached for the life of the process
     if not fs.exists(path):
@@ -703,5 +725,6 @@ def _build(
             counters.get("images_listed"),
             classes=config.classes,
             written=counters.get("images_written"),
+            missing_classes=missing_classes,
         )
     return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)

@@ -173,6 +173,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fail, publishing nothing, when more of the inputs are skipped "
         "(default: off, never fail for it)",
     )
+    group.add_argument(
+        "--allow-missing-classes", action="store_true", default=None,
+        help="publish a build whose --classes names a class no input has (default: such a "
+        "build fails, publishing nothing)",
+    )  # fmt: skip
     group = parser.add_argument_group("image transforms")
     group.add_argument(
         "--resize", metavar="N|WxH|exact:WxH[:crop|pad|stretch]",
@@ -267,7 +272,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
             settings.pop(setting, None)
             settings.pop(flag, None)
             settings[setting] = value
-    for flag in ("overwrite", "resume", "exif_orientation", "dedup"):
+    for flag in ("overwrite", "resume", "exif_orientation", "dedup", "allow_missing_classes"):
         if getattr(args, flag) is not None:
             settings[flag] = getattr(args, flag)
     return BuildConfig.from_settings(settings)
