@@ -353,6 +353,7 @@ def _runner_name(options: PipelineOptions) -> str:
 _STEPS = (
     ("ListImages", "listing the inputs"),
     ("HashImages", "reading the images for --dedup"),
+    ("MeasureImages", "measuring the transformed images"),
     ("WriteShards", "writing the shards"),
     ("WriteReport", "writing the report"),
     ("WriteManifest", "writing the manifest"),
@@ -390,9 +391,34 @@ def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
         if is_store_refusal(seen):
             reason = _BEAM_STEP.sub("", store_reason(seen))
             message = f"{step or 'the build'} failed: {reason}"
+            fix = _lasting_fix(seen)
+            if fix and step in _BEFORE_WRITING:
+                # No shard was written, and the same run fails the same way until it is fixed:
+                # --resume would go on from nothing.
+                return BuildFailed(f"{message}; {fix}, then build again (nothing was written)")
+            if fix:
+                message += f"; {fix}, then go on"
             return BuildFailed(
                 f"{message}; the shards it finished are kept in {output}", retry=True
             )
+    return None
+
+
+# The steps that run before any shard is written.
+_BEFORE_WRITING = (
+    "listing the inputs",
+    "reading the images for --dedup",
+    "measuring the transformed images",
+)
+
+
+def _lasting_fix(error: BaseException) -> str | None:
+    """What to fix for an error no rerun clears by itself (a permission, a path that is not
+    there); None for one that may pass (a store's trouble, a full disk being emptied)."""
+    if isinstance(error, PermissionError):
+        return "give the build access to that path"
+    if isinstance(error, (FileNotFoundError, NotADirectoryError)):
+        return "restore the path or correct the setting that names it"
     return None
 
 

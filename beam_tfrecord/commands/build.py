@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import posixpath
 import re
 import sys
 import threading
@@ -344,6 +345,7 @@ def _print_summary(
             file=out,
         )
     _warn_out_of_bounds(manifest.get("shards", ()), config, out)
+    _warn_folder_class(manifest["classes"], config, out)
     if config.image.validate == "header":
         # Documented, but a user who wrote a truncated download without a word should hear it.
         print(
@@ -385,6 +387,28 @@ def _print_summary(
             f"WARNING: {skipped} of {count(inputs['listed'], 'input')} "
             f"{'was' if skipped == 1 else 'were'} NOT written ({reasons}); "
             f"see {config.output.rstrip('/')}/report.jsonl",
+            file=out,
+        )
+
+
+def _warn_folder_class(classes, config: BuildConfig, out) -> None:
+    """One line when `--labels dir` gave every image the name of the --input folder it is
+    right in: a flat folder, whose classes are most often in the file names.
+
+    A warning, not a refusal: the build is sound, and a one-class build of a folder given as
+    --input (positives only, a class built alone) is meant so; the line shows the fix.
+    """
+    if config.labels != "dir" or config.classes is not None or len(classes) != 1:
+        return
+    from beam_tfrecord.listing import pattern_base
+
+    (name,) = classes
+    folders = {posixpath.basename(pattern_base(p).rstrip("/")) for p in config.inputs}
+    if name in folders:
+        print(
+            f"WARNING: the images are right in the --input folder {name!r}, so --labels dir "
+            f"(the default) gave them all one class, {name!r}; if the class is in the file "
+            "names (apple01.jpg), build with --labels 'regex:^([a-z]+)'",
             file=out,
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +64,70 @@ def test_4_a_classes_typo_fails_the_build_and_keeps_the_hint(shapes, tmp_path):
     config.write_text(f"input: {shapes}\noutput: {tmp_path / 'yaml'}\nclasses: [circle, sqare]\n"
                       "allow_missing_classes: true\n")  # fmt: skip
     assert run("build", "--config", str(config), cwd=tmp_path).returncode == 0
+
+
+# 5. --resume is offered only where it can help.
+
+
+def _without_access(path: Path) -> list[str]:
+    """Takes every access to `path` away; returns the prefix that runs a command as a user the
+    folder refuses (root reads anything: in a user namespace, a folder owned by an unmapped
+    user is refused to it too)."""
+    path.chmod(0)
+    if os.geteuid() != 0:
+        return []
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root, and no unshare to run as a user a folder refuses")
+    os.chown(path, 65534, 65534)
+    return ["unshare", "--user", "--map-root-user"]
+
+
+def test_5_a_folder_without_permission_says_what_to_fix_not_resume(tmp_path):
+    data = tmp_path / "data"
+    make_collection(data, {"ok": 4, "zlocked": 4}, seed=6, size=(16, 24))
+    prefix = _without_access(data / "zlocked")
+    try:
+        done = subprocess.run(
+            [*prefix, *COMMAND, "build", "--input", str(data), "--output", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        (data / "zlocked").chmod(0o755)
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "Permission denied" in line and str(data / "zlocked") in line, line
+    assert line.endswith(
+        "give the build access to that path, then build again (nothing was written)"
+    ), line
+    assert "--resume" not in done.stderr
+
+
+# 3. A flat folder under --labels dir: one class named after the folder, and a line that says so.
+
+
+def test_3_a_flat_folder_labelled_by_dir_says_so_with_the_fix(tmp_path):
+    flat = tmp_path / "flat"
+    make_collection(tmp_path / "made", {"x": 6}, seed=7, size=(16, 24))
+    flat.mkdir()
+    for i, image in enumerate(sorted((tmp_path / "made" / "x").iterdir())):
+        name = ("apple", "banana_", "cherry")[i % 3] + f"{i:02d}.jpg"
+        image.rename(flat / name)
+    done = run("build", "--input", str(flat), "--output", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "classes: 1 (labels.txt)" in done.stdout
+    assert (
+        "WARNING: the images are right in the --input folder 'flat', so --labels dir (the "
+        "default) gave them all one class, 'flat'; if the class is in the file names "
+        "(apple01.jpg), build with --labels 'regex:^([a-z]+)'"
+    ) in done.stdout.splitlines()
+    # The fix it shows works, and the line goes.
+    fixed = run(
+        "build", "--input", str(flat), "--output", str(tmp_path / "fixed"),
+        "--labels", "regex:^([a-z]+)", cwd=tmp_path,
+    )  # fmt: skip
+    assert "classes: 3 (labels.txt)" in fixed.stdout and "--input folder" not in fixed.stdout
+    # A folder of class folders says nothing.
+    make_collection(tmp_path / "made", {"x": 3, "y": 3}, seed=8, size=(16, 24))
+    folders = run("build", "--input", str(tmp_path / "made"), "--output", str(tmp_path / "o2"),
+                  cwd=tmp_path)  # fmt: skip
+    assert folders.returncode == 0 and "--input folder" not in folders.stdout
