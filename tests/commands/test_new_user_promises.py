@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -131,3 +133,44 @@ def test_3_a_flat_folder_labelled_by_dir_says_so_with_the_fix(tmp_path):
     folders = run("build", "--input", str(tmp_path / "made"), "--output", str(tmp_path / "o2"),
                   cwd=tmp_path)  # fmt: skip
     assert folders.returncode == 0 and "--input folder" not in folders.stdout
+
+
+# 6. Ctrl-C while a command starts: one line, exit 130, on every subcommand.
+
+
+@pytest.fixture(scope="module")
+def many_records(tmp_path_factory) -> Path:
+    """A TFRecord file that `verify` takes a while over, so that it is stopped, not done."""
+    from beam_tfrecord.codec.example import encode_example
+    from beam_tfrecord.codec.writer import TFRecordWriter
+
+    path = tmp_path_factory.mktemp("records") / "many.tfrecord"
+    record = encode_example({"n": [1, 2, 3], "text": [b"x" * 64]})
+    with path.open("wb") as f, TFRecordWriter(f) as writer:
+        for _ in range(200_000):
+            writer.write(record)
+    return path
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.2, 0.4])
+@pytest.mark.parametrize("command", ["build", "verify"])
+def test_6_ctrl_c_while_starting_is_one_line(shapes, many_records, tmp_path, command, delay):
+    args = ["--input", str(shapes), "--output", str(tmp_path / "x")]
+    process = subprocess.Popen(
+        [*COMMAND, command, *(args if command == "build" else [str(many_records)])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    time.sleep(delay)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert err.splitlines() == [f"beam-tfrecord {command}: interrupted"], err
+
+
+def test_6_a_program_importing_the_command_line_keeps_its_own_ctrl_c():
+    done = subprocess.run(
+        [sys.executable, "-c", "import signal, beam_tfrecord.commands.cli; "
+         "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.stdout == "True\n", done.stderr
