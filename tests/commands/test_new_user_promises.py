@@ -174,3 +174,32 @@ def test_6_a_program_importing_the_command_line_keeps_its_own_ctrl_c():
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.stdout == "True\n", done.stderr
+
+
+# 2. The output-inside-input check compares resolved paths.
+
+
+def test_2_an_output_inside_a_linked_input_is_refused(shapes, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(shapes, data / "shapes")
+    (tmp_path / "link").symlink_to(data / "shapes")
+    for pattern in ("link", "link/**"):
+        done = run("build", "--input", pattern, "--output", "data/shapes/out", cwd=tmp_path)
+        assert done.returncode == 2, done.stdout
+        assert done.stderr == (
+            f"beam-tfrecord build: error: --output: 'data/shapes/out' is inside input "
+            f"{pattern!r}; the build would read its own output\n"
+        )
+        assert not (data / "shapes" / "out").exists()
+    # An --input-list entry inside the output (here through a link to it), on a rebuild.
+    out = data / "shapes" / "out"
+    out.mkdir()
+    shutil.copy(data / "shapes" / "circle" / "circle_0000.jpg", out / "old.jpg")
+    (tmp_path / "outlink").symlink_to(out)
+    (tmp_path / "list.txt").write_text("data/shapes/circle/circle_0001.jpg\noutlink/old.jpg\n")
+    done = run(
+        "build", "--input-list", "list.txt", "--output", "data/shapes/out", "--overwrite",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout
+    assert "names " in done.stderr and "inside --output 'data/shapes/out'" in done.stderr
