@@ -100,7 +100,7 @@ def write_shard(
             result, index, report = kept
             # An earlier run may have died between publishing the shard and its index.
             publish(fs, index_path, index.encode("ascii"))
-            progress.add("written", result.examples, result.bytes)
+            progress.add("kept", result.examples, result.bytes)  # not this run's writing
             _LOG.debug(
                 "kept finished shard %s (%s)", spec.file_name, count(result.examples, "example")
             )

@@ -44,6 +44,7 @@ class _MeasureFn(beam.DoFn):
 
     def process(self, entry: ImageEntry):
         if not needs_measuring(entry, self._policy):
+            self._tally.add("measured")  # its size is exact already
             yield entry
             return
         fetches = self._fetches
@@ -80,6 +81,7 @@ class _MeasureFn(beam.DoFn):
         tally = self._tally
         tally.add("measured")
         if isinstance(result, ReportEntry):
+            tally.add("measure_skipped")
             tally.add("to_write", -1)
             tally.add("to_write_bytes", -planned.record_size)
             self._skipped.inc()

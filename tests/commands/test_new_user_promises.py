@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import shutil
 import signal
 import subprocess
@@ -12,8 +15,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from imagegen import make_collection
+from PIL import Image
 
 _SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
@@ -203,3 +208,81 @@ def test_2_an_output_inside_a_linked_input_is_refused(shapes, tmp_path):
     )  # fmt: skip
     assert done.returncode == 2, done.stdout
     assert "names " in done.stderr and "inside --output 'data/shapes/out'" in done.stderr
+
+
+# 7. Progress counts what this run does, and estimates from what it has measured.
+
+
+def _run_in_pty(args: list[str], cwd: Path) -> tuple[int, str]:
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the build, its stdout and stderr the terminal
+        os.chdir(cwd)
+        os.execv(COMMAND[0], [*COMMAND, *args])
+    output = b""
+    while True:
+        ready, _, _ = select.select([fd], [], [], 300)
+        if not ready:
+            break
+        try:
+            data = os.read(fd, 65536)
+        except OSError:  # the terminal closes when the build exits
+            break
+        if not data:
+            break
+        output += data
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), output.decode()
+
+
+_FRAME = re.compile(
+    r"written (\d+)(?: \(and (\d+) kept\))? of (\d+) images.*\| ([\d:]+) elapsed(.*)"
+)
+
+
+def _frames(output: str) -> list[tuple[int, int, int, str]]:
+    """(written, kept, to write, what follows the elapsed time) of each progress frame."""
+    found = []
+    for frame in output.split("\r"):
+        match = _FRAME.search(frame)
+        if match:
+            written, kept, total, _, tail = match.groups()
+            found.append((int(written), int(kept or 0), int(total), tail.strip()))
+    return found
+
+
+@pytest.fixture(scope="module")
+def noise(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("noise")
+    rng = np.random.default_rng(0)
+    for i in range(160):
+        folder = root / ("a" if i % 2 == 0 else "b")
+        folder.mkdir(exist_ok=True)
+        pixels = rng.integers(0, 256, (240, 320, 3), np.uint8)
+        Image.fromarray(pixels).save(folder / f"{i:04d}.jpg", quality=90)
+    return root
+
+
+def test_7_the_eta_of_a_resized_build_stays_until_every_image_is_written(noise, tmp_path):
+    args = ["build", "--input", str(noise), "--output", "out", "--resize", "160"]
+    status, output = _run_in_pty([*args, "--min-shard-size", "1MB", "--max-shard-size", "3MB"],
+                                 tmp_path)  # fmt: skip
+    assert status == 0, output
+    writing = [f for f in _frames(output) if 0 < f[0] < f[2]]
+    assert writing, output
+    # Before: planned on underestimated bytes, the ETA went at a third of the writing.
+    assert all(tail.startswith(", ETA ") for *_, tail in writing), writing
+
+
+def test_7_resume_counts_the_kept_shards_apart(shapes, tmp_path):
+    args = ["build", "--input", str(shapes), "--output", "out"]
+    args += ["--min-shard-size", "4KB", "--max-shard-size", "12KB"]
+    assert run(*args, cwd=tmp_path).returncode == 0
+    out = tmp_path / "out"
+    manifest = json.loads((out / "manifest.json").read_text())
+    gone = manifest["shards"][0]
+    (out / "manifest.json").unlink()
+    (out / gone["file"]).unlink()
+    status, output = _run_in_pty([*args, "--resume"], tmp_path)
+    assert status == 0, output
+    written, kept, total, _ = _frames(output)[-1]
+    assert (written, kept, total) == (gone["examples"], 30 - gone["examples"], 30), output
