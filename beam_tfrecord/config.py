@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 import re
@@ -63,7 +64,21 @@ class ConfigError(ValueError):
 
     def __init__(self, setting: str, message: str):
         self.setting = setting
+        self.message = message
         super().__init__(f"--{setting.replace('_', '-')}: {message}")
+
+    def for_python(self) -> ConfigError:
+        """The same refusal as a Python caller reads it: the switches it says to pass named
+        as BuildConfig's fields (`overwrite=True`), not as flags (`--overwrite`)."""
+        message = self.message
+        for switch in ("overwrite", "resume", "allow_missing_classes"):
+            flag = "--" + switch.replace("_", "-")
+            message = re.sub(rf"(pass |, or ){flag}\b", rf"\g<1>{switch}=True", message)
+        return ConfigError(self.setting, message)
+
+
+# Set while the command line runs a build: its refusals name flags, not BuildConfig's fields.
+COMMAND_LINE = contextvars.ContextVar("beam_tfrecord_command_line", default=False)
 
 
 def parse_size(value: str | int, setting: str = "size") -> int:
@@ -288,12 +303,14 @@ class BuildConfig:
             parse_splits(dict(self.splits))  # validates a programmatic value the same way
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError("seed", f"must be an integer, got {self.seed!r}")
+        given = {"min_shard_size": self.min_shard_size, "max_shard_size": self.max_shard_size}
         object.__setattr__(
             self, "min_shard_size", parse_size(self.min_shard_size, "min_shard_size")
         )
         object.__setattr__(
             self, "max_shard_size", parse_size(self.max_shard_size, "max_shard_size")
         )
+        _check_unitless_bound(given, self.min_shard_size, self.max_shard_size)
         if self.min_shard_size > self.max_shard_size:
             raise ConfigError(
                 "min_shard_size",
@@ -482,6 +499,32 @@ def unknown_setting(key: str) -> str:
     if close:
         return f"unknown setting {key!r}; did you mean {close!r}?"
     return f"unknown setting {key!r}; known: {', '.join(names)}"
+
+
+def _check_unitless_bound(given: Mapping[str, Any], low: int, high: int) -> None:
+    """Refuses bounds that cross because one was given without a unit (`--max-shard-size 10`
+    is 10 bytes): named as the bound given so, with the unit most likely meant."""
+    defaults = {f.name: f.default for f in dataclasses.fields(BuildConfig)}
+    unitless = [
+        setting
+        for setting, value in given.items()
+        if value != defaults[setting]  # a default is no typo
+        and not isinstance(value, bool)
+        and str(value).strip().replace(".", "", 1).isdigit()
+    ]
+    if low <= high or len(unitless) != 1:
+        return  # in order, or both alike: the bounds' clash is worded as it always was
+    (setting,) = unitless
+    number = str(given[setting]).strip()
+    other, bound = (
+        ("min-shard-size", low) if setting == "max_shard_size" else ("max-shard-size", high)
+    )
+    side = "below" if setting == "max_shard_size" else "above"
+    raise ConfigError(
+        setting,
+        f"{number} is {number} bytes (a size without a unit is bytes), {side} --{other} "
+        f"{format_size(bound)}; did you mean {number}MB?",
+    )
 
 
 def _check_switch(setting: str, value: Any) -> None:

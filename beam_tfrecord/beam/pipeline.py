@@ -38,7 +38,7 @@ from beam_tfrecord.beam.transforms import (
 )
 from beam_tfrecord.beam.writing import PROCESSES_MIN_BYTES, WriteReport, WriteShards
 from beam_tfrecord.checks import preflight
-from beam_tfrecord.config import BuildConfig, ConfigError
+from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.listing import local_bytes_reach
@@ -677,7 +677,12 @@ def _build(
     pipeline = _refused_as_config_error(
         runner, options, lambda: beam.Pipeline(runner=runner, options=options)
     )
-    preflight(config, lock=lock)
+    try:
+        preflight(config, lock=lock)
+    except ConfigError as err:
+        if COMMAND_LINE.get():
+            raise
+        raise err.for_python() from None
     if config.overwrite and not dry_run:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import posixpath
@@ -23,6 +24,7 @@ from beam_tfrecord.commands.console import (
     terminal_stream,
 )
 from beam_tfrecord.config import (
+    COMMAND_LINE,
     DEFAULT_EXTENSIONS,
     BuildConfig,
     ConfigError,
@@ -314,10 +316,13 @@ def _print_summary(
             planned = {s["file"] for s in manifest.get("shards", ())}
             stale = sum(1 for name in finished_before if name not in planned)
             finished_before = len(finished_before) - stale
-        _print_resumed(result.counters, finished_before, config.output, out)
+        if finished_before or not stale:
+            _print_resumed(result.counters, finished_before, config.output, out)
         if stale:
+            # All of them stale: "the output held no finished shards" would contradict this.
+            kept_none = "" if finished_before else "kept none: "
             print(
-                f"  resumed: removed {count(stale, 'finished shard')} of another plan, under "
+                f"  resumed: {kept_none}removed {count(stale, 'finished shard')} of another plan, under "
                 "names this build does not write (seed, splits or shard sizes changed, or "
                 "left by another build)",
                 file=out,
@@ -346,6 +351,7 @@ def _print_summary(
         )
     _warn_out_of_bounds(manifest.get("shards", ()), config, out)
     _warn_folder_class(manifest["classes"], config, out)
+    _note_other_extensions(result.counters, config, out)
     if config.image.validate == "header":
         # Documented, but a user who wrote a truncated download without a word should hear it.
         print(
@@ -387,6 +393,26 @@ def _print_summary(
             f"WARNING: {skipped} of {count(inputs['listed'], 'input')} "
             f"{'was' if skipped == 1 else 'were'} NOT written ({reasons}); "
             f"see {config.output.rstrip('/')}/report.jsonl",
+            file=out,
+        )
+
+
+def _note_other_extensions(counters: dict[str, int], config: BuildConfig, out) -> None:
+    """One line counting the images of other kinds --extensions left out of the listing: they
+    are not inputs (not in report.jsonl), but a user leaving a folder's PNGs out should know."""
+    from beam_tfrecord.beam.transforms import OTHER_EXTENSIONS
+
+    by_suffix = {
+        name[len(OTHER_EXTENSIONS) :]: n
+        for name, n in sorted(counters.items())
+        if name.startswith(OTHER_EXTENSIONS) and n
+    }
+    if by_suffix:
+        files = count(sum(by_suffix.values()), "image file")
+        kinds = ", ".join(f"{suffix}: {n}" for suffix, n in by_suffix.items())
+        print(
+            f"NOTE: {files} of other kinds were not taken ({kinds}): --extensions "
+            f"{','.join(e.lstrip('.') for e in config.extensions)} leaves them out",
             file=out,
         )
 
@@ -555,6 +581,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         with (
             terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
             stop_on_signals() as interruption,
+            _naming_flags(),
         ):
             configure_logging(terminal, verbose)
             try:
@@ -625,6 +652,17 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         )
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _naming_flags():
+    """While the command runs its build, the build's refusals name flags (`--overwrite`), not
+    BuildConfig's fields (`overwrite=True`), as they do for a Python caller."""
+    token = COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        COMMAND_LINE.reset(token)
 
 
 def _publish_anyway_command(config: BuildConfig) -> str:

@@ -286,3 +286,121 @@ def test_7_resume_counts_the_kept_shards_apart(shapes, tmp_path):
     assert status == 0, output
     written, kept, total, _ = _frames(output)[-1]
     assert (written, kept, total) == (gone["examples"], 30 - gone["examples"], 30), output
+
+
+# 8. The small ones, each a line users meet.
+
+
+@pytest.fixture(scope="module")
+def built(shapes, tmp_path_factory) -> Path:
+    """A finished build of the shapes, in a folder of its own, named `out`."""
+    where = tmp_path_factory.mktemp("built")
+    done = run("build", "--input", str(shapes), "--output", "out", cwd=where)
+    assert done.returncode == 0, done.stderr
+    return where
+
+
+def test_8_resume_of_another_plan_does_not_say_it_found_no_shards(shapes, tmp_path):
+    args = ["build", "--input", str(shapes), "--output", "out"]
+    assert run(*args, cwd=tmp_path).returncode == 0
+    (tmp_path / "out" / "manifest.json").unlink()
+    done = run(*args, "--name", "other", "--resume", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    resumed = [line for line in done.stdout.splitlines() if "resumed:" in line]
+    assert len(resumed) == 1 and resumed[0].startswith(
+        "  resumed: kept none: removed 3 finished shards of another plan"
+    ), done.stdout
+
+
+def test_8_a_bit_flipped_jpeg_is_corrupt_and_a_cut_one_truncated(shapes, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(shapes, src)
+    whole = (src / "circle" / "circle_0000.jpg").read_bytes()
+
+    def flipped() -> bytes:
+        """One bit flipped in the scan, near its end, that makes a marker (0xFF, then a byte
+        naming a segment) whose segment length runs past the end of the file: a whole file,
+        which read as a short one."""
+        for at in range(len(whole) - 5, len(whole) // 2, -1):
+            for bit in range(8):
+                marker = whole[at + 1]
+                if whole[at] ^ (1 << bit) != 0xFF or whole[at - 1] == 0xFF:
+                    continue
+                if marker in (0x00, 0x01, 0xFF) or 0xD0 <= marker <= 0xD9:
+                    continue
+                if at + 2 + int.from_bytes(whole[at + 2 : at + 4], "big") > len(whole):
+                    data = bytearray(whole)
+                    data[at] ^= 1 << bit
+                    return bytes(data)
+        raise AssertionError("no such flip in this image")
+
+    (src / "circle" / "flipped.jpg").write_bytes(flipped())
+    (src / "circle" / "cut.jpg").write_bytes(whole[: len(whole) // 2])
+    done = run("build", "--input", str(src), "--output", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = [json.loads(line) for line in (tmp_path / "out" / "report.jsonl").open()]
+    reasons = {r["relpath"]: r["reason"] for r in report}
+    assert reasons == {"circle/flipped.jpg": "corrupt", "circle/cut.jpg": "truncated"}, reasons
+
+
+def test_8_images_extensions_leave_out_are_counted(shapes, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(shapes, src)
+    for i in range(3):
+        Image.new("RGB", (20, 20), (i * 60, 0, 0)).save(src / "square" / f"drawn{i}.png")
+    args = ["build", "--input", str(src), "--output", "out", "--extensions", "jpg"]
+    done = run(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "NOTE: 3 image files of other kinds were not taken (.png: 3): --extensions jpg leaves "
+        "them out"
+    ) in done.stdout.splitlines()
+    plain = run("build", "--input", str(src), "--output", "all", cwd=tmp_path)
+    assert "NOTE" not in plain.stdout
+
+
+def test_8_a_size_without_a_unit_is_named_with_the_unit_meant(shapes, tmp_path):
+    done = run("build", "--input", str(shapes), "--output", "out", "--max-shard-size", "10",
+               cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == (
+        "beam-tfrecord build: error: --max-shard-size: 10 is 10 bytes (a size without a unit "
+        "is bytes), below --min-shard-size 100.0 MB; did you mean 10MB?\n"
+    )
+
+
+def test_8_a_python_caller_is_told_the_setting_not_the_flag(shapes, built):
+    script = (
+        "from beam_tfrecord.beam.pipeline import build\n"
+        "from beam_tfrecord.config import BuildConfig, ConfigError\n"
+        "try:\n"
+        f"    build(BuildConfig(inputs=({str(shapes)!r},), output='out'))\n"
+        "except ConfigError as err:\n"
+        "    print(err)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=built, timeout=300)  # fmt: skip
+    assert done.stdout == (
+        "--output: 'out' already holds an earlier build; pass overwrite=True to replace it\n"
+    ), done.stderr
+    cli = run("build", "--input", str(shapes), "--output", "out", cwd=built)
+    assert "pass --overwrite to replace it" in cli.stderr
+
+
+def test_8_preview_names_an_unknown_split_before_the_sheet_in_the_way(built):
+    (built / "preview.png").write_bytes(b"a sheet made before")
+    done = run("preview", "out", "--split", "tset", cwd=built)
+    assert done.returncode == 2
+    assert done.stderr == (
+        "beam-tfrecord preview: error: --split: no split 'tset' in out; it has train, "
+        "validation, test\n"
+    )
+
+
+def test_8_verify_prints_a_folders_files_as_it_was_given(built):
+    folder = run("verify", "out", cwd=built)
+    one = run("verify", "out/out-test.tfrecord-00000-of-00001", cwd=built)
+    assert folder.returncode == 0 and one.returncode == 0, folder.stdout + one.stdout
+    assert "OK       out/out-test.tfrecord-00000-of-00001: " in folder.stdout
+    assert one.stdout.splitlines()[0] in folder.stdout.splitlines()
+    assert str(built) not in folder.stdout
