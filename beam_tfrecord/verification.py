@@ -335,9 +335,7 @@ def expand_paths(
         # typed: fsspec makes every local path absolute.
         relative = local and "://" not in pattern and not os.path.isabs(pattern)
 
-        def url_of(
-            found: str, fs: Any = fs, local: bool = local, relative: bool = relative
-        ) -> str:
+        def url_of(found: str, fs: Any = fs, local: bool = local, relative: bool = relative) -> str:
             # Local paths print as paths; other filesystems keep their protocol.
             if relative:
                 return os.path.relpath(found)
