@@ -8,11 +8,34 @@ A shard leaves the bounds only when one of those does not hold, and the reason i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from beam_tfrecord.config import format_size
 
-__all__ = ["shards_out_of_bounds"]
+__all__ = ["OutOfBounds", "shards_out_of_bounds"]
+
+# Why a shard is outside the bounds: the first that applies.
+PLANNED_SO = "planned so: their split's records are too large for bounds this close"
+ESTIMATED = "planned on estimated sizes; --transformed-sizes measure keeps the bounds"
+SHRANK = "images were left out or re-encoded smaller when written (report.jsonl)"
+GREW = "images grew when re-encoded so that TensorFlow decodes them (report.jsonl)"
+
+
+@dataclass(frozen=True)
+class OutOfBounds:
+    """A shard outside the bounds: its file, its size and planned size, the bound it passes."""
+
+    file: str
+    bytes: int
+    planned_bytes: int
+    over: bool  # over the maximum; else under the minimum
+    why: str
+
+    def describe(self, min_size: int, max_size: int) -> str:
+        bound = f"over {format_size(max_size)}" if self.over else f"under {format_size(min_size)}"
+        planned = "" if self.why == PLANNED_SO else f", planned {format_size(self.planned_bytes)}"
+        return f"{self.file} ({format_size(self.bytes)}, {bound}{planned})"
 
 
 def shards_out_of_bounds(
@@ -21,8 +44,8 @@ def shards_out_of_bounds(
     max_size: int,
     *,
     estimated: bool = False,
-) -> list[str]:
-    """One description per shard outside the bounds: its name, size, the bound and why.
+) -> list[OutOfBounds]:
+    """The shards outside the bounds, by file name, each with why.
 
     Args:
         shards: the manifest's `shards` (file, split, index, bytes, planned_bytes).
@@ -30,40 +53,24 @@ def shards_out_of_bounds(
         estimated: whether transformed images were planned on a size model
             (`transformed_sizes: estimate`) rather than measured.
     """
-    last = {}
+    last: dict[str, int] = {}
     for shard in shards:
         last[shard["split"]] = max(last.get(shard["split"], -1), shard["index"])
     found = []
     for shard in sorted(shards, key=lambda s: s["file"]):
         written, planned = shard["bytes"], shard.get("planned_bytes", shard["bytes"])
         if written > max_size:
-            bound, out_planned = f"over {format_size(max_size)}", planned > max_size
+            over, out_planned = True, planned > max_size
         elif written < min_size and shard["index"] < last[shard["split"]]:
-            bound, out_planned = f"under {format_size(min_size)}", planned < min_size
+            over, out_planned = False, planned < min_size
         else:
             continue
-        found.append(
-            f"{shard['file']} ({format_size(written)}, {bound}: "
-            f"{_why(written, planned, out_planned, estimated)})"
-        )
+        if out_planned:
+            # num_shards keeps every cut inside the bounds when a record is small beside them.
+            why = PLANNED_SO
+        elif estimated:
+            why = ESTIMATED
+        else:
+            why = SHRANK if written < planned else GREW
+        found.append(OutOfBounds(shard["file"], written, planned, over, why))
     return found
-
-
-def _why(written: int, planned: int, out_planned: bool, estimated: bool) -> str:
-    if out_planned:
-        # num_shards keeps every cut inside the bounds when a record is small beside them.
-        return "planned so, as its split's records are too large for bounds this close"
-    if estimated:
-        return (
-            f"planned at {format_size(planned)} on estimated sizes; "
-            "--transformed-sizes measure keeps the bounds"
-        )
-    if written < planned:
-        return (
-            f"planned at {format_size(planned)}; images were left out or re-encoded smaller "
-            "when written (report.jsonl)"
-        )
-    return (
-        f"planned at {format_size(planned)}; images grew when re-encoded so that TensorFlow "
-        "decodes them (report.jsonl)"
-    )

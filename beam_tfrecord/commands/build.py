@@ -440,23 +440,23 @@ def _warn_folder_class(classes, config: BuildConfig, out) -> None:
 
 
 def _warn_out_of_bounds(shards, config: BuildConfig, out) -> None:
-    """One warning naming the shards outside the size bounds (up to five), each with why."""
+    """A warning for each reason shards are outside the size bounds, naming up to five."""
     from beam_tfrecord.measurement import measures
     from beam_tfrecord.shard_bounds import shards_out_of_bounds
 
     estimated = config.transformed_sizes == "estimate" and measures(config.image, "measure")
-    found = shards_out_of_bounds(
-        shards, config.min_shard_size, config.max_shard_size, estimated=estimated
-    )
-    if not found:
-        return
-    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
-    print(
-        f"WARNING: {count(len(found), 'shard')} outside --min-shard-size "
-        f"{format_size(config.min_shard_size)} .. --max-shard-size "
-        f"{format_size(config.max_shard_size)}: {', '.join(found[:5])}{more}",
-        file=out,
-    )
+    low, high = config.min_shard_size, config.max_shard_size
+    by_why: dict[str, list] = {}
+    for shard in shards_out_of_bounds(shards, low, high, estimated=estimated):
+        by_why.setdefault(shard.why, []).append(shard)
+    for why, found in by_why.items():
+        named = ", ".join(shard.describe(low, high) for shard in found[:5])
+        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+        print(
+            f"WARNING: {count(len(found), 'shard')} outside --min-shard-size "
+            f"{format_size(low)} .. --max-shard-size {format_size(high)}, {why}: {named}{more}",
+            file=out,
+        )
 
 
 def _meant(name: str, meant_by: dict[str, str]) -> str:
