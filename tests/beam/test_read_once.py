@@ -112,9 +112,7 @@ def test_a_default_build_reads_and_decodes_each_image_once(counted, tmp_path):
     }
 
 
-def test_a_resized_build_on_estimated_sizes_decodes_and_encodes_each_image_once(
-    counted, tmp_path
-):
+def test_a_resized_build_on_estimated_sizes_decodes_and_encodes_each_image_once(counted, tmp_path):
     written, calls = counted
     manifest = _build(tmp_path, resize="24", encode="jpeg", transformed_sizes="estimate")
     assert manifest["inputs"]["written"] == manifest["inputs"]["modified"] == len(written)
