@@ -21,6 +21,7 @@ from beam_tfrecord.listing import (
     input_list_chunks,
     matching_folders,
     pattern_base,
+    read_input_list_chunk,
 )
 from beam_tfrecord.manifest import MANIFEST_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
@@ -39,9 +40,34 @@ __all__ = ["STORE_TIMEOUT_SECONDS", "preflight", "refuse_placeholders"]
 
 def _canonical(url: str) -> str:
     fs, path = fsspec.core.url_to_fs(url)
-    if is_local(fs):  # `out/../data` is `data`, as the listing takes it
-        path = posixpath.normpath(path)
+    if is_local(fs):
+        # `out/../data` is `data`, as the listing takes it; and a link is where it leads, as
+        # the listing follows links: `link/out` is inside `data` when `link` leads there.
+        path = os.path.realpath(path)
     return fs.unstrip_protocol(path.rstrip("/"))
+
+
+def _inside(url: str, folder: str) -> bool:
+    """Whether canonical `url` is `folder` or below it."""
+    return url == folder or url.startswith(folder.rstrip("/") + "/")
+
+
+def _check_list_entries_outside(config: BuildConfig, output: str) -> None:
+    """Refuses an --input-list that names a file inside the output folder.
+
+    Only a rebuild into a folder that holds files (--overwrite, --resume) can be hit, so only
+    then is the list read here, once more: a fresh output folder holds nothing to name.
+    """
+    if config.input_list is None or not (config.overwrite or config.resume):
+        return
+    for chunk in input_list_chunks(config.input_list):
+        for source in read_input_list_chunk(chunk):
+            if _inside(_canonical(source.url), output):
+                raise ConfigError(
+                    "input_list",
+                    f"{config.input_list!r} names {source.url!r}, inside --output "
+                    f"{config.output!r}; the build would read its own output",
+                )
 
 
 # How long the checks may wait on an object store before the build is refused: long enough for
@@ -127,11 +153,12 @@ def _preflight(
         base = _canonical(
             pattern if not has_magic(path) else fs.unstrip_protocol(pattern_base(path))
         )
-        if output == base or output.startswith(base.rstrip("/") + "/"):
+        if _inside(output, base):
             raise ConfigError(
                 "output",
                 f"{config.output!r} is inside input {pattern!r}; the build would read its own output",
             )
+    _check_list_entries_outside(config, output)
     # Each check is a few round trips to a store; they run at once, and the first failing one,
     # in this order, is the error. The output is checked after: its check writes (a probe),
     # and a build refused for its inputs must leave no trace.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import math
 import re
@@ -63,7 +64,21 @@ class ConfigError(ValueError):
 
     def __init__(self, setting: str, message: str):
         self.setting = setting
+        self.message = message
         super().__init__(f"--{setting.replace('_', '-')}: {message}")
+
+    def for_python(self) -> ConfigError:
+        """The same refusal as a Python caller reads it: the switches it says to pass named
+        as BuildConfig's fields (`overwrite=True`), not as flags (`--overwrite`)."""
+        message = self.message
+        for switch in ("overwrite", "resume", "allow_missing_classes"):
+            flag = "--" + switch.replace("_", "-")
+            message = re.sub(rf"(pass |, or ){flag}\b", rf"\g<1>{switch}=True", message)
+        return ConfigError(self.setting, message)
+
+
+# Set while the command line runs a build: its refusals name flags, not BuildConfig's fields.
+COMMAND_LINE = contextvars.ContextVar("beam_tfrecord_command_line", default=False)
 
 
 def parse_size(value: str | int, setting: str = "size") -> int:
@@ -205,11 +220,19 @@ class BuildConfig:
             orientation, which TensorFlow ignores), `resize` (`N` for the shorter side, `WxH` to
             fit within, `exact:WxH[:crop|pad|stretch]`), `encode` (`jpeg` or `png`) and `store`
             (`encoded` or `raw`); `from_settings` makes the policy from them.
+        transformed_sizes: how an image the build transforms (`resize`, `encode`, `store: raw`)
+            is sized for the shard plan: `measure` (transformed once while planning, as its
+            shard writer will: every shard within the bounds, for a second read, decode and
+            encode of each such image) or `estimate` (a size model: one read, and shards that
+            may leave the bounds, which the summary names).
         dedup: write one of each set of byte-identical images and report the other copies.
         split_by: a regex over the relative path; images whose capture (first group, or the
             group named `group`) is equal share a split (one subject, patient or scene).
         max_skipped_fraction: fail the build when more inputs are skipped: it writes the report
             and its shards, and publishes nothing (no manifest), as an interrupted build.
+        allow_missing_classes: publish a build whose `classes` names a class no input is
+            labelled with (it keeps its id and gets no image); by default such a build fails,
+            as `max_skipped_fraction` does, since the name is most often a typo.
         planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
         read_ahead: images each worker reads concurrently, ahead of the one it checks or writes;
             None to choose by the inputs' store (deep for object stores, where every read waits
@@ -232,13 +255,15 @@ class BuildConfig:
     resume: bool = False
     image: ImagePolicy = field(default_factory=ImagePolicy)
     dedup: bool = False
+    transformed_sizes: str = "measure"
     split_by: str | None = None
     max_skipped_fraction: float | None = None
+    allow_missing_classes: bool = False
     planning_bucket_records: int = 200_000
     read_ahead: int | None = None
 
     def __post_init__(self) -> None:
-        for setting in ("overwrite", "resume", "dedup"):
+        for setting in ("overwrite", "resume", "dedup", "allow_missing_classes"):
             _check_switch(setting, getattr(self, setting))
         if not isinstance(self.image, ImagePolicy):
             raise ConfigError("image", f"expected an ImagePolicy, got {self.image!r}")
@@ -252,6 +277,7 @@ class BuildConfig:
         if self.inputs and self.input_list:
             raise ConfigError("input_list", "give input patterns or an input list, not both")
         _check_choice("listing", self.listing, ("pipeline", "launcher"))
+        _check_choice("transformed_sizes", self.transformed_sizes, ("measure", "estimate"))
         if not self.output or not str(self.output).strip():
             raise ConfigError("output", "an output folder is needed")
         object.__setattr__(self, "output", str(self.output).rstrip("/") or "/")
@@ -280,12 +306,14 @@ class BuildConfig:
             parse_splits(dict(self.splits))  # validates a programmatic value the same way
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ConfigError("seed", f"must be an integer, got {self.seed!r}")
+        given = {"min_shard_size": self.min_shard_size, "max_shard_size": self.max_shard_size}
         object.__setattr__(
             self, "min_shard_size", parse_size(self.min_shard_size, "min_shard_size")
         )
         object.__setattr__(
             self, "max_shard_size", parse_size(self.max_shard_size, "max_shard_size")
         )
+        _check_unitless_bound(given, self.min_shard_size, self.max_shard_size)
         if self.min_shard_size > self.max_shard_size:
             raise ConfigError(
                 "min_shard_size",
@@ -474,6 +502,32 @@ def unknown_setting(key: str) -> str:
     if close:
         return f"unknown setting {key!r}; did you mean {close!r}?"
     return f"unknown setting {key!r}; known: {', '.join(names)}"
+
+
+def _check_unitless_bound(given: Mapping[str, Any], low: int, high: int) -> None:
+    """Refuses bounds that cross because one was given without a unit (`--max-shard-size 10`
+    is 10 bytes): named as the bound given so, with the unit most likely meant."""
+    defaults = {f.name: f.default for f in dataclasses.fields(BuildConfig)}
+    unitless = [
+        setting
+        for setting, value in given.items()
+        if value != defaults[setting]  # a default is no typo
+        and not isinstance(value, bool)
+        and str(value).strip().replace(".", "", 1).isdigit()
+    ]
+    if low <= high or len(unitless) != 1:
+        return  # in order, or both alike: the bounds' clash is worded as it always was
+    (setting,) = unitless
+    number = str(given[setting]).strip()
+    other, bound = (
+        ("min-shard-size", low) if setting == "max_shard_size" else ("max-shard-size", high)
+    )
+    side = "below" if setting == "max_shard_size" else "above"
+    raise ConfigError(
+        setting,
+        f"{number} is {number} bytes (a size without a unit is bytes), {side} --{other} "
+        f"{format_size(bound)}; did you mean {number}MB?",
+    )
 
 
 def _check_switch(setting: str, value: Any) -> None:

@@ -8,7 +8,7 @@ import os
 import posixpath
 import re
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 
 import fsspec
@@ -143,7 +143,9 @@ def split_task(task: ListingTask) -> list[ListingTask]:
 
 
 def split_listing(
-    task: ListingTask, extensions: Iterable[str]
+    task: ListingTask,
+    extensions: Iterable[str],
+    left_out: Callable[[str], None] | None = None,
 ) -> Iterator[ListingTask | SourceFile]:
     """`split_task`'s parts, less the one its own listing already answered, and that one's files.
 
@@ -157,11 +159,13 @@ def split_listing(
     of objects is never held whole. On a local disk, where a listing costs no round trip, every
     part stays a task.
     """
-    return _split(task, tuple(e.lower() for e in extensions))
+    return _split(task, tuple(e.lower() for e in extensions), left_out)
 
 
 def _split(
-    task: ListingTask, suffixes: tuple[str, ...] | None
+    task: ListingTask,
+    suffixes: tuple[str, ...] | None,
+    left_out: Callable[[str], None] | None = None,
 ) -> Iterator[ListingTask | SourceFile]:
     fs, path = fsspec.core.url_to_fs(task.pattern)
     if not has_magic(path):
@@ -217,6 +221,8 @@ def _split(
                     source = _source_file(fs, entry["name"], entry["size"], named, suffixes or ())
                     if source is not None:
                         yield source
+                    elif left_out is not None:
+                        left_out(_relpath(entry["name"], named))
     except FileNotFoundError:
         return
     if here is not None and not answered:
@@ -292,8 +298,13 @@ def _plain_local(path: str) -> bool:
     return os.sep == "/" and path.startswith("/") and posixpath.normpath(path) == path
 
 
-def expand_task(task: ListingTask, extensions: Iterable[str]) -> Iterator[SourceFile]:
-    """Yields every non-hidden file of a listing task whose suffix is in `extensions`, sorted."""
+def expand_task(
+    task: ListingTask,
+    extensions: Iterable[str],
+    left_out: Callable[[str], None] | None = None,
+) -> Iterator[SourceFile]:
+    """Yields every non-hidden file of a listing task whose suffix is in `extensions`, sorted;
+    `left_out` gets the relative path of each other file."""
     fs, path = fsspec.core.url_to_fs(task.pattern)
     suffixes = tuple(e.lower() for e in extensions)
     if not has_magic(path):
@@ -312,6 +323,8 @@ def expand_task(task: ListingTask, extensions: Iterable[str]) -> Iterator[Source
         source = _source_file(fs, name, size, named, suffixes)
         if source is not None:
             yield source
+        elif left_out is not None:
+            left_out(_relpath(name, named))
 
 
 def _relpaths(base_url: str) -> str:
@@ -326,10 +339,26 @@ def _source_file(
 ) -> SourceFile | None:
     """A listed file as a build's input, named from below `prefix` (`_relpaths`); None for a
     hidden file or one whose suffix is not in `suffixes`."""
-    relpath = name[len(prefix) :] if prefix and name.startswith(prefix) else name.lstrip("/")
+    relpath = _relpath(name, prefix)
     if is_hidden(relpath) or not relpath.lower().endswith(suffixes):
         return None
     return SourceFile(url=to_url(fs, name), relpath=relpath, size=size)
+
+
+def _relpath(name: str, prefix: str) -> str:
+    """A listed path's relative path, below `prefix` (`_relpaths`)."""
+    return name[len(prefix) :] if prefix and name.startswith(prefix) else name.lstrip("/")
+
+
+def other_image_suffix(relpath: str, extensions: Iterable[str]) -> str | None:
+    """The suffix of a file left out of a listing that an image of another kind has (`.png`
+    under `--extensions jpg`), for the summary to count; None for a hidden or non-image file."""
+    from beam_tfrecord.config import DEFAULT_EXTENSIONS
+
+    suffix = posixpath.splitext(relpath)[1].lower()
+    if is_hidden(relpath) or suffix not in DEFAULT_EXTENSIONS or suffix in extensions:
+        return None
+    return suffix
 
 
 def _fsspec_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:

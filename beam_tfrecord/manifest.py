@@ -399,6 +399,7 @@ def withdrawn_reason(
     listed: int | None = None,
     classes: Sequence[str] | None = None,
     written: int | None = None,
+    missing_classes: Sequence[str] = (),
 ) -> BuildFailed:
     """Why a build was withdrawn, in one line, from the report.jsonl `withdraw_build` wrote:
     the BuildFailed to raise.
@@ -410,6 +411,8 @@ def withdrawn_reason(
     `classes`, the build's --classes, if any: inputs skipped as unknown_class are then named by
     their labels, with the --classes name each most likely mistypes (a withdrawn build has no
     summary to say it).
+    `missing_classes`: the --classes names no input has, when the build was withheld for them
+    (`allow_missing_classes` off).
     """
     url = posixpath.join(output_dir, REPORT_FILE)
     reasons: Counter[str] = Counter()
@@ -430,6 +433,13 @@ def withdrawn_reason(
     hint = _left_out_labels(unknown, classes) if classes is not None else ""
     skipped = reasons.total()
     holds_shards = _holds_shards(output_dir)
+    skipped_too_many = (
+        max_skipped_fraction is not None
+        and bool(listed)
+        and too_many_skipped({"listed": listed, "skipped": skipped}, max_skipped_fraction)
+    )
+    if missing_classes and holds_shards and not skipped_too_many:
+        return _missing_classes_failure(missing_classes, url, hint)
     # A withdrawn build that wrote images and did not skip too many (or that no bound limits)
     # had books that did not balance.
     if holds_shards and (
@@ -470,6 +480,20 @@ def withdrawn_reason(
     return BuildFailed(
         f"no image was written: {reasons.total()} inputs were reported ({counts}); "
         f"nothing was published, see {url}{hint}"
+    )
+
+
+def _missing_classes_failure(missing: Sequence[str], url: str, hint: str) -> BuildFailed:
+    """Why a build whose --classes names classes no input has was withheld, with the labels
+    --classes left out (`hint`): most often the names are typos of them."""
+    one = len(missing) == 1
+    named = ", ".join(repr(name) for name in missing[:5])
+    more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+    return BuildFailed(
+        f"--classes names {count(len(missing), 'class', 'classes')} no input is labelled with: "
+        f"{named}{more}; nothing was published (the finished shards are kept), see {url}{hint}. "
+        f"Correct --classes, or pass --allow-missing-classes to publish "
+        f"{'it' if one else 'them'} with no image (--resume keeps the finished shards)"
     )
 
 

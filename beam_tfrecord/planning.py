@@ -28,7 +28,7 @@ from beam_tfrecord.labels import LabelRule, class_name_problem
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.splits import assign_split, shuffle_key
 
-__all__ = ["Preparer", "estimated_encoded_size"]
+__all__ = ["Preparer", "estimated_encoded_size", "size_is_estimated"]
 
 # The header fields of a record whose values are only known once the image is read, at their
 # largest: a planned record is never smaller than the one written for an image that keeps its
@@ -61,7 +61,7 @@ def estimated_encoded_size(source_size: int, relpath: str, policy: ImagePolicy) 
     the real bytes, so a poor estimate moves shard sizes, never what a record holds.
     """
     suffix = posixpath.splitext(relpath)[1].lstrip(".").lower()
-    if policy.store != "raw" and policy.resize is None and policy.encode in (None, _kind(suffix)):
+    if not size_is_estimated(relpath, policy):
         return source_size
     pixels = source_size / _SOURCE_BYTES_PER_PIXEL.get(suffix, 1.0)
     if policy.resize is not None:
@@ -81,6 +81,15 @@ def estimated_encoded_size(source_size: int, relpath: str, policy: ImagePolicy) 
         # An image already within the bounds keeps its bytes.
         estimate = min(estimate, source_size)
     return max(estimate, 1)
+
+
+def size_is_estimated(relpath: str, policy: ImagePolicy) -> bool:
+    """Whether `estimated_encoded_size` only estimates this image's size: the policy transforms
+    it (a resize, another format, raw pixels), so its bytes are known only once it is encoded."""
+    suffix = posixpath.splitext(relpath)[1].lstrip(".").lower()
+    return not (
+        policy.store != "raw" and policy.resize is None and policy.encode in (None, _kind(suffix))
+    )
 
 
 def _kind(suffix: str) -> str:

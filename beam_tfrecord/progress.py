@@ -8,8 +8,10 @@ and, a few times a second, replaces one small JSON file of its own in that folde
 sums the files. Without the variable (remote workers, tests, library use) a count is a no-op.
 
 Counts: `listed` images, `total` (the census: every listed input, once known), `planned` inputs
-(with `to_write`, those planned into a shard, and their records' planned bytes), `written` images
-and bytes.
+(with `to_write`, those planned into a shard, and their records' planned bytes), `measured`
+images (a transformed build sizes its records before planning shards; `measure_skipped`, those
+it found it cannot write), `written` images and bytes, and `kept` ones (in the shards --resume
+kept: not this run's work).
 """
 
 from __future__ import annotations
@@ -264,33 +266,44 @@ class Progress:
         elapsed = now - self._started
         total, to_write = counts["total"], counts["to_write"]
         written, written_bytes = counts["written"], counts["written_bytes"]
+        kept = counts["kept"]  # in shards --resume kept: not this run's work, nor its rate
         of = f" of {total}" if total else ""
         parts = [f"listed {counts['listed']}", f"planned {counts['planned']}{of}"]
+        if counts["measured"]:
+            sizing = to_write + counts["measure_skipped"]
+            parts.append(f"measured {counts['measured']}" + (f" of {sizing}" if total else ""))
         planning_done = bool(total) and counts["planned"] >= total
         target = f" of {to_write}" if planning_done else ""
-        self._rates.append((now, written_bytes))
-        then, before = self._rates[0]
+        self._rates.append((now, written, written_bytes))
+        then, images_before, bytes_before = self._rates[0]
         if now - then >= 1:
-            rate = (written_bytes - before) / (now - then)
+            rate = (written_bytes - bytes_before) / (now - then)
+            image_rate = (written - images_before) / (now - then)
         else:  # too few samples yet (a line every few seconds): the average so far
             rate = written_bytes / elapsed if elapsed > 0 else 0.0
+            image_rate = written / elapsed if elapsed > 0 else 0.0
+        also = f" (and {kept} kept)" if kept else ""
         parts.append(
-            f"written {written}{target} images, {format_size(written_bytes)}, {rate / 1e6:.1f} MB/s"
+            f"written {written}{also}{target} images, {format_size(written_bytes)}, "
+            f"{rate / 1e6:.1f} MB/s"
         )
         timing = f"{_clock(elapsed)} elapsed"
-        left = counts["to_write_bytes"] - written_bytes
+        left = to_write - written - kept
         if not planning_done or self._written != (written, written_bytes):
             self._written = (written, written_bytes) if planning_done else None
             self._moved = now
         still = now - self._moved
-        if planning_done and to_write and written >= to_write:
+        if planning_done and to_write and left <= 0:
             # Every image is in (planned sizes are upper bounds: the bytes may never reach them).
             timing += ", finishing"
         elif planning_done and still >= STALL_SECONDS:
             # A store that stopped answering holds reads for minutes before its client gives
             # up; an ETA from the last minute's rate would say nothing of it.
             timing += f", nothing written for {_clock(still)}"
-        elif planning_done and written_bytes and left > 0 and rate > 0:
-            # Rounded up: 'ETA 0:00' with images still to write reads as a stall.
-            timing += f", ETA {_clock(math.ceil(left / rate))}"
+        elif planning_done and written and image_rate > 0:
+            # From the images this run has written and how fast, not from planned bytes: a
+            # transformed build planned on estimates (--transformed-sizes estimate) writes more
+            # or fewer bytes than planned, and images are shuffled across shards, so the rate
+            # so far holds for the rest. Rounded up: 'ETA 0:00' with images left reads as a stall.
+            timing += f", ETA {_clock(math.ceil(left / image_rate))}"
         return " | ".join([*parts, timing])

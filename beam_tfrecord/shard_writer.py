@@ -146,7 +146,7 @@ def keep_finished(
         return kept
     result, index, report = kept
     publish(fs, posixpath.join(folder, index_file_name(spec.file_name)), index.encode("ascii"))
-    progress.add("written", result.examples, result.bytes)
+    progress.add("kept", result.examples, result.bytes)  # not this run's writing
     _LOG.debug("kept finished shard %s (%s)", spec.file_name, count(result.examples, "example"))
     return result, report
 

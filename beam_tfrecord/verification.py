@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -330,9 +331,14 @@ def expand_paths(
         fs, path = url_to_fs(pattern, **storage_options)
         protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
         local = "file" in protocols
+        # A relative local path given gives relative paths, as a file named alone prints as
+        # typed: fsspec makes every local path absolute.
+        relative = local and "://" not in pattern and not os.path.isabs(pattern)
 
-        def url_of(found: str, fs: Any = fs, local: bool = local) -> str:
+        def url_of(found: str, fs: Any = fs, local: bool = local, relative: bool = relative) -> str:
             # Local paths print as paths; other filesystems keep their protocol.
+            if relative:
+                return os.path.relpath(found)
             return found if local else fs.unstrip_protocol(found)
 
         if _GLOB_CHARS & set(path):

@@ -233,7 +233,7 @@ def test_overwrite_replaces_a_build_and_removes_its_stale_shards(bucket_build):
         fs.pipe_file(f"{target}/{name}", data)
     fs.pipe_file(f"{target}/.pets-train.tfrecord-00001-of-00003.tmp-deadbeef", b"partial")
     fs.pipe_file(f"{target}/notes.md", b"a user's file")
-    with pytest.raises(ConfigError, match=r"already holds an earlier build; pass --overwrite"):
+    with pytest.raises(ConfigError, match=r"already holds an earlier build; pass overwrite=True"):
         build(_config(f"{b.source}/**", target), [])
 
     # Larger shards: the train shards of the first build are stale (other names, other count).

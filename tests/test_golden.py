@@ -38,8 +38,17 @@ HOSTILE = (
 # The manifest's fields that change from run to run or machine to machine.
 UNSTABLE = ("created", "versions")
 
-# A default build, a resized one and one that checks headers only (the fast header path).
-VARIANTS = {"plain": {}, "resize": {"resize": "40"}, "header": {"validate": "header"}}
+# A default build, a resized one and one that checks headers only (the fast header path). The
+# resized one plans on the size model (`transformed_sizes: estimate`), as every resized build
+# did when the digests were taken; `resize_measured` is the default since issue 31, which plans
+# on each record's measured size (other cuts, the same records). The manifests' digests changed
+# once, when two settings (transformed_sizes, allow_missing_classes) joined their config.
+VARIANTS = {
+    "plain": {},
+    "resize": {"resize": "40", "transformed_sizes": "estimate"},
+    "header": {"validate": "header"},
+    "resize_measured": {"resize": "40"},
+}
 GOLDEN: dict[str, dict[str, str]] = {
     "plain": {
         "golden-test.tfrecord-00000-of-00001": (
@@ -82,7 +91,7 @@ GOLDEN: dict[str, dict[str, str]] = {
             "095dc032dcd26a6ff815924b11dbfc5fecf9764d1b94b856f803531745c04f20"
         ),
         "labels.txt": "41d62fee5d22acedc594dff373e0f197cd6d0990cb0fa53cad0bf4e891cd8535",
-        "manifest.json": "756cb28d41724813e032f2a1bd54a176f9c124164da487bd593578d07b0836c9",
+        "manifest.json": "1b71f9728004a8f60e6b19274744fea1bb615516e2af6c8820ebb90690957c77",
         "report.jsonl": "14c949a68fde24c48e51c80fcf2d25d07411aea15ae0fc27fda78a51d47f2510",
     },
     "resize": {
@@ -108,7 +117,7 @@ GOLDEN: dict[str, dict[str, str]] = {
             "79b3bb0a1500c58f1ce4d5abe2765536fa081013390c863a1b7e2c5f52e23ec7"
         ),
         "labels.txt": "41d62fee5d22acedc594dff373e0f197cd6d0990cb0fa53cad0bf4e891cd8535",
-        "manifest.json": "44eeeb6392fb61dd4d8bb35e61268f3ddc17faecaf62cf88fa9394957637a773",
+        "manifest.json": "01b2289796187ec8c9a651e836c961f686fb9b4946f6a64ca4e3b141a6af920f",
         "report.jsonl": "15ff7ddb87f61d8403e0bb4e3cba5d6ee582209aed1ee49ff2f58aff8ed8a594",
     },
     "header": {
@@ -152,8 +161,40 @@ GOLDEN: dict[str, dict[str, str]] = {
             "095dc032dcd26a6ff815924b11dbfc5fecf9764d1b94b856f803531745c04f20"
         ),
         "labels.txt": "41d62fee5d22acedc594dff373e0f197cd6d0990cb0fa53cad0bf4e891cd8535",
-        "manifest.json": "12358844eaec9dd86e226df19c762904611d7c853d725d3c76a5c859704aa285",
+        "manifest.json": "4b090a5a9de676c8cc7a4077100a7ef7e09b4178cbda566d2d896d65813865c6",
         "report.jsonl": "b7b8ff422fe3f4d9059ae6cb5d39f679af9d2fe7ee611fe158e6e159fad9b237",
+    },
+    "resize_measured": {
+        "golden-test.tfrecord-00000-of-00001": (
+            "2df81f2c987dbce9e7f0ad69eaa30861a1b4683bc1d0b715ca7c345575b4fde5"
+        ),
+        "golden-train.tfrecord-00000-of-00002": (
+            "efef633eedaf683269259b71e88b9ef72ed5ba7bc0464245de9a99e69a702b32"
+        ),
+        "golden-train.tfrecord-00001-of-00002": (
+            "6f24b74dcbc34625d99c83daf9076cffcaa7ec8b78042167fc51760eb7bf5a27"
+        ),
+        "golden-validation.tfrecord-00000-of-00001": (
+            "65818026d56ca5b99830e76e4a78be0268fc413f57854af81ed096cd1e6f07ca"
+        ),
+        "image.class.label.labels.txt": (
+            "41d62fee5d22acedc594dff373e0f197cd6d0990cb0fa53cad0bf4e891cd8535"
+        ),
+        "index/golden-test.tfrecord-00000-of-00001.index": (
+            "a55b0d380a1ba61868bf05b4d2582660449f2c13c70c332b4258637aa1fb3db5"
+        ),
+        "index/golden-train.tfrecord-00000-of-00002.index": (
+            "2b2a08aefd20e571c7912792fff1873c51b934112ec7ad225050ff92b21fad0b"
+        ),
+        "index/golden-train.tfrecord-00001-of-00002.index": (
+            "4eef3f509af56a2fba426b013451f69cab9577f78c3d67b7805e5a0a5189d9cd"
+        ),
+        "index/golden-validation.tfrecord-00000-of-00001.index": (
+            "79b3bb0a1500c58f1ce4d5abe2765536fa081013390c863a1b7e2c5f52e23ec7"
+        ),
+        "labels.txt": ("41d62fee5d22acedc594dff373e0f197cd6d0990cb0fa53cad0bf4e891cd8535"),
+        "manifest.json": ("85cfa7c45fc43f37872ab5d3032b7ba42f70cdc4e1e4d3a12734de23aaf80a0f"),
+        "report.jsonl": ("15ff7ddb87f61d8403e0bb4e3cba5d6ee582209aed1ee49ff2f58aff8ed8a594"),
     },
 }
 

@@ -27,6 +27,7 @@ from fsspec.utils import get_protocol
 
 from beam_tfrecord.batches import EntryBatch
 from beam_tfrecord.beam import callers_logging_kept
+from beam_tfrecord.beam.measuring import MeasureImages
 from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
@@ -39,7 +40,7 @@ from beam_tfrecord.beam.transforms import (
 )
 from beam_tfrecord.beam.writing import PROCESSES_MIN_BYTES, WriteReport, WriteShards
 from beam_tfrecord.checks import preflight
-from beam_tfrecord.config import BuildConfig, ConfigError
+from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
 from beam_tfrecord.entries import ImageEntry, ShardResult
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.listing import local_bytes_reach
@@ -57,6 +58,7 @@ from beam_tfrecord.manifest import (
     withdrawn_reason,
     write_build_files,
 )
+from beam_tfrecord.measurement import measures
 from beam_tfrecord.output_lock import is_lockable, release_output
 from beam_tfrecord.planning import Preparer
 from beam_tfrecord.readahead import usable_cores
@@ -155,15 +157,20 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
     shard_files = [s["file"] for s in manifest["shards"]]
     shard_files += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     shard_files += [shard_report_name(s["file"]) for s in manifest["shards"]]
+    missing = _missing_classes(manifest, config_dict)
     if (
         too_many_skipped(manifest["inputs"], config_dict.get("max_skipped_fraction"))
         or manifest["inputs"]["unaccounted"]
+        or missing
     ):
         # Decided here, not by the command line, so that no runner publishes such a build: one
         # that skipped too many, or whose books do not balance (inputs listed but neither
         # written nor reported: a runner that lost them between stages), which would pass for
         # complete wherever manifest.json is what says a build is done. Its finished shards
-        # stay, as an interrupted build's do: --resume publishes them.
+        # stay, as an interrupted build's do: --resume publishes them. So is one whose
+        # --classes names a class no input has, most often a typo that dropped its images.
+        for name in missing:
+            beam.metrics.Metrics.string_set(METRICS_NAMESPACE, _CLASSES_NOT_FOUND).add(name)
         withdraw_build(output_dir, keep=shard_files)
         return manifest["inputs"]
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
@@ -178,6 +185,17 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
             ", ".join(removed[:5]) + (f" and {len(removed) - 5} more" if len(removed) > 5 else ""),
         )
     return manifest["inputs"]
+
+
+# The metric naming the --classes names no input has, in a build withheld for them.
+_CLASSES_NOT_FOUND = "classes_not_found"
+
+
+def _missing_classes(manifest: dict, config_dict: dict) -> list[str]:
+    """The --classes names no input is labelled with, when the build may not publish them."""
+    if config_dict.get("allow_missing_classes"):
+        return []
+    return list((manifest.get("given_classes") or {}).get("not_found", ()))
 
 
 class ConvertImages(beam.PTransform):
@@ -213,6 +231,13 @@ class ConvertImages(beam.PTransform):
             unique = hashed["entries"] | "DropDuplicates" >> DropDuplicates()
             entries = unique["entries"] | "Batch" >> Batched(EntryBatch)
             reports += [hashed["report"], unique["report"]]
+        if measures(config.image, config.transformed_sizes):
+            # Transformed images are planned on their records' real sizes, not a model's guess.
+            measured = entries | "MeasureImages" >> MeasureImages(
+                config.image, config.max_shard_size, read_ahead=read_ahead
+            )
+            entries = measured["entries"]
+            reports.append(measured["report"])
         # No split can hold more images than were listed: that bounds the planning buckets.
         most = census | "ListedCount" >> beam.Map(lambda c: c.listed)
         planned = entries | "PlanShards" >> PlanShards(
@@ -335,6 +360,7 @@ def _runner_name(options: PipelineOptions) -> str:
 _STEPS = (
     ("ListImages", "listing the inputs"),
     ("HashImages", "reading the images for --dedup"),
+    ("MeasureImages", "measuring the transformed images"),
     ("WriteShards", "writing the shards"),
     ("WriteReport", "writing the report"),
     ("WriteManifest", "writing the manifest"),
@@ -372,9 +398,34 @@ def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
         if is_store_refusal(seen):
             reason = _BEAM_STEP.sub("", store_reason(seen))
             message = f"{step or 'the build'} failed: {reason}"
+            fix = _lasting_fix(seen)
+            if fix and step in _BEFORE_WRITING:
+                # No shard was written, and the same run fails the same way until it is fixed:
+                # --resume would go on from nothing.
+                return BuildFailed(f"{message}; {fix}, then build again (nothing was written)")
+            if fix:
+                message += f"; {fix}, then go on"
             return BuildFailed(
                 f"{message}; the shards it finished are kept in {output}", retry=True
             )
+    return None
+
+
+# The steps that run before any shard is written.
+_BEFORE_WRITING = (
+    "listing the inputs",
+    "reading the images for --dedup",
+    "measuring the transformed images",
+)
+
+
+def _lasting_fix(error: BaseException) -> str | None:
+    """What to fix for an error no rerun clears by itself (a permission, a path that is not
+    there); None for one that may pass (a store's trouble, a full disk being emptied)."""
+    if isinstance(error, PermissionError):
+        return "give the build access to that path"
+    if isinstance(error, (FileNotFoundError, NotADirectoryError)):
+        return "restore the path or correct the setting that names it"
     return None
 
 
@@ -633,7 +684,12 @@ def _build(
     pipeline = _refused_as_config_error(
         runner, options, lambda: beam.Pipeline(runner=runner, options=options)
     )
-    preflight(config, lock=lock)
+    try:
+        preflight(config, lock=lock)
+    except ConfigError as err:
+        if COMMAND_LINE.get():
+            raise
+        raise err.for_python() from None
     if config.overwrite and not dry_run:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
@@ -690,8 +746,14 @@ def _build(
             counters[counter.key.metric.name] = (
                 counters.get(counter.key.metric.name, 0) + counter.committed
             )
+        missing_classes = sorted(
+            name
+            for string_set in query.get("string_sets", ())
+            if string_set.key.metric.name == _CLASSES_NOT_FOUND
+            for name in string_set.committed
+        )
     except (NotImplementedError, AttributeError, KeyError):  # some runners report no metrics
-        pass
+        missing_classes = []
     fs, path = fsspec.core.url_to_fs(posixpath.join(config.output, MANIFEST_FILE))
     fs.invalidate_cache()  # object store listings are cached for the life of the process
     if not fs.exists(path):
@@ -701,5 +763,6 @@ def _build(
             counters.get("images_listed"),
             classes=config.classes,
             written=counters.get("images_written"),
+            missing_classes=missing_classes,
         )
     return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)

@@ -8,6 +8,7 @@ leave either.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from beam_tfrecord.listing import (
     expand_task,
     input_list_chunks,
     one_input,
+    other_image_suffix,
     read_input_list_chunk,
     split_listing,
 )
@@ -83,7 +85,8 @@ class _SplitFn(beam.DoFn):
         self._found = SourceBatch()
 
     def process(self, task: ListingTask):
-        for item in split_listing(task, self._extensions):
+        left_out = functools.partial(count_other_images, extensions=self._extensions)
+        for item in split_listing(task, self._extensions, left_out):
             if not isinstance(item, SourceFile):
                 yield item
                 continue
@@ -106,7 +109,19 @@ class _ExpandTaskFn(beam.DoFn):
         self._extensions = tuple(extensions)
 
     def process(self, task: ListingTask) -> Iterable[SourceBatch]:
-        yield from batched(expand_task(task, self._extensions), SourceBatch)
+        left_out = functools.partial(count_other_images, extensions=self._extensions)
+        yield from batched(expand_task(task, self._extensions, left_out), SourceBatch)
+
+
+# The counters of images --extensions leaves out, one per suffix: `files_other_extensions:.png`.
+OTHER_EXTENSIONS = "files_other_extensions:"
+
+
+def count_other_images(relpath: str, extensions: Sequence[str]) -> None:
+    """Counts a listed file --extensions left out, when it is an image of another kind."""
+    suffix = other_image_suffix(relpath, extensions)
+    if suffix is not None:
+        Metrics.counter(METRICS_NAMESPACE, OTHER_EXTENSIONS + suffix).inc()
 
 
 class _TallyFn(beam.DoFn):

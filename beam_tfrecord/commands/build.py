@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import posixpath
 import re
 import sys
 import threading
@@ -22,6 +24,7 @@ from beam_tfrecord.commands.console import (
     terminal_stream,
 )
 from beam_tfrecord.config import (
+    COMMAND_LINE,
     DEFAULT_EXTENSIONS,
     BuildConfig,
     ConfigError,
@@ -58,6 +61,7 @@ _VALUE_FLAGS = {
     "resize": "resize",
     "encode": "encode",
     "store": "store",
+    "transformed_sizes": "transformed_sizes",
     "split_by": "split_by",
     "max_skipped_fraction": "max_skipped_fraction",
     "planning_bucket_records": "planning_bucket_records",
@@ -172,6 +176,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fail, publishing nothing, when more of the inputs are skipped "
         "(default: off, never fail for it)",
     )
+    group.add_argument(
+        "--allow-missing-classes", action="store_true", default=None,
+        help="publish a build whose --classes names a class no input has (default: such a "
+        "build fails, publishing nothing)",
+    )  # fmt: skip
     group = parser.add_argument_group("image transforms")
     group.add_argument(
         "--resize", metavar="N|WxH|exact:WxH[:crop|pad|stretch]",
@@ -188,6 +197,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["encoded", "raw"],
         help="raw: decoded uint8 pixels, for small images (default: encoded)",
     )
+    group.add_argument(
+        "--transformed-sizes", choices=["measure", "estimate"],
+        help="how a transformed image is sized for the shard plan: measure (encoded once more "
+        "while planning; every shard within the size bounds) or estimate (a size model: faster, "
+        "shards may leave the bounds) (default: measure)",
+    )  # fmt: skip
     group = parser.add_argument_group("duplicates and leakage")
     group.add_argument(
         "--dedup", action="store_true", default=None,
@@ -260,7 +275,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
             settings.pop(setting, None)
             settings.pop(flag, None)
             settings[setting] = value
-    for flag in ("overwrite", "resume", "exif_orientation", "dedup"):
+    for flag in ("overwrite", "resume", "exif_orientation", "dedup", "allow_missing_classes"):
         if getattr(args, flag) is not None:
             settings[flag] = getattr(args, flag)
     return BuildConfig.from_settings(settings)
@@ -301,10 +316,13 @@ def _print_summary(
             planned = {s["file"] for s in manifest.get("shards", ())}
             stale = sum(1 for name in finished_before if name not in planned)
             finished_before = len(finished_before) - stale
-        _print_resumed(result.counters, finished_before, config.output, out)
+        if finished_before or not stale:
+            _print_resumed(result.counters, finished_before, config.output, out)
         if stale:
+            # All of them stale: "the output held no finished shards" would contradict this.
+            kept_none = "" if finished_before else "kept none: "
             print(
-                f"  resumed: removed {count(stale, 'finished shard')} of another plan, under "
+                f"  resumed: {kept_none}removed {count(stale, 'finished shard')} of another plan, under "
                 "names this build does not write (seed, splits or shard sizes changed, or "
                 "left by another build)",
                 file=out,
@@ -331,6 +349,9 @@ def _print_summary(
             f"{why} (report.jsonl)",
             file=out,
         )
+    _warn_out_of_bounds(manifest.get("shards", ()), config, out)
+    _warn_folder_class(manifest["classes"], config, out)
+    _note_other_extensions(result.counters, config, out)
     if config.image.validate == "header":
         # Documented, but a user who wrote a truncated download without a word should hear it.
         print(
@@ -372,6 +393,68 @@ def _print_summary(
             f"WARNING: {skipped} of {count(inputs['listed'], 'input')} "
             f"{'was' if skipped == 1 else 'were'} NOT written ({reasons}); "
             f"see {config.output.rstrip('/')}/report.jsonl",
+            file=out,
+        )
+
+
+def _note_other_extensions(counters: dict[str, int], config: BuildConfig, out) -> None:
+    """One line counting the images of other kinds --extensions left out of the listing: they
+    are not inputs (not in report.jsonl), but a user leaving a folder's PNGs out should know."""
+    from beam_tfrecord.beam.transforms import OTHER_EXTENSIONS
+
+    by_suffix = {
+        name[len(OTHER_EXTENSIONS) :]: n
+        for name, n in sorted(counters.items())
+        if name.startswith(OTHER_EXTENSIONS) and n
+    }
+    if by_suffix:
+        files = count(sum(by_suffix.values()), "image file")
+        kinds = ", ".join(f"{suffix}: {n}" for suffix, n in by_suffix.items())
+        print(
+            f"NOTE: {files} of other kinds were not taken ({kinds}): --extensions "
+            f"{','.join(e.lstrip('.') for e in config.extensions)} leaves them out",
+            file=out,
+        )
+
+
+def _warn_folder_class(classes, config: BuildConfig, out) -> None:
+    """One line when `--labels dir` gave every image the name of the --input folder it is
+    right in: a flat folder, whose classes are most often in the file names.
+
+    A warning, not a refusal: the build is sound, and a one-class build of a folder given as
+    --input (positives only, a class built alone) is meant so; the line shows the fix.
+    """
+    if config.labels != "dir" or config.classes is not None or len(classes) != 1:
+        return
+    from beam_tfrecord.listing import pattern_base
+
+    (name,) = classes
+    folders = {posixpath.basename(pattern_base(p).rstrip("/")) for p in config.inputs}
+    if name in folders:
+        print(
+            f"WARNING: the images are right in the --input folder {name!r}, so --labels dir "
+            f"(the default) gave them all one class, {name!r}; if the class is in the file "
+            "names (apple01.jpg), build with --labels 'regex:^([a-z]+)'",
+            file=out,
+        )
+
+
+def _warn_out_of_bounds(shards, config: BuildConfig, out) -> None:
+    """A warning for each reason shards are outside the size bounds, naming up to five."""
+    from beam_tfrecord.measurement import measures
+    from beam_tfrecord.shard_bounds import shards_out_of_bounds
+
+    estimated = config.transformed_sizes == "estimate" and measures(config.image, "measure")
+    low, high = config.min_shard_size, config.max_shard_size
+    by_why: dict[str, list] = {}
+    for shard in shards_out_of_bounds(shards, low, high, estimated=estimated):
+        by_why.setdefault(shard.why, []).append(shard)
+    for why, found in by_why.items():
+        named = ", ".join(shard.describe(low, high) for shard in found[:5])
+        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+        print(
+            f"WARNING: {count(len(found), 'shard')} outside --min-shard-size "
+            f"{format_size(low)} .. --max-shard-size {format_size(high)}, {why}: {named}{more}",
             file=out,
         )
 
@@ -498,6 +581,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         with (
             terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
             stop_on_signals() as interruption,
+            _naming_flags(),
         ):
             configure_logging(terminal, verbose)
             try:
@@ -568,6 +652,17 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         )
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _naming_flags():
+    """While the command runs its build, the build's refusals name flags (`--overwrite`), not
+    BuildConfig's fields (`overwrite=True`), as they do for a Python caller."""
+    token = COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        COMMAND_LINE.reset(token)
 
 
 def _publish_anyway_command(config: BuildConfig) -> str:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 
 from beam_tfrecord.commands.console import quiet_libraries, stop_on_signals
+from beam_tfrecord.commands.starting import started
 from beam_tfrecord.wording import nearest
 
 # Subcommand name -> module exposing `add_arguments(parser)` and `run(args, extra) -> int`.
@@ -95,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # without a word. A build replaces this with its own handling once it starts.
     with stop_on_signals((signal.SIGTERM,)) as stopped:
         try:
+            started()  # a Ctrl-C from here on is the command's to handle
             status = int(args._module.run(args, extra) or 0)
             sys.stdout.flush()
         except BrokenPipeError:

@@ -246,12 +246,14 @@ def _unknown_split(output: str, split: str) -> str | None:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Writes the contact sheet; returns 1 if the dataset or some of its records are unreadable."""
     del extra  # the dispatcher refuses unknown flags for this command
-    refusal = _refusal(args.out, args.overwrite)
-    if refusal is not None:  # before any work, so that nothing is read or written
-        print_error("preview", refusal)
-        return 2
+    # What to read, then where to write: a split that is not there is the first thing to fix
+    # (its fix may well be to preview another folder, where the sheet's name is free).
     refusal = args.split and _unknown_split(args.output, args.split)
     if refusal:  # a value the user gave, refused as other commands refuse a bad value
+        print_error("preview", refusal)
+        return 2
+    refusal = _refusal(args.out, args.overwrite)
+    if refusal is not None:  # before any work, so that nothing is read or written
         print_error("preview", refusal)
         return 2
     try:

@@ -177,6 +177,22 @@ def _end_of_data(fmt: str, where: str, complete: bool) -> ImageError:
     return ImageError("truncated", f"the {fmt} data ends inside the {where}")
 
 
+def _jpeg_end(data: bytes, where: str, complete: bool) -> ImageError:
+    """The data ran out inside `where`: truncated, unless the file ends as a whole JPEG does.
+
+    A flipped bit can make scan bytes read as a marker whose segment then runs past the end;
+    the file is whole (a cut-off download almost never ends on the end-of-image marker), and
+    a new download would not mend it: it is corrupt.
+    """
+    if complete and data.endswith(b"\xff\xd9"):
+        return ImageError(
+            "corrupt",
+            f"jpeg: damaged data: a {where} runs past the end of the file, which is whole "
+            "(it ends with the end-of-image marker)",
+        )
+    return _end_of_data("jpeg", where, complete)
+
+
 def walk_jpeg(data: bytes, *, whole: bool, complete: bool) -> int:
     """Walks the JPEG marker segments and returns the SOF marker.
 
@@ -193,11 +209,11 @@ def walk_jpeg(data: bytes, *, whole: bool, complete: bool) -> int:
         # Like libjpeg, skip stray bytes up to the next marker instead of failing on them.
         pos = data.find(b"\xff", pos)
         if pos < 0:
-            raise _end_of_data("jpeg", where, complete)
+            raise _jpeg_end(data, where, complete)
         while pos < n and data[pos] == 0xFF:  # fill bytes
             pos += 1
         if pos >= n:
-            raise _end_of_data("jpeg", where, complete)
+            raise _jpeg_end(data, where, complete)
         marker = data[pos]
         pos += 1
         if marker == 0xD9:
@@ -210,13 +226,13 @@ def walk_jpeg(data: bytes, *, whole: bool, complete: bool) -> int:
         if marker in (0x00, 0xD8):
             raise ImageError("corrupt", f"jpeg: invalid marker 0xFF{marker:02X} at byte {pos - 2}")
         if pos + 2 > n:
-            raise _end_of_data("jpeg", where, complete)
+            raise _jpeg_end(data, where, complete)
         length = int.from_bytes(data[pos : pos + 2], "big")
         if length < 2:
             raise ImageError("corrupt", f"jpeg: segment length {length} at byte {pos}")
         end = pos + length
         if end > n:
-            raise _end_of_data("jpeg", f"0xFF{marker:02X} segment", complete)
+            raise _jpeg_end(data, f"0xFF{marker:02X} segment", complete)
         if marker in _JPEG_SOF:
             if sof is not None:
                 raise ImageError("corrupt", f"jpeg: a second frame header at byte {pos - 2}")
@@ -229,7 +245,7 @@ def walk_jpeg(data: bytes, *, whole: bool, complete: bool) -> int:
             scanned = True
             found = _JPEG_NEXT_MARKER.search(data, end)
             if found is None:
-                raise _end_of_data("jpeg", "entropy-coded data", complete)
+                raise _jpeg_end(data, "entropy-coded data", complete)
             pos = found.start()
             continue
         pos = end

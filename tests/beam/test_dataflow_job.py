@@ -153,11 +153,13 @@ def test_fusion_breaks_sit_where_the_design_puts_them(dry_run):
     names = sorted(t.unique_name for t in _pipeline(dry_run).components.transforms.values())
     reshuffles = sorted({n for n in names if n.split("/")[-1] in ("Spread0", "Spread1", "Spread")})
     # Listing: the parts of each pattern go to whichever worker takes them, two levels deep.
-    # Nothing is read before the shards are written, so nothing else needs spreading (only
-    # --dedup, which hashes contents first, spreads the reads it makes: HashImages/Spread).
+    # Only the steps that read images before the shards are written spread the reads they make:
+    # MeasureImages/Spread here (a resized build sizes its records), and --dedup's
+    # HashImages/Spread.
     assert reshuffles == [
         "ConvertImages/ListImages/Spread0",
         "ConvertImages/ListImages/Spread1",
+        "ConvertImages/MeasureImages/Spread",
     ]
     for name in reshuffles:
         assert any(n.startswith(name + "/") and "ReshufflePerKey" in n for n in names), name

@@ -277,7 +277,7 @@ def test_output_refused_when_not_empty_and_stale_shards_removed_on_overwrite(bui
     (target / ".pets-train.tfrecord-00001-of-00003.tmp-deadbeef").write_bytes(b"partial")
     (target / "mine.txt").write_text("a user's file")
     with pytest.raises(
-        ConfigError, match=r"--output: .* already holds an earlier build; pass --overwrite"
+        ConfigError, match=r"--output: .* already holds an earlier build; pass overwrite=True"
     ):
         build(_config(src, target, labels=config.labels), [])
     assert stale.exists()

@@ -112,12 +112,26 @@ def test_a_default_build_reads_and_decodes_each_image_once(counted, tmp_path):
     }
 
 
-def test_a_resized_build_decodes_and_encodes_each_image_once(counted, tmp_path):
+def test_a_resized_build_on_estimated_sizes_decodes_and_encodes_each_image_once(counted, tmp_path):
     written, calls = counted
-    manifest = _build(tmp_path, resize="24", encode="jpeg")
+    manifest = _build(tmp_path, resize="24", encode="jpeg", transformed_sizes="estimate")
     assert manifest["inputs"]["written"] == manifest["inputs"]["modified"] == len(written)
     assert set(_source_reads().values()) == {1}
     assert calls == {"decode": len(written), "encode": len(written)}
+    assert manifest["work"]["decodes"] == manifest["work"]["encodes"] == len(written)
+
+
+def test_a_resized_build_measuring_its_records_transforms_each_image_twice_as_documented(
+    counted, tmp_path
+):
+    """The default, `transformed_sizes: measure`: each transformed image is read, decoded and
+    encoded once while planning, for its record's size, and once more by its shard writer."""
+    written, calls = counted
+    manifest = _build(tmp_path, resize="24", encode="jpeg")
+    assert manifest["inputs"]["written"] == manifest["inputs"]["modified"] == len(written)
+    assert set(_source_reads().values()) == {2}
+    assert calls == {"decode": 2 * len(written), "encode": 2 * len(written)}
+    # The manifest's work is its shard writers': one each.
     assert manifest["work"]["decodes"] == manifest["work"]["encodes"] == len(written)
 
 

@@ -193,7 +193,8 @@ def test_unknown_yaml_setting_and_missing_config(src, tmp_path, capsys):
     config.write_text(f"input: ['{src}/**']\noutput: {tmp_path / 'out'}\nfrobnicate: 1\n")
     assert main(["build", "--config", str(config)]) == 2
     err = capsys.readouterr().err
-    assert f"--config: '{config}': unknown setting 'frobnicate'; known: background, " in err
+    known = "known: allow_missing_classes, background, "
+    assert f"--config: '{config}': unknown setting 'frobnicate'; {known}" in err
     assert " input, " in err and "inputs" not in err, "settings as a config file names them"
     config.write_text(f"input: ['{src}/**']\noutput: {tmp_path / 'out'}\nsed: 3\n")
     assert main(["build", "--config", str(config)]) == 2
