@@ -351,7 +351,7 @@ def _print_summary(
         )
     _warn_out_of_bounds(manifest.get("shards", ()), config, out)
     _warn_folder_class(manifest["classes"], config, out)
-    _note_other_extensions(result.counters, config, out)
+    _note_other_extensions(getattr(result, "counters", None) or {}, config, out)
     if config.image.validate == "header":
         # Documented, but a user who wrote a truncated download without a word should hear it.
         print(
