@@ -290,18 +290,16 @@ def _write(
     read_ahead: int,
 ) -> tuple[ShardResult, list[ReportEntry]]:
     try:
-        return write_shard(
-            spec,
-            [ImageEntry.from_bytes(data) for data in packed],
-            policy,
-            max_record_size=max_record_size,
-            resume=resume,
-            read_ahead=read_ahead,
-            executor=_worker["executor"] if read_ahead else None,
-            cpu=_worker["cpu"],
-        )
-    except SystemExit as stop:  # SIGTERM, the shard's temporary file removed
-        os._exit(stop.code if isinstance(stop.code, int) else 1)
+        with _ended_by_sigterm():
+            return write_shard(
+                spec,
+                _unpacked(packed),
+                policy,
+                max_record_size=max_record_size,
+                resume=resume,
+                read_ahead=read_ahead,
+                **_threads(read_ahead),
+            )
     finally:
         folder = os.environ.get(progress.ENV)
         if folder:  # the launcher's progress line sees this shard's last images at once
@@ -311,23 +309,39 @@ def _write(
 def _prepare(
     packed: list[bytes], policy: ImagePolicy, max_record_size: int | None, read_ahead: int
 ) -> Segment:
-    try:
+    with _ended_by_sigterm():
         return prepare_segment(
-            [ImageEntry.from_bytes(data) for data in packed],
+            _unpacked(packed),
             policy,
             max_record_size=max_record_size,
             read_ahead=read_ahead,
-            executor=_worker["executor"] if read_ahead else None,
-            cpu=_worker["cpu"],
+            **_threads(read_ahead),
         )
-    except SystemExit as stop:  # SIGTERM
-        os._exit(stop.code if isinstance(stop.code, int) else 1)
 
 
 def _keep(
     spec: ShardSpec, packed: list[bytes], policy: ImagePolicy
 ) -> tuple[ShardResult, list[ReportEntry]] | str | None:
+    with _ended_by_sigterm():
+        return keep_finished(spec, _unpacked(packed), policy)
+
+
+def _unpacked(packed: list[bytes]) -> list[ImageEntry]:
+    return [ImageEntry.from_bytes(data) for data in packed]
+
+
+def _threads(read_ahead: int) -> dict[str, Any]:
+    """This process's read-ahead threads and CPU permits, for the shard writer's keywords."""
+    return {"executor": _worker["executor"] if read_ahead else None, "cpu": _worker["cpu"]}
+
+
+@contextlib.contextmanager
+def _ended_by_sigterm() -> Iterator[None]:
+    """A task of a worker process, which SIGTERM ends with the process: raised as SystemExit in
+    the main thread, where the task runs, it runs the task's cleanup on the way out (a shard's
+    temporary file removed); then the process ends, where the executor would go on to its next
+    task."""
     try:
-        return keep_finished(spec, [ImageEntry.from_bytes(data) for data in packed], policy)
-    except SystemExit as stop:  # SIGTERM
+        yield
+    except SystemExit as stop:
         os._exit(stop.code if isinstance(stop.code, int) else 1)

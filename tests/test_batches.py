@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from entry_strategies import entries, sources, texts
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -9,21 +10,6 @@ from beam_tfrecord.batches import EntryBatch, LabelledBatch, SourceBatch, batche
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.listing import SourceFile
 
-# Lone surrogates too: file names whose bytes are not UTF-8 (Python's surrogateescape).
-texts = st.text(max_size=30)
-sources = st.builds(SourceFile, texts, texts, st.integers(-1, 2**40), st.none() | texts)
-entries = st.builds(
-    ImageEntry,
-    url=texts,
-    relpath=texts,
-    source_size=st.integers(-1, 2**40),
-    split=texts,
-    shuffle_key=st.integers(0, 2**64 - 1),
-    label=st.none() | texts,
-    class_id=st.none() | st.integers(0, 2**31),
-    record_size=st.integers(0, 2**40),
-    source_sha256=st.sampled_from(["", "ab" * 32]),
-)
 reports = st.builds(
     ReportEntry, texts, texts, st.sampled_from(list(Reason)), texts, label=st.none() | texts
 )

@@ -7,28 +7,13 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.runners import pipeline_context
+from entry_strategies import entries, sources
 from hypothesis import given
-from hypothesis import strategies as st
 
 from beam_tfrecord.beam.pipeline import ConvertImages, build
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.listing import SourceFile
-
-texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
-
-entries = st.builds(
-    ImageEntry,
-    url=texts,
-    relpath=texts,
-    source_size=st.integers(-1, 2**40),
-    split=texts,
-    shuffle_key=st.integers(0, 2**64 - 1),
-    label=st.none() | texts,
-    class_id=st.none() | st.integers(0, 2**31),
-    record_size=st.integers(0, 2**40),
-    source_sha256=st.sampled_from(["", "ab" * 32]),
-)
 
 
 @given(entries)
@@ -48,12 +33,12 @@ def test_the_coder_sizes_an_entry_without_encoding_it(entry):
     assert estimate == size if all(t.isascii() for t in texts) else 0 < estimate <= size
 
 
-@given(st.builds(SourceFile, texts, texts, st.integers(-1, 2**40), st.none() | texts))
+@given(sources)
 def test_a_listed_file_survives_its_encoding(source):
     assert SourceFile.from_bytes(source.to_bytes()) == source
 
 
-@given(st.builds(SourceFile, texts, texts, st.integers(-1, 2**40), st.none() | texts))
+@given(sources)
 def test_the_coder_sizes_a_listed_file_without_encoding_it(source):
     from beam_tfrecord.beam.transforms import _SourceFileCoder
 

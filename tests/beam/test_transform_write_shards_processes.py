@@ -65,6 +65,24 @@ def _digests(out: Path) -> dict[str, str]:
     }
 
 
+def _written_in_processes(p, shard_list, plan, out: Path):
+    """WriteShards in two processes of its own, whatever the plan's size."""
+    return (
+        p
+        | "Shards" >> beam.Create(shard_list)
+        | WriteShards(
+            str(out),
+            "ds",
+            POLICY,
+            p | "Plan" >> beam.Create([plan]),
+            max_record_size=1 << 20,
+            read_ahead=4,
+            processes=2,
+            processes_min_bytes=0,
+        )
+    )
+
+
 def test_worker_processes_write_the_same_shards_results_and_report(
     pipeline, shards, tmp_path, caplog
 ):
@@ -84,20 +102,7 @@ def test_worker_processes_write_the_same_shards_results_and_report(
     caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
     pooled = tmp_path / "pooled"
     with pipeline as p:
-        written = (
-            p
-            | "Shards" >> beam.Create(shard_list)
-            | WriteShards(
-                str(pooled),
-                "ds",
-                POLICY,
-                p | "Plan" >> beam.Create([plan]),
-                max_record_size=1 << 20,
-                read_ahead=4,
-                processes=2,
-                processes_min_bytes=0,
-            )
-        )
+        written = _written_in_processes(p, shard_list, plan, pooled)
         assert_that(written["results"], equal_to(expected_results), label="Results")
         assert_that(written["report"], equal_to(expected_report), label="Report")
     assert "writing shards in 2 worker processes" in caplog.text
@@ -124,20 +129,7 @@ def test_a_plan_of_few_shards_has_every_process_prepare_each_shard(
     caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
     pooled = tmp_path / "pooled"
     with pipeline as p:
-        written = (
-            p
-            | "Shards" >> beam.Create(few)
-            | WriteShards(
-                str(pooled),
-                "ds",
-                POLICY,
-                p | "Plan" >> beam.Create([plan]),
-                max_record_size=1 << 20,
-                read_ahead=4,
-                processes=2,
-                processes_min_bytes=0,
-            )
-        )
+        written = _written_in_processes(p, few, plan, pooled)
         counted = written["results"] | beam.Map(lambda r: r.examples) | beam.CombineGlobally(sum)
         assert_that(counted, equal_to([26]))
     assert "each shard's images prepared in all 2 processes" in caplog.text
