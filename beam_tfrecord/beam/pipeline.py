@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import re
 import time
@@ -619,6 +620,8 @@ def build(
     if on_dataflow:
         _refuse_local_paths(config, name)
     runner = _runner(options)
+    if not isinstance(runner, LocalRunner):
+        config = _whole_local_paths(config)
     # A job not waited for runs on after this process has returned, maybe ended: no lock
     # held here would cover it. Nor is there one on object stores.
     lock = not dry_run and (wait or isinstance(runner, LocalRunner)) and is_lockable(config.output)
@@ -656,6 +659,23 @@ def _refuse_local_paths(config: BuildConfig, runner: str) -> None:
                 f"{url!r} is a path on this machine, which {runner}'s workers cannot reach; "
                 "give a URL they can (gs://...)",
             )
+
+
+def _whole_local_paths(config: BuildConfig) -> BuildConfig:
+    """The config with its relative local paths made whole from this process's folder, where
+    they were checked: a runner's workers (Flink's, Spark's) run in folders of their own."""
+
+    def whole(url: str) -> str:
+        if "://" in url or os.path.isabs(url) or not _is_local_path(url):
+            return url
+        return os.path.abspath(url)
+
+    return replace(
+        config,
+        inputs=tuple(whole(url) for url in config.inputs),
+        output=whole(config.output),
+        input_list=whole(config.input_list) if config.input_list else config.input_list,
+    )
 
 
 @contextmanager
