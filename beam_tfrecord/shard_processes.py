@@ -90,11 +90,9 @@ class ShardProcesses:
         read_ahead: int,
     ) -> Future[tuple[ShardResult, list[ReportEntry]]]:
         """Writes the shard in a worker process; the future holds what `write_shard` returns."""
-        # Entries in their compact form: a few dozen bytes each, where a pickle takes hundreds.
-        packed = [entry.to_bytes() for entry in entries]
         with _signals_blocked():  # a process it starts inherits the mask
             return self._pool.submit(
-                _write, spec, packed, policy, max_record_size, resume, read_ahead
+                _write, spec, _packed(entries), policy, max_record_size, resume, read_ahead
             )
 
     def submit_in_segments(
@@ -127,9 +125,8 @@ class ShardProcesses:
         ordered = sorted(entries, key=lambda e: e.sort_key)
         replaced = ""
         if resume:
-            packed = [entry.to_bytes() for entry in ordered]
             with _signals_blocked():
-                kept = self._pool.submit(_keep, spec, packed, policy).result()
+                kept = self._pool.submit(_keep, spec, _packed(ordered), policy).result()
             if isinstance(kept, tuple):
                 return kept
             replaced = kept or ""
@@ -138,10 +135,11 @@ class ShardProcesses:
         def segments() -> Iterator[Segment]:
             try:
                 for run in segment_runs(ordered):
-                    packed = [entry.to_bytes() for entry in run]
                     with _signals_blocked():
                         in_flight.append(
-                            self._pool.submit(_prepare, packed, policy, max_record_size, read_ahead)
+                            self._pool.submit(
+                                _prepare, _packed(run), policy, max_record_size, read_ahead
+                            )
                         )
                     # Enough queued that no process waits for work; few segments in memory.
                     while len(in_flight) > 2 * self.processes:
@@ -324,6 +322,12 @@ def _keep(
 ) -> tuple[ShardResult, list[ReportEntry]] | str | None:
     with _ended_by_sigterm():
         return keep_finished(spec, _unpacked(packed), policy)
+
+
+def _packed(entries: Iterable[ImageEntry]) -> list[bytes]:
+    """Entries in their compact form, to send to a process: a few dozen bytes each, where a
+    pickle takes hundreds."""
+    return [entry.to_bytes() for entry in entries]
 
 
 def _unpacked(packed: list[bytes]) -> list[ImageEntry]:
