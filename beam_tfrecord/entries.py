@@ -147,17 +147,44 @@ class ImageEntry:
         else:
             label = data[at : at + n_label].decode("utf-8", "surrogateescape")
             at += n_label
+        return cls.planned(
+            url,
+            relpath,
+            source_size,
+            split,
+            key,
+            label,
+            None if class_id < 0 else class_id,
+            record_size,
+            data[at : at + n_sha].decode("ascii") if n_sha else "",
+        )
+
+    @classmethod
+    def planned(
+        cls,
+        url: str,
+        relpath: str,
+        source_size: int,
+        split: str,
+        shuffle_key: int,
+        label: str | None,
+        class_id: int | None,
+        record_size: int,
+        source_sha256: str = "",
+    ) -> ImageEntry:
+        """The entry with these fields, built without the frozen dataclass's __init__ (a
+        checked setattr per field): the planner and every shuffle make one for each image."""
         entry = object.__new__(cls)
         entry.__dict__.update(
             url=url,
             relpath=relpath,
             source_size=source_size,
             split=split,
-            shuffle_key=key,
+            shuffle_key=shuffle_key,
             label=label,
-            class_id=None if class_id < 0 else class_id,
+            class_id=class_id,
             record_size=record_size,
-            source_sha256=data[at : at + n_sha].decode("ascii"),
+            source_sha256=source_sha256,
         )
         return entry
 
