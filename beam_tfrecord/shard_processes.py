@@ -42,7 +42,6 @@ from beam_tfrecord.images.policy import ImagePolicy
 from beam_tfrecord.measurement import measure_into
 from beam_tfrecord.planning import hash_source
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
-from beam_tfrecord.storage import read_source
 from beam_tfrecord.shard_writer import (
     Segment,
     keep_finished,
@@ -51,6 +50,7 @@ from beam_tfrecord.shard_writer import (
     write_segments,
     write_shard,
 )
+from beam_tfrecord.storage import read_source
 
 __all__ = [
     "ShardProcesses",
@@ -170,7 +170,9 @@ class ShardProcesses:
         with _signals_blocked():
             return self._pool.submit(_measure, _packed(entries), policy, max_record_size, path)
 
-    def submit_hashes(self, entries: Iterable[ImageEntry]) -> Future[list[ImageEntry | ReportEntry]]:
+    def submit_hashes(
+        self, entries: Iterable[ImageEntry]
+    ) -> Future[list[ImageEntry | ReportEntry]]:
         """Reads and hashes the entries' sources in a worker process (--dedup); the future holds
         what `hash_source` gives for each, in order."""
         with _signals_blocked():

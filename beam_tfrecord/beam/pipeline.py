@@ -26,13 +26,11 @@ from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 from fsspec.utils import get_protocol
 
-from beam_tfrecord.batches import EntryBatch
 from beam_tfrecord.beam import callers_logging_kept
 from beam_tfrecord.beam.measuring import MeasureImages, discard_kept_records
 from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
-    Batched,
     DropDuplicates,
     HashImages,
     ListImages,
@@ -42,7 +40,7 @@ from beam_tfrecord.beam.transforms import (
 from beam_tfrecord.beam.writing import PROCESSES_MIN_BYTES, WriteReport, WriteShards
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
-from beam_tfrecord.entries import ImageEntry, ShardResult
+from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.manifest import (

@@ -705,7 +705,8 @@ class DropDuplicates(beam.PTransform):
             entries
             | "KeyByContent"
             >> beam.ParDo(
-                _BucketFn(self._bucket_records, _content_bucket), most=pvalue.AsSingleton(self._most)
+                _BucketFn(self._bucket_records, _content_bucket),
+                most=pvalue.AsSingleton(self._most),
             ).with_output_types(_Chunk)
             | "GroupCopies" >> beam.GroupByKey()
             | "KeepOne"

@@ -51,9 +51,7 @@ def test_no_shuffle_of_a_build_carries_an_element_per_image(tmp_path, dedup):
         shade = i - 1 if i % 10 == 9 else i
         Image.new("RGB", (4, 4), (shade % 256, shade // 256, 10)).save(buffer, "PNG")
         (folder / f"{i:05d}.png").write_bytes(buffer.getvalue())
-    config = BuildConfig(
-        inputs=(f"{tmp_path}/src/**",), output=str(tmp_path / "out"), dedup=dedup
-    )
+    config = BuildConfig(inputs=(f"{tmp_path}/src/**",), output=str(tmp_path / "out"), dedup=dedup)
     pipeline = beam.Pipeline(runner=LocalRunner())
     outputs = pipeline | ConvertImages(config)
     _ = outputs["summary"]
@@ -80,7 +78,9 @@ def test_no_shuffle_of_a_build_carries_an_element_per_image(tmp_path, dedup):
     planning = {
         name: n
         for name, n in steps.items()
-        if name.startswith(("ListImages/", "PlanImages/", "PlanShards/", "HashImages/", "DropDuplicates/"))
+        if name.startswith(
+            ("ListImages/", "PlanImages/", "PlanShards/", "HashImages/", "DropDuplicates/")
+        )
         and "/Create/" not in name
         and not name.endswith(f"[{REPORT}]")  # a line an element: the images reported
     }

@@ -168,7 +168,12 @@ def test_a_local_build_hashes_in_its_processes_and_drops_what_any_runner_drops(
     assert "hashing in" in caplog.text
     assert multiprocessing.active_children() == []
     elsewhere = BuildConfig.from_settings(
-        {"inputs": [str(src)], "output": str(tmp_path / "there"), "dedup": True, "name": config.name}
+        {
+            "inputs": [str(src)],
+            "output": str(tmp_path / "there"),
+            "dedup": True,
+            "name": config.name,
+        }
     )
     there = build(elsewhere, ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     assert here.manifest["inputs"] == there.manifest["inputs"]
