@@ -255,6 +255,7 @@ class ShardOutput:
         self._committed = False
 
     def __enter__(self) -> ShardOutput:
+        _LOG.debug("writing shard %s", self.spec.file_name)
         fs = self._fs
         fs.makedirs(posixpath.dirname(self._final), exist_ok=True)
         # An object store completes an upload when its file is closed, even when the writing
