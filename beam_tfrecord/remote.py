@@ -62,7 +62,7 @@ OBJECT_STORE_DEPTH = 64
 # 150 MB shard is 30 requests, each a round trip the upload thread waits for, and each appended
 # to the object so far (on fake-gcs-server, 100 MB took 4.2 s in 5 MiB requests, 2.5 s in
 # 16 MiB ones). The writer holds one block in memory per shard it writes.
-UPLOAD_BLOCK_SIZE = 16 * 1024 * 1024
+UPLOAD_BLOCK_SIZE = 64 * 1024 * 1024
 
 # Tries per read, our own, by default one: gcsfs and s3fs retry transient errors (429, 5xx,
 # resets) inside, with backoff (gcsfs 6 tries over about 30 s; s3fs 5, each of botocore's 5),
