@@ -72,6 +72,7 @@ class Row:
     counts: Counter = field(default_factory=Counter)
     most_in_flight: int = 0
     identical: str = "-"
+    store_cpu: float | None = None  # the store server's and the proxy's, during the build
 
     def cpu_us_per_image(self) -> float:
         return self.cpu / self.images * 1e6
@@ -107,7 +108,11 @@ class _Store:
         command = fake_gcs_command(self.proxy.url) if protocol == "gs" else moto_command()
         ready = "/storage/v1/b" if protocol == "gs" else "/moto-api/"
         self._server = serve(command, ready, scratch / f"{protocol}-server.log")
-        self.proxy.target_port = int(next(self._server).rsplit(":", 1)[1])
+        port = next(self._server).rsplit(":", 1)[1]
+        self.proxy.target_port = int(port)
+        self._server_pid = next(
+            pid for pid in _children(os.getpid()) if _cmdline(pid) == [*command, port]
+        )
         self.env = _store_env(protocol, self.proxy.url, scratch)
         os.environ.update(self.env)
         import fsspec
@@ -116,6 +121,12 @@ class _Store:
         cls = fsspec.get_filesystem_class(protocol)
         cls.clear_instance_cache()
         self.fs = fsspec.filesystem(protocol)
+
+    def cpu(self) -> float:
+        """CPU seconds the store server and the proxy's thread have used so far."""
+        return _stat_cpu(f"/proc/{self._server_pid}/stat") + _stat_cpu(
+            f"/proc/self/task/{self.proxy.native_id}/stat"
+        )
 
     def bucket(self, name: str) -> str:
         self.fs.mkdir(name)
@@ -143,6 +154,24 @@ class _Store:
         self._server.close()
 
 
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode() for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def _stat_cpu(path: str) -> float:
+    """utime + stime, in seconds, of a /proc/.../stat file; 0.0 if it is gone."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _tree_cpu(root: int) -> float:
     """CPU seconds so far of a process, the children it waited for, and its live descendants."""
     total, todo, first = 0.0, [root], True
@@ -165,16 +194,21 @@ def _tree_cpu(root: int) -> float:
 class _Timeline(threading.Thread):
     """Samples, every `interval` s: the build's CPU so far, and the proxy's requests in flight."""
 
-    def __init__(self, pid: int, proxy: LatencyProxy | None, interval: float = 0.1):
+    def __init__(self, pid: int, store: _Store | None, interval: float = 0.1):
         super().__init__(daemon=True)
-        self.pid, self.proxy, self.interval = pid, proxy, interval
-        self.samples: list[tuple[float, float, int, int]] = []  # (wall, cpu, reads, uploads)
+        self.pid, self.store, self.interval = pid, store, interval
+        self.proxy = store.proxy if store else None
+        # (wall, build cpu, reads, uploads, store cpu)
+        self.samples: list[tuple[float, float, int, int, float]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             kinds = self.proxy.in_flight_kinds if self.proxy else Counter()
-            self.samples.append((time.time(), _tree_cpu(self.pid), kinds["read"], kinds["upload"]))
+            store = self.store.cpu() if self.store else 0.0
+            self.samples.append(
+                (time.time(), _tree_cpu(self.pid), kinds["read"], kinds["upload"], store)
+            )
             self.stop.wait(self.interval)
 
 
@@ -204,29 +238,30 @@ def _timeline_text(
     timeline: _Timeline, spans: list[tuple[float, float]], start: float
 ) -> tuple[str, str]:
     """The timeline, one line a tenth of a second (tsv), and a summary one line a second."""
-    rows = ["t\tcores_busy\treads_in_flight\tuploads_in_flight\tshards_open"]
-    summary = ["   s  cores busy  reads  uploads  shards open"]
+    rows = ["t\tbuild_cores_busy\treads_in_flight\tuploads_in_flight\tshards_open\tstore_busy"]
+    summary = ["   s  build busy  reads  uploads  shards open  store+proxy busy"]
     samples = timeline.samples
     per_second: list[list[float]] = []
-    for (t0, c0, _, _), (t1, c1, reads, uploads) in itertools.pairwise(samples):
+    for (t0, c0, _, _, s0), (t1, c1, reads, uploads, s1) in itertools.pairwise(samples):
         busy = (c1 - c0) / max(t1 - t0, 1e-6)
+        store = (s1 - s0) / max(t1 - t0, 1e-6)
         open_ = sum(1 for a, b in spans if a <= t1 < b)
-        rows.append(f"{t1 - start:.2f}\t{busy:.2f}\t{reads}\t{uploads}\t{open_}")
+        rows.append(f"{t1 - start:.2f}\t{busy:.2f}\t{reads}\t{uploads}\t{open_}\t{store:.2f}")
         second = int(t1 - start)
         while len(per_second) <= second:
             per_second.append([])
-        per_second[second].append((busy, reads, uploads, open_))
+        per_second[second].append((busy, reads, uploads, open_, store))
     for second, values in enumerate(per_second):
         if values:
-            mean = [sum(v[i] for v in values) / len(values) for i in range(4)]
+            m = [sum(v[i] for v in values) / len(values) for i in range(5)]
             summary.append(
-                f"{second:4d}  {mean[0]:10.2f}  {mean[1]:5.1f}  {mean[2]:7.1f}  {mean[3]:11.1f}"
+                f"{second:4d}  {m[0]:10.2f}  {m[1]:5.1f}  {m[2]:7.1f}  {m[3]:11.1f}  {m[4]:16.2f}"
             )
     return "\n".join(rows) + "\n", "\n".join(summary)
 
 
 def _build(
-    row: Row, source: str, output: str, env: dict, cpus: str, proxy: LatencyProxy | None,
+    row: Row, source: str, output: str, env: dict, cpus: str, store: _Store | None,
     timeline_dir: Path | None,
 ) -> None:  # fmt: skip
     """Runs one build, pinned to `cpus`; fills in the row's seconds and CPU."""
@@ -241,7 +276,8 @@ def _build(
             command, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
-        timeline = _Timeline(process.pid, proxy)
+        store_before = store.cpu() if store else 0.0
+        timeline = _Timeline(process.pid, store)
         timeline.start()
         process.wait()
         row.seconds = time.time() - started
@@ -254,6 +290,7 @@ def _build(
         print(text[-3000:])
         raise SystemExit(f"{row.name} failed with exit status {process.returncode}")
     row.cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    row.store_cpu = store.cpu() - store_before if store else None
     print(f"   {row.seconds:.1f} s, {row.cpu_us_per_image():.0f} us CPU per image", flush=True)
     if timeline_dir is not None:
         tsv, summary = _timeline_text(timeline, _shard_spans(text), started)
@@ -269,8 +306,8 @@ def _local_shards(out: Path) -> dict[str, bytes]:
 def _table(rows: list[Row], local: Row) -> str:
     lines = [
         "| build | seconds | vs local | CPU us / image | CPU vs local | requests per image "
-        "| most in flight | shards as local |",
-        "|---|---:|---:|---:|---:|---|---:|---|",
+        "| most in flight | shards as local | store + proxy CPU s |",
+        "|---|---:|---:|---:|---:|---|---:|---|---:|",
     ]
     for r in rows:
         per_image = ", ".join(
@@ -279,7 +316,8 @@ def _table(rows: list[Row], local: Row) -> str:
         lines.append(
             f"| {r.name} | {r.seconds:.1f} | {local.seconds / r.seconds:.2f}x "
             f"| {r.cpu_us_per_image():.0f} | {r.cpu / local.cpu:.2f}x | {per_image or '-'} "
-            f"| {r.most_in_flight or '-'} | {r.identical} |"
+            f"| {r.most_in_flight or '-'} | {r.identical} "
+            f"| {'-' if r.store_cpu is None else f'{r.store_cpu:.1f}'} |"
         )
     return "\n".join(lines)
 
@@ -404,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
                     output = f"{store.bucket(f'out-{delay}')}/bench"
                     row = Row(f"{protocol}:// -> {protocol}://, {delay} ms", protocol, delay,
                               meta["images"], 0.0, 0.0)  # fmt: skip
-                    _build(row, src, output, store.env, args.build_cpus, store.proxy, args.timeline)
+                    _build(row, src, output, store.env, args.build_cpus, store, args.timeline)
                     row.most_in_flight = store.proxy.max_in_flight
                     row.counts = store.proxy.reset_counts()
                     row.identical = "yes" if store.shards(output) == local_shards else "NO"
