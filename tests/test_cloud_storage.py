@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import posixpath
 import re
 import signal
@@ -33,7 +34,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 # The fixtures are imported for pytest to find them; tests ask for them by name.
 from cloud_servers import ObjectStore, gcs_store, point_s3_at, s3_store, upload  # noqa: F401
 from imagegen import jpeg_bytes, make_collection
-from latency_proxy import request_kind
+from latency_proxy import owner_of_port, request_kind
 
 from beam_tfrecord import checks, shard_writer, store_timeouts
 from beam_tfrecord.beam import pipeline
@@ -770,6 +771,76 @@ def test_transient_failures_are_retried_in_a_build(
     assert all(seen[relpath] == 2 for relpath in TRANSIENT), seen  # failed, then retried
     assert result.manifest["inputs"]["written"] == len(images)
     assert _shards(_objects(output)) == local_build[1]
+
+
+def _readers(proxy, source: str, inner=None):
+    """A fault hook recording the process that sent each read of an object below `source` (by
+    its end of the connection), then deciding as `inner` does."""
+    pids: Counter[int | None] = Counter()
+    bucket = source.split("://", 1)[1].split("/", 1)[0]
+
+    def fault(method, target):
+        if request_kind(method, target) == "read" and f"/{bucket}/" in target:
+            pids[owner_of_port(proxy.client_port)] += 1
+        return inner(method, target) if inner is not None else None
+
+    return fault, pids
+
+
+# A one-process build writes its shards in processes of its own only where it has the cores.
+_PROCESSES = pytest.mark.skipif(usable_cores() < 2, reason="shard processes need two cores")
+
+
+@_PROCESSES
+def test_a_gs_build_reads_in_worker_processes_and_its_shards_equal_the_local_builds(
+    request, collection, local_build, link
+):
+    store = _store(request, "gs")
+    src, images = collection
+    source, output = _buckets(store, src, "processes")
+    proxy = link(store)
+    proxy.fault, readers = _readers(proxy, source)
+    result = build(_config(f"{source}/**", output), [])
+    proxy.fault = None
+    assert result.manifest["inputs"]["written"] == len(images)
+    assert _shards(_objects(output)) == local_build[1]
+    # Every image read once (and the broken one), by worker processes: none by this one.
+    assert sum(readers.values()) == len(images) + 1
+    assert None not in readers and os.getpid() not in readers, readers
+    assert len(readers) == pipeline.shard_processes(
+        _config(f"{source}/**", output), PipelineOptions([])
+    ), readers
+
+
+@_PROCESSES
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_failures_in_a_worker_process_are_retried_or_reported_and_the_build_succeeds(
+    request, protocol, collection, local_build, link
+):
+    store = _store(request, protocol)
+    src, images = collection
+    source, output = _buckets(store, src, "worker-faults")
+    lost = "fox/fox_0002.jpg"
+    transient, tried = _first_reads_fail()
+
+    def fail(method, target):  # TRANSIENT's first reads fail; `lost` fails for good
+        if request_kind(method, target) == "read" and (
+            urllib.parse.quote(lost, safe="") in target or lost in target
+        ):
+            return 403
+        return transient(method, target)
+
+    proxy = link(store)
+    proxy.fault, readers = _readers(proxy, source, fail)
+    result = build(_config(f"{source}/**", output), [])
+    proxy.fault = None
+    assert all(tried[relpath] == 2 for relpath in TRANSIENT), tried  # failed, then retried
+    assert None not in readers and os.getpid() not in readers, readers
+    files = _objects(output)
+    report = {r["relpath"]: r for r in map(json.loads, files[REPORT_FILE].decode().splitlines())}
+    assert report[lost]["reason"] == "read_error"
+    assert result.manifest["inputs"]["written"] == len(images) - 1
+    assert _shards(files).keys() == local_build[1].keys()
 
 
 @pytest.mark.parametrize("protocol", ["s3", "gs"])
