@@ -86,7 +86,9 @@ class ShardProcesses:
         # memory (shards of other builds' sizes are written whole, by one process each); the
         # shard before may still be publishing (its last upload and commit, round trips on an
         # object store), which does not hold up the next one's segments.
-        self._assemblers = ShardThreads(1, thread_name_prefix="shard-segments")
+        self._assemblers = ShardThreads(
+            1, thread_name_prefix="shard-segments", starting=_signals_blocked
+        )
 
     def submit(
         self,
@@ -117,11 +119,12 @@ class ShardProcesses:
         """Writes the shard from this process, its images prepared by all the worker processes
         (`prepare_segment`, a run of images each): a shard is then not one core's work. The
         future holds what `write_shard` returns, and the shard is the same bytes."""
-        with _signals_blocked():  # the thread it starts inherits the mask
-            return self._assemblers.submit(
-                self._write_in_segments, spec, list(entries), policy, max_record_size, resume,
-                read_ahead,
-            )  # fmt: skip
+        # Waits for the shard before to be framed (a Ctrl-C meanwhile reaches this thread); the
+        # thread it starts inherits the signal mask `starting` sets.
+        return self._assemblers.submit(
+            self._write_in_segments, spec, list(entries), policy, max_record_size, resume,
+            read_ahead,
+        )  # fmt: skip
 
     def _write_in_segments(
         self,
@@ -193,10 +196,17 @@ class ShardThreads:
 
     `submit(fn, ...)` blocks while `reading` shards are being read, then runs `fn(...,
     framed=...)` on a thread; `fn` calls `framed()` once its images are framed (`write_shard`,
-    `write_segments`). The future holds what `fn` returns.
+    `write_segments`). The future holds what `fn` returns. `starting`: a context in which a
+    thread is handed its task (and started), such as a signal mask for it to inherit.
     """
 
-    def __init__(self, reading: int, thread_name_prefix: str = "shard"):
+    def __init__(
+        self,
+        reading: int,
+        thread_name_prefix: str = "shard",
+        starting: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ):
+        self._starting = starting
         self._reading = threading.Semaphore(reading)
         # One more publishing for each reading: more than that waits for a thread.
         self._threads = ThreadPoolExecutor(2 * reading, thread_name_prefix=thread_name_prefix)
@@ -213,7 +223,8 @@ class ShardThreads:
             self._reading.release()
 
         try:
-            future = self._threads.submit(fn, *args, framed=framed, **kwargs)
+            with self._starting():
+                future = self._threads.submit(fn, *args, framed=framed, **kwargs)
         except BaseException:
             framed()
             raise
