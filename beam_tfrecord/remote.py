@@ -60,9 +60,11 @@ OBJECT_STORE_DEPTH = 64
 
 # Bytes per upload request of a shard, at least. gcsfs sends 5 MiB per request by default: a
 # 150 MB shard is 30 requests, each a round trip the upload thread waits for, and each appended
-# to the object so far (on fake-gcs-server, 100 MB took 4.2 s in 5 MiB requests, 2.5 s in
-# 16 MiB ones). The writer holds one block in memory per shard it writes.
-UPLOAD_BLOCK_SIZE = 16 * 1024 * 1024
+# to the object so far (fake-gcs-server copies it again each time). A 100 MB upload through the
+# benchmarks' proxy took 2.35-2.76 s and 1.45-1.57 s of the server's CPU in 16 MiB requests,
+# 1.77-1.83 s and 0.86-0.90 s in 64 MiB ones. The writer holds one block in memory per shard it
+# writes (a build on a store writes up to four at once: two read, two publish).
+UPLOAD_BLOCK_SIZE = 64 * 1024 * 1024
 
 # Tries per read, our own, by default one: gcsfs and s3fs retry transient errors (429, 5xx,
 # resets) inside, with backoff (gcsfs 6 tries over about 30 s; s3fs 5, each of botocore's 5),

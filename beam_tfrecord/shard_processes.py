@@ -28,7 +28,7 @@ import sys
 import threading
 import types
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
@@ -54,6 +54,7 @@ from beam_tfrecord.storage import read_source
 
 __all__ = [
     "ShardProcesses",
+    "ShardThreads",
     "discard_started",
     "settings_travel",
     "start_early",
@@ -84,10 +85,14 @@ class ShardProcesses:
             # would not have; the environment it inherits.
             initargs=(log_level, copy.deepcopy(fsspec.config.conf)),
         )
-        # The thread of this process that writes shards prepared in segments, one at a time:
-        # every process prepares that shard's segments, and at most `2 * processes` of them are
-        # in memory (shards of other builds' sizes are written whole, by one process each).
-        self._assemblers = ThreadPoolExecutor(1, thread_name_prefix="shard-segments")
+        # The threads of this process that write shards prepared in segments: one shard's
+        # segments prepared at a time, by every process, at most `2 * processes` of them in
+        # memory (shards of other builds' sizes are written whole, by one process each); the
+        # shard before may still be publishing (its last upload and commit, round trips on an
+        # object store), which does not hold up the next one's segments.
+        self._assemblers = ShardThreads(
+            1, thread_name_prefix="shard-segments", starting=_signals_blocked
+        )
 
     def submit(
         self,
@@ -118,10 +123,12 @@ class ShardProcesses:
         """Writes the shard from this process, its images prepared by all the worker processes
         (`prepare_segment`, a run of images each): a shard is then not one core's work. The
         future holds what `write_shard` returns, and the shard is the same bytes."""
-        with _signals_blocked():  # the thread it starts inherits the mask
-            return self._assemblers.submit(
-                self._write_in_segments, spec, entries, policy, max_record_size, resume, read_ahead
-            )
+        # Waits for the shard before to be framed (a Ctrl-C meanwhile reaches this thread); the
+        # thread it starts inherits the signal mask `starting` sets.
+        return self._assemblers.submit(
+            self._write_in_segments, spec, list(entries), policy, max_record_size, resume,
+            read_ahead,
+        )  # fmt: skip
 
     def _write_in_segments(
         self,
@@ -131,6 +138,7 @@ class ShardProcesses:
         max_record_size: int | None,
         resume: bool,
         read_ahead: int,
+        framed: Callable[[], object],
     ) -> tuple[ShardResult, list[ReportEntry]]:
         ordered = sorted(entries, key=lambda e: e.sort_key)
         replaced = ""
@@ -160,7 +168,7 @@ class ShardProcesses:
                 for future in in_flight:
                     future.cancel()
 
-        return write_segments(spec, ordered, segments(), replaced=replaced)
+        return write_segments(spec, ordered, segments(), replaced=replaced, framed=framed)
 
     def submit_measure(
         self, entries: Iterable[ImageEntry], policy: ImagePolicy, max_record_size: int, path: str
@@ -198,7 +206,54 @@ class ShardProcesses:
                 with contextlib.suppress(OSError):
                     process.terminate()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
-        self._assemblers.shutdown(wait=True, cancel_futures=cancel)
+        self._assemblers.shutdown(cancel=cancel)
+
+
+class ShardThreads:
+    """Threads of this process writing shards, `reading` of them at once at most: a shard that
+    is framed and waits only on its publishing (its last upload and commit, round trips on an
+    object store) makes way for the next, whose reads start meanwhile.
+
+    `submit(fn, ...)` blocks while `reading` shards are being read, then runs `fn(...,
+    framed=...)` on a thread; `fn` calls `framed()` once its images are framed (`write_shard`,
+    `write_segments`). The future holds what `fn` returns. `starting`: a context in which a
+    thread is handed its task (and started), such as a signal mask for it to inherit.
+    """
+
+    def __init__(
+        self,
+        reading: int,
+        thread_name_prefix: str = "shard",
+        starting: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    ):
+        self._starting = starting
+        self._reading = threading.Semaphore(reading)
+        # One more publishing for each reading: more than that waits for a thread.
+        self._threads = ThreadPoolExecutor(2 * reading, thread_name_prefix=thread_name_prefix)
+
+    def submit(self, fn: Callable[..., Any], *args, **kwargs) -> Future:
+        self._reading.acquire()
+        lock, released = threading.Lock(), [False]
+
+        def framed() -> None:
+            with lock:
+                if released[0]:
+                    return
+                released[0] = True
+            self._reading.release()
+
+        try:
+            with self._starting():
+                future = self._threads.submit(fn, *args, framed=framed, **kwargs)
+        except BaseException:
+            framed()
+            raise
+        # Done, failed or cancelled before it ran: its permit goes back all the same.
+        future.add_done_callback(lambda _: framed())
+        return future
+
+    def shutdown(self, *, cancel: bool = False) -> None:
+        self._threads.shutdown(wait=True, cancel_futures=cancel)
 
 
 def settings_travel() -> bool:

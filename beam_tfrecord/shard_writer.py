@@ -74,6 +74,7 @@ def write_shard(
     read_ahead: int = 0,
     executor: ThreadPoolExecutor | None = None,
     cpu: threading.Semaphore | None = None,
+    framed: Callable[[], object] | None = None,
 ) -> tuple[ShardResult, list[ReportEntry]]:
     """Writes one shard; returns what it holds and its report lines.
 
@@ -96,6 +97,8 @@ def write_shard(
         read_ahead: sources read concurrently ahead of the one being written; 0 for none.
         executor: threads to read on, shared between shards; else the call makes its own.
         cpu: bounds the checks and re-encodes running at once, shared between shards.
+        framed: called once every image is read and framed, before the shard is published (on
+            an object store, before its last upload): the caller may start its next shard.
     """
     ordered = sorted(entries, key=lambda e: e.sort_key)
     replaced = ""
@@ -107,6 +110,8 @@ def write_shard(
     records = _prepared(ordered, policy, read_ahead, executor, cpu)
     with ShardOutput(spec) as output:
         work = output.frame_all(records, max_record_size)
+        if framed is not None:
+            framed()
         output.commit()
     return output.result(ordered, work, replaced), output.report
 
@@ -117,18 +122,22 @@ def write_segments(
     segments: Iterable[Segment],
     *,
     replaced: str = "",
+    framed: Callable[[], object] | None = None,
 ) -> tuple[ShardResult, list[ReportEntry]]:
     """Writes one shard from its segments (`prepare_segment`), in order; returns what
     `write_shard` returns for the same images, and the shard holds the same bytes.
 
     `ordered` is the shard's plan in shuffle-key order, the segments its consecutive runs:
-    other processes prepare them while this one writes their bytes as they come.
+    other processes prepare them while this one writes their bytes as they come. `framed`: as
+    for `write_shard`.
     """
     work: Counter[str] = Counter()
     with ShardOutput(spec) as output:
         for segment in segments:
             output.write_segment(segment)
             work.update(dict(segment.work))
+        if framed is not None:
+            framed()
         output.commit()
     return output.result(ordered, work, replaced), output.report
 
@@ -256,6 +265,7 @@ class ShardOutput:
         self._committed = False
 
     def __enter__(self) -> ShardOutput:
+        _LOG.debug("writing shard %s", self.spec.file_name)
         fs = self._fs
         fs.makedirs(posixpath.dirname(self._final), exist_ok=True)
         # An object store completes an upload when its file is closed, even when the writing

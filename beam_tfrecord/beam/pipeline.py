@@ -259,6 +259,9 @@ class ConvertImages(beam.PTransform):
             # A shard on a store waits on round trips more than on the CPU: two written at once
             # take about the time of one, however small the build.
             processes_min_bytes=0 if _reaches_a_store(config) else None,
+            # Without processes (one core), two shards at once: one's last upload and commit
+            # overlap the other's reads.
+            shards_at_once=2 if _reaches_a_store(config) else 1,
         )
         report = (*reports, written["report"]) | "Report" >> beam.Flatten()
         # The report's lines go to files from the workers; the manifest gets only their counts.

@@ -19,7 +19,7 @@ from beam_tfrecord.entries import ReportEntry, ShardSpec
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
-from beam_tfrecord.shard_processes import ShardProcesses, take_started
+from beam_tfrecord.shard_processes import ShardProcesses, ShardThreads, take_started
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.sharding import shard_file_name
 
@@ -62,8 +62,10 @@ class _WriteShardFn(_ReadAheadFn):
         read_ahead: int,
         processes: int = 0,
         processes_min_bytes: int | None = None,
+        shards_at_once: int = 1,
     ):
         super().__init__(read_ahead)
+        self._shards_at_once = shards_at_once
         self._output_dir = output_dir
         self._name = name
         self._policy = policy
@@ -85,6 +87,11 @@ class _WriteShardFn(_ReadAheadFn):
         self._pool: ShardProcesses | None = None
         self._segmented = False
         self._pending: list = []
+        # Shards written here, several at once (`shards_at_once`): one shard's last upload and
+        # commit, round trips that need no CPU, overlap the next shard's reads and checks.
+        self._shard_threads = (
+            ShardThreads(self._shards_at_once) if self._shards_at_once > 1 else None
+        )
 
     def start_bundle(self):
         # A bundle that failed must not hand its shards' results to the retry.
@@ -120,6 +127,25 @@ class _WriteShardFn(_ReadAheadFn):
             while len(self._pending) > 2 * self._processes:
                 yield from self._outputs(*self._next_written())
             return
+        if self._shard_threads is not None:
+            self._pending.append(
+                self._shard_threads.submit(
+                    write_shard,
+                    spec,
+                    list(entries),
+                    self._policy,
+                    **how,
+                    executor=self._executor,
+                    cpu=self._cpu,
+                )
+            )
+            # Shards framed and still uploading do not count against `shards_at_once`; these
+            # few are all that may wait in memory.
+            while len(self._pending) > 2 * self._shards_at_once or (
+                self._pending and self._pending[0].done()
+            ):
+                yield from self._outputs(*self._next_written())
+            return
         written = write_shard(
             spec, entries, self._policy, **how, executor=self._executor, cpu=self._cpu
         )
@@ -135,6 +161,10 @@ class _WriteShardFn(_ReadAheadFn):
             # Shards still pending: the build is stopping (an interrupt, a failed bundle), and
             # those being written end now rather than when they are done.
             self._pool.close(cancel=bool(self._pending))
+        if getattr(self, "_shard_threads", None) is not None:
+            for future in self._pending:
+                future.cancel()
+            self._shard_threads.shutdown()
         super().teardown()
 
     def _next_written(self):
@@ -189,6 +219,8 @@ class WriteShards(beam.PTransform):
     `processes` > 1: a worker that runs the whole build in one process (a local build) writes
     its shards in that many processes of its own (`shard_processes`), once the plan holds more
     than one shard and `processes_min_bytes` planned bytes (None: PROCESSES_MIN_BYTES).
+    `shards_at_once` > 1: a worker writing shards itself writes that many at once, on threads
+    (for an object store, where a shard's last upload and its commit are round trips).
 
     Returns a dict: `results` (ShardResult per shard) and `report` (images that could not be
     written, and images written changed).
@@ -205,6 +237,7 @@ class WriteShards(beam.PTransform):
         read_ahead: int = 16,
         processes: int = 0,
         processes_min_bytes: int | None = None,
+        shards_at_once: int = 1,
     ):
         super().__init__()
         self._fn = _WriteShardFn(
@@ -216,6 +249,7 @@ class WriteShards(beam.PTransform):
             read_ahead,
             processes,
             processes_min_bytes,
+            shards_at_once,
         )
         self._plan = plan
 

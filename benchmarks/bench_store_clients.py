@@ -1,0 +1,123 @@
+"""The CPU a read of an object costs through gcsfs, through aiohttp alone, and through Google's client.
+
+    python benchmarks/bench_store_clients.py --images 1500
+
+Uploads `--images` of the bench_build.py JPEGs (~100 KB) to fake-gcs-server behind
+tests/latency_proxy.py (no delay), then reads every one of them three times with each client, on
+CPU 0 while the server and the proxy run on CPU 1, and prints the wall time and the CPU time of
+this process per read:
+
+- gcsfs's `_cat_file` (what a build's shard writer awaits), 64 at once on fsspec's event loop;
+- the same GETs (`/download/storage/v1/b/{bucket}/o/{key}?alt=media`) sent with one aiohttp
+  session, 64 at once: the floor under gcsfs, the HTTP client it runs on;
+- google-cloud-storage's `Blob.download_as_bytes` on 16 threads (it is a blocking client).
+
+The build stays on fsspec's interfaces unless gcsfs costs much more than the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from bench_bucket import _Store  # noqa: E402
+from collection import ensure_collection  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--images", type=int, default=1500)
+    parser.add_argument("--data", type=Path, default=HERE.parent.parent / "bench-data")
+    args = parser.parse_args(argv)
+    source = args.data / "c3000"
+    ensure_collection(source, 3000)
+    os.sched_setaffinity(0, {1})  # the server (started now) and the proxy's thread
+    store = _Store("gs", Path(tempfile.mkdtemp()))
+    try:
+        files = sorted(source.rglob("*.jpg"))[: args.images]
+        bucket = store.bucket("reads")
+        store.fs.pipe(
+            {f"{bucket}/{p.relative_to(source).as_posix()}": p.read_bytes() for p in files}
+        )
+        keys = [p.relative_to(source).as_posix() for p in files]
+        os.sched_setaffinity(0, {0})  # the clients, from now on
+        contenders = {
+            "gcsfs _cat_file, 64 at once": lambda: _gcsfs(store.fs, keys),
+            "aiohttp alone, 64 at once": lambda: asyncio.run(_aiohttp(store.proxy.url, keys)),
+            "google-cloud-storage, 16 threads": lambda: _google(store.proxy.url, keys),
+        }
+        for name, read in contenders.items():
+            for _ in range(3):
+                wall, cpu = time.perf_counter(), time.process_time()
+                total = read()
+                wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                print(
+                    f"{name}: {len(keys)} reads, {total / 1e6:.0f} MB, {wall:.2f} s, "
+                    f"{cpu / len(keys) * 1e6:.0f} us CPU per read",
+                    flush=True,
+                )
+    finally:
+        store.close()
+    return 0
+
+
+def _gcsfs(fs, keys: list[str]) -> int:
+    from fsspec.asyn import sync
+
+    from beam_tfrecord.storage import whole_read_options
+
+    options = whole_read_options(fs)
+
+    async def all_of_them() -> int:
+        limit = asyncio.Semaphore(64)
+
+        async def one(key: str) -> int:
+            async with limit:
+                return len(await fs._cat_file(f"reads/{key}", **options))
+
+        return sum(await asyncio.gather(*map(one, keys)))
+
+    return sync(fs.loop, all_of_them)
+
+
+async def _aiohttp(endpoint: str, keys: list[str]) -> int:
+    import aiohttp
+
+    limit = asyncio.Semaphore(64)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as session:
+
+        async def one(key: str) -> int:
+            url = f"{endpoint}/download/storage/v1/b/reads/o/{urllib.parse.quote(key, safe='')}"
+            async with limit, session.get(url, params={"alt": "media"}) as answer:
+                return len(await answer.read())
+
+        return sum(await asyncio.gather(*map(one, keys)))
+
+
+def _google(endpoint: str, keys: list[str]) -> int:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(
+        project="bench",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": endpoint},
+    )
+    bucket = client.bucket("reads")
+    with ThreadPoolExecutor(16) as threads:
+        return sum(threads.map(lambda key: len(bucket.blob(key).download_as_bytes()), keys))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
