@@ -30,7 +30,8 @@ from beam_tfrecord.codec.framing import (
 )
 from beam_tfrecord.codec.reader import TFRecordReader
 from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
-from beam_tfrecord.manifest import BUILD_FILES, BUILD_FOLDERS, MANIFEST_FILE, is_shard_name
+from beam_tfrecord.manifest import BUILD_FILES, BUILD_FOLDERS, MANIFEST_FILE
+from beam_tfrecord.shard_names import is_shard_name
 from beam_tfrecord.storage import sequential_read_options
 
 __all__ = [
@@ -229,7 +230,7 @@ class ManifestShards:
         """Whether the file is named like a shard in a folder whose manifest does not list it."""
         folder, name = posixpath.split(url)
         listing = self._listing(folder)
-        return listing is not None and name not in listing and is_shard_name(name)
+        return listing is not None and name not in listing and is_shard_name(name, suffix="")
 
     def missing(self) -> list[str]:
         """Shards a read manifest lists that are not in its folder."""
@@ -458,7 +459,7 @@ class _BuildFolders:
             listing = self._listing(probe)
             if listing is not None:
                 base = posixpath.basename(name)
-                return probe == folder and (base in listing or is_shard_name(base))
+                return probe == folder and (base in listing or is_shard_name(base, suffix=""))
             parent = posixpath.dirname(probe)
             if parent == probe:
                 return True
