@@ -18,10 +18,11 @@ import fsspec
 from beam_tfrecord.codec.record_index import INDEX_DIR, INDEX_SUFFIX
 from beam_tfrecord.entries import Reason, ReportEntry, ShardResult
 from beam_tfrecord.labels import ClassMap
+from beam_tfrecord.locations import is_local, is_object_store
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.report import SHARD_REPORT_SUFFIX, SHARD_REPORTS_DIR, ReportTally, tally_counts
 from beam_tfrecord.shard_names import is_shard_name
-from beam_tfrecord.storage import is_local, is_object_store, is_temporary, publish
+from beam_tfrecord.storage import is_temporary, publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 from beam_tfrecord.wording import count, nearest
 

@@ -19,7 +19,7 @@ from typing import Any
 import fsspec
 from fsspec.asyn import sync
 
-from beam_tfrecord.storage import protocol_of
+from beam_tfrecord.locations import protocol_of
 
 __all__ = ["PAGE_SIZE", "pages"]
 

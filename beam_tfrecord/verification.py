@@ -30,6 +30,7 @@ from beam_tfrecord.codec.framing import (
 )
 from beam_tfrecord.codec.reader import TFRecordReader
 from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
+from beam_tfrecord.locations import has_protocol
 from beam_tfrecord.manifest import BUILD_FILES, BUILD_FOLDERS, MANIFEST_FILE
 from beam_tfrecord.shard_names import is_shard_name
 from beam_tfrecord.storage import sequential_read_options
@@ -334,7 +335,7 @@ def expand_paths(
         local = "file" in protocols
         # A relative local path given gives relative paths, as a file named alone prints as
         # typed: fsspec makes every local path absolute.
-        relative = local and "://" not in pattern and not os.path.isabs(pattern)
+        relative = local and not has_protocol(pattern) and not os.path.isabs(pattern)
 
         def url_of(found: str, fs: Any = fs, local: bool = local, relative: bool = relative) -> str:
             # Local paths print as paths; other filesystems keep their protocol.
