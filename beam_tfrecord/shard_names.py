@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ShardName",
+    "count_suffix",
     "is_shard_name",
     "parse_shard_name",
     "shard_file_name",
@@ -45,11 +46,16 @@ class ShardName:
         return shard_stem(self.prefix)
 
     def __str__(self) -> str:
-        return f"{self.stem}-{self.index:0{_DIGITS}d}-of-{self.count:0{_DIGITS}d}"
+        return f"{self.stem}-{self.index:0{_DIGITS}d}{count_suffix(self.count)}"
 
     def sibling(self, index: int) -> str:
         """The name of shard `index` of the same set."""
         return str(ShardName(self.prefix, index, self.count))
+
+
+def count_suffix(count: int) -> str:
+    """How the names of a set of `count` shards end: `-of-00010`."""
+    return f"-of-{count:0{_DIGITS}d}"
 
 
 def shard_stem(prefix: str) -> str:
