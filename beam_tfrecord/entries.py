@@ -84,6 +84,9 @@ class ImageEntry:
         record_size: the framed record's planned size: exact but for a few bytes of header
             fields when the image keeps its bytes, an estimate when the build transforms it.
         source_sha256: of the source's bytes, when the build hashes sources (--dedup); else "".
+        prepared: where the record of a transformed image already is, when measuring its size
+            made it (`beam_tfrecord.measurement.Prepared`): the shard writer copies it from
+            there, and neither reads nor transforms the image again; else "".
     """
 
     url: str
@@ -95,6 +98,7 @@ class ImageEntry:
     class_id: int | None = None
     record_size: int = 0
     source_sha256: str = ""
+    prepared: str = ""
 
     @property
     def sort_key(self) -> tuple[int, str, str]:
@@ -109,6 +113,7 @@ class ImageEntry:
         split = self.split.encode("utf-8", "surrogateescape")
         label = b"" if self.label is None else self.label.encode("utf-8", "surrogateescape")
         sha = self.source_sha256.encode("ascii")
+        prepared = self.prepared.encode("utf-8", "surrogateescape")
         return (
             _ENTRY_HEAD.pack(
                 self.shuffle_key,
@@ -120,17 +125,19 @@ class ImageEntry:
                 len(split),
                 _NONE if self.label is None else len(label),
                 len(sha),
+                len(prepared),
             )
             + url
             + relpath
             + split
             + label
             + sha
+            + prepared
         )
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ImageEntry:
-        key, source_size, record_size, class_id, n_url, n_rel, n_split, n_label, n_sha = (
+        (key, source_size, record_size, class_id, n_url, n_rel, n_split, n_label, n_sha, n_prep) = (
             _ENTRY_HEAD.unpack_from(data)
         )
         # Unrolled, and built without the frozen dataclass's __init__ (a checked setattr per
@@ -147,17 +154,49 @@ class ImageEntry:
         else:
             label = data[at : at + n_label].decode("utf-8", "surrogateescape")
             at += n_label
+        return cls.planned(
+            url,
+            relpath,
+            source_size,
+            split,
+            key,
+            label,
+            None if class_id < 0 else class_id,
+            record_size,
+            data[at : at + n_sha].decode("ascii") if n_sha else "",
+            data[at + n_sha : at + n_sha + n_prep].decode("utf-8", "surrogateescape")
+            if n_prep
+            else "",
+        )
+
+    @classmethod
+    def planned(
+        cls,
+        url: str,
+        relpath: str,
+        source_size: int,
+        split: str,
+        shuffle_key: int,
+        label: str | None,
+        class_id: int | None,
+        record_size: int,
+        source_sha256: str = "",
+        prepared: str = "",
+    ) -> ImageEntry:
+        """The entry with these fields, built without the frozen dataclass's __init__ (a
+        checked setattr per field): the planner and every shuffle make one for each image."""
         entry = object.__new__(cls)
         entry.__dict__.update(
             url=url,
             relpath=relpath,
             source_size=source_size,
             split=split,
-            shuffle_key=key,
+            shuffle_key=shuffle_key,
             label=label,
-            class_id=None if class_id < 0 else class_id,
+            class_id=class_id,
             record_size=record_size,
-            source_sha256=data[at : at + n_sha].decode("ascii"),
+            source_sha256=source_sha256,
+            prepared=prepared,
         )
         return entry
 
@@ -170,11 +209,12 @@ class ImageEntry:
             + len(self.split)
             + len(self.label or "")
             + len(self.source_sha256)
+            + len(self.prepared)
         )
 
 
-# shuffle key, source size, record size, class id (-1: none), then the five texts' lengths.
-_ENTRY_HEAD = struct.Struct("<QqqqIIIII")
+# shuffle key, source size, record size, class id (-1: none), then the six texts' lengths.
+_ENTRY_HEAD = struct.Struct("<QqqqIIIIII")
 _NONE = 0xFFFFFFFF
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 

@@ -5,21 +5,31 @@ An image that keeps its bytes is planned exactly from its file's size. One the b
 and a drawing of the same pixels encode to differs tenfold, and no size model can know which a
 collection holds. Shards cut on a model's estimate then leave `--max-shard-size` behind (three
 times over, on noise). So, unless the user chose the estimate (`transformed_sizes: estimate`),
-the build transforms each such image once while planning, exactly as its shard writer will
-(the same function, the same settings: the same bytes), keeps only its record's size, and plans
-on that. The cost: those images are read, decoded and encoded twice.
+the build transforms each such image once while planning, exactly as its shard writer would
+(the same function, the same settings: the same bytes), and plans on its record's size.
+
+Where the build's shards are written on this machine (a local build's shard processes), the
+record itself is kept too (`measure_into`): appended to a file of a folder the build removes when
+it ends, and named in the entry (`ImageEntry.prepared`, a `Prepared`), so that the shard writer
+copies it and each image is read, decoded and encoded once. Elsewhere (Dataflow's workers share
+no disk) only the size is kept (`measured`), and the writer transforms the image a second time.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-from beam_tfrecord.codec.records import image_record_size
+from beam_tfrecord.codec.framing import framed_size, parts_crc32c
+from beam_tfrecord.codec.records import image_record_parts
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
-from beam_tfrecord.images import ImageError, ImagePolicy, encode_for_tensorflow
+from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
 from beam_tfrecord.planning import size_is_estimated
+from beam_tfrecord.storage import read_source
 
-__all__ = ["TRANSFORMED_SIZES", "measured", "measures"]
+__all__ = ["TRANSFORMED_SIZES", "Prepared", "measure_into", "measured", "measures"]
 
 # `transformed_sizes`: how a transformed image's record is sized for the plan.
 TRANSFORMED_SIZES = ("measure", "estimate")
@@ -45,6 +55,112 @@ def measured(
 
     `data` is the source's bytes, or the OSError reading them raised.
     """
+    made = _record_of(entry, data, policy, max_record_size)
+    if isinstance(made, ReportEntry):
+        return made
+    record, _ = made
+    return dataclasses.replace(entry, record_size=framed_size(sum(map(len, record))))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Where `measure_into` kept an image's record, and what making it took: what the shard
+    writer needs to copy the record into its shard and account for it as if it had made it.
+
+    Attributes:
+        path: the file the record is in; offset and length: where, in bytes (the record as
+            written, unframed); crc: its CRC32C, checked when it is read back.
+        decoded, reencode, notes: as the image's ImageInfo says (the shard's report and work
+            counts).
+    """
+
+    path: str
+    offset: int
+    length: int
+    crc: int
+    decoded: bool
+    reencode: bool
+    notes: tuple[str, ...]
+
+    def to_text(self) -> str:
+        """The compact text `ImageEntry.prepared` holds; `from_text` reverses it."""
+        flags = f"{int(self.decoded)}{int(self.reencode)}"
+        return _SEP.join(
+            (self.path, str(self.offset), str(self.length), str(self.crc), flags, *self.notes)
+        )
+
+    @classmethod
+    def from_text(cls, text: str) -> Prepared:
+        path, offset, length, crc, flags, *notes = text.split(_SEP)
+        return cls(
+            path, int(offset), int(length), int(crc), flags[0] == "1", flags[1] == "1", tuple(notes)
+        )
+
+    def read(self) -> bytes:
+        """The record, as `measure_into` wrote it.
+
+        Raises:
+            OSError: the file is gone, short, or the bytes are not the ones written.
+        """
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            record = os.pread(fd, self.length, self.offset)
+        finally:
+            os.close(fd)
+        if len(record) != self.length or parts_crc32c((record,)) != self.crc:
+            raise OSError(f"the record its size was measured from is damaged in {self.path}")
+        return record
+
+
+# Between a Prepared's fields: a control character no path of the build's own folder holds.
+_SEP = "\x1f"
+
+
+def measure_into(
+    entries: Iterable[ImageEntry], policy: ImagePolicy, max_record_size: int, path: str
+) -> list[ImageEntry | ReportEntry]:
+    """`measured` for each entry, in order, each record kept in a new file at `path` and named
+    in its entry (`ImageEntry.prepared`): its shard writer copies it from there.
+
+    An entry whose image keeps its bytes comes back as it is (its size is exact already), and one
+    that cannot be written as the report entry saying why; neither takes room in the file.
+    """
+    results: list[ImageEntry | ReportEntry] = []
+    offset = 0
+    with open(path, "wb") as kept:
+        for entry in entries:
+            if not needs_measuring(entry, policy):
+                results.append(entry)
+                continue
+            try:
+                data: bytes | OSError = read_source(entry.url)
+            except OSError as err:
+                data = err
+            made = _record_of(entry, data, policy, max_record_size)
+            if isinstance(made, ReportEntry):
+                results.append(made)
+                continue
+            record, info = made
+            length = sum(map(len, record))
+            for part in record:
+                kept.write(part)
+            where = Prepared(
+                path, offset, length, parts_crc32c(record), info.decoded, info.reencode, info.notes
+            )
+            results.append(
+                dataclasses.replace(
+                    entry, record_size=framed_size(length), prepared=where.to_text()
+                )
+            )
+            offset += length
+    return results
+
+
+def _record_of(
+    entry: ImageEntry, data: bytes | OSError, policy: ImagePolicy, max_record_size: int
+) -> tuple[tuple[bytes, ...], ImageInfo] | ReportEntry:
+    """The record the entry's shard writer would write (in parts) and what its image is, or the
+    report entry saying why it would write none."""
 
     def skipped(reason: str, message: str) -> ReportEntry:
         return ReportEntry(
@@ -64,8 +180,8 @@ def measured(
         encoded, info = encode_for_tensorflow(data, policy)
     except ImageError as err:
         return skipped(err.code, err.message)
-    size = image_record_size(
-        len(encoded),
+    record = image_record_parts(
+        encoded,
         image_format=info.format,
         height=info.height,
         width=info.width,
@@ -74,8 +190,9 @@ def measured(
         label=entry.class_id,
         label_text=entry.label,
     )
+    size = framed_size(sum(map(len, record)))
     if size > max_record_size:
         return skipped(
             Reason.TOO_LARGE, f"its record is {size} bytes, over --max-shard-size {max_record_size}"
         )
-    return dataclasses.replace(entry, record_size=size)
+    return record, info

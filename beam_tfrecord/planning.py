@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import fsspec
 
-from beam_tfrecord.codec.records import image_record_size
+from beam_tfrecord.codec.records import encoded_record_size, image_record_size, other_fields_size
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule, class_name_problem
@@ -61,7 +61,7 @@ def estimated_encoded_size(source_size: int, relpath: str, policy: ImagePolicy) 
     kind holds) times what a pixel costs in the output format. Only the plan uses it; shards hold
     the real bytes, so a poor estimate moves shard sizes, never what a record holds.
     """
-    suffix = posixpath.splitext(relpath)[1].lstrip(".").lower()
+    suffix = _suffix(relpath)
     if not size_is_estimated(relpath, policy):
         return source_size
     pixels = source_size / _SOURCE_BYTES_PER_PIXEL.get(suffix, 1.0)
@@ -87,7 +87,7 @@ def estimated_encoded_size(source_size: int, relpath: str, policy: ImagePolicy) 
 def size_is_estimated(relpath: str, policy: ImagePolicy) -> bool:
     """Whether `estimated_encoded_size` only estimates this image's size: the policy transforms
     it (a resize, another format, raw pixels), so its bytes are known only once it is encoded."""
-    suffix = posixpath.splitext(relpath)[1].lstrip(".").lower()
+    suffix = _suffix(relpath)
     return not (
         policy.store != "raw" and policy.resize is None and policy.encode in (None, _kind(suffix))
     )
@@ -204,27 +204,47 @@ class Preparer:
                 return skipped(Reason.VANISHED, "not found (named in --input-list)")
             except OSError as err:
                 return skipped(Reason.READ_ERROR, f"cannot read: {err}")
-        record_size = self.record_size(
-            estimated_encoded_size(size, source.relpath, self.policy),
-            source.relpath,
-            class_id,
-            label,
-        )
+        relpath = source.relpath
+        if self._keeps_bytes(_suffix(relpath)):
+            # The common case, planned for every image: its record holds the file's own bytes.
+            record_size = _kept_record_size(size, relpath, class_id, label)
+        else:
+            record_size = self.record_size(
+                estimated_encoded_size(size, relpath, self.policy), relpath, class_id, label
+            )
         if record_size > self.max_record_size:
             return skipped(
                 Reason.TOO_LARGE,
                 f"its record is {record_size} bytes, over --max-shard-size {self.max_record_size}",
             )
-        return ImageEntry(
-            url=source.url,
-            relpath=source.relpath,
-            source_size=size,
-            split=split,
-            shuffle_key=shuffle_key(source.relpath, self.seed),
-            label=label,
-            class_id=class_id,
-            record_size=record_size,
+        return ImageEntry.planned(
+            source.url,
+            relpath,
+            size,
+            split,
+            shuffle_key(relpath, self.seed),
+            label,
+            class_id,
+            record_size,
         )
+
+    def _keeps_bytes(self, suffix: str) -> bool:
+        """Whether an image with this suffix keeps its own bytes (`size_is_estimated`'s
+        negation), asked once a suffix: it is asked for every image."""
+        kept = self.__dict__.get("_kept_suffixes")
+        if kept is None:
+            kept = {}
+            # Not a field: a cache the frozen dataclass holds beside them (and pickles empty).
+            object.__setattr__(self, "_kept_suffixes", kept)
+        answer = kept.get(suffix)
+        if answer is None:
+            answer = kept[suffix] = not size_is_estimated("x." + suffix, self.policy)
+        return answer
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_kept_suffixes", None)
+        return state
 
     @staticmethod
     def record_size(
@@ -256,6 +276,32 @@ def hash_source(entry: ImageEntry, data: bytes | OSError) -> ImageEntry | Report
 def _skipped(entry: ImageEntry, reason: str, message: str) -> ReportEntry:
     return ReportEntry(
         entry.url, entry.relpath, reason, message, split=entry.split, label=entry.label
+    )
+
+
+def _suffix(relpath: str) -> str:
+    """The name's suffix, lower case and without its dot, as `estimated_encoded_size` reads it."""
+    return posixpath.splitext(relpath)[1].lstrip(".").lower()
+
+
+def _kept_record_size(size: int, relpath: str, class_id: int | None, label: str | None) -> int:
+    """`Preparer.record_size(size, ...)`, the image's own bytes stored: what
+    `image_record_size` gives with the header fields at their largest, from a cache of the
+    fields other than the image's bytes (a build has few filename lengths and labels)."""
+    others = _others_of(len(relpath.encode("utf-8", "surrogateescape")), class_id, label)
+    return encoded_record_size(size, others)
+
+
+@functools.lru_cache(maxsize=4096)
+def _others_of(filename_size: int, class_id: int | None, label: str | None) -> int:
+    return other_fields_size(
+        len(_LONGEST_FORMAT),
+        _LARGEST_SIDE,
+        _LARGEST_SIDE,
+        _MOST_CHANNELS,
+        filename_size,
+        class_id,
+        None if class_id is None else len((label or "").encode("utf-8")),
     )
 
 

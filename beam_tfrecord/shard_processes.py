@@ -39,6 +39,7 @@ from beam_tfrecord import progress
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.images.decode import quiet_pillow_for_good
 from beam_tfrecord.images.policy import ImagePolicy
+from beam_tfrecord.measurement import measure_into
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.shard_writer import (
     Segment,
@@ -49,7 +50,14 @@ from beam_tfrecord.shard_writer import (
     write_shard,
 )
 
-__all__ = ["ShardProcesses", "discard_started", "settings_travel", "start_early", "take_started"]
+__all__ = [
+    "ShardProcesses",
+    "discard_started",
+    "settings_travel",
+    "start_early",
+    "started",
+    "take_started",
+]
 
 _LOG = logging.getLogger(__name__)
 
@@ -152,6 +160,14 @@ class ShardProcesses:
 
         return write_segments(spec, ordered, segments(), replaced=replaced)
 
+    def submit_measure(
+        self, entries: Iterable[ImageEntry], policy: ImagePolicy, max_record_size: int, path: str
+    ) -> Future[list[ImageEntry | ReportEntry]]:
+        """Measures the entries' records in a worker process, keeping them in a new file at
+        `path`; the future holds what `measure_into` returns."""
+        with _signals_blocked():
+            return self._pool.submit(_measure, _packed(entries), policy, max_record_size, path)
+
     def start(self) -> None:
         """Starts every process now, where the first shards would start them."""
         with _signals_blocked():
@@ -194,6 +210,12 @@ def start_early(processes: int) -> None:
     pool.start()
     _started.append(pool)
     _LOG.debug("starting %d worker processes while the build lists and plans", processes)
+
+
+def started() -> ShardProcesses | None:
+    """The processes `start_early` started, if any, left for the shard writer to take: what
+    the steps before it (measuring records) may use meanwhile."""
+    return _started[-1] if _started else None
 
 
 def take_started(processes: int) -> ShardProcesses | None:
@@ -315,6 +337,13 @@ def _prepare(
             read_ahead=read_ahead,
             **_threads(read_ahead),
         )
+
+
+def _measure(
+    packed: list[bytes], policy: ImagePolicy, max_record_size: int, path: str
+) -> list[ImageEntry | ReportEntry]:
+    with _ended_by_sigterm():
+        return measure_into(_unpacked(packed), policy, max_record_size, path)
 
 
 def _keep(

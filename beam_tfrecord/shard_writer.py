@@ -30,6 +30,7 @@ from beam_tfrecord.codec.writer import TFRecordWriter
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
 from beam_tfrecord.locations import has_protocol, is_local, is_object_store, is_remote
+from beam_tfrecord.measurement import Prepared
 from beam_tfrecord.readahead import read_ahead as ahead_of
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import (
@@ -426,9 +427,9 @@ class _Prepared:
     """One image made ready to write: its record in pieces (`image_record_parts`) and their
     CRC32C, what TensorFlow decodes from the image it holds, and the source bytes read."""
 
-    record: tuple[bytes, bytes, bytes]
+    record: tuple[bytes, ...]
     crc: int
-    info: ImageInfo
+    info: ImageInfo | Prepared  # what the report and the work counts need: notes, decoded...
     bytes_read: int
 
     @property
@@ -450,13 +451,19 @@ def _encoded(
     The record is built here too, on the read-ahead thread: its SHA-256 and CRC32C over the
     image bytes then run beside the other images' decodes, not on the one thread that writes.
     `data` is the source's bytes, or the OSError reading them raised, when they were read
-    ahead; None to read them now.
+    ahead; None to read them now. An image whose record measuring its size made on this machine
+    (`ImageEntry.prepared`) is neither read nor checked again: its record is copied.
 
     Raises:
-        OSError: the source cannot be read (FileNotFoundError: it is gone).
+        OSError: the source cannot be read (FileNotFoundError: it is gone), or the record
+            measuring made is gone or damaged.
         ImageError: it cannot be decoded or re-encoded.
         _SourceChanged: it is not the size it was listed at.
     """
+    if entry.prepared:
+        # Measuring its size made the record (`measure_into`): copied, not made again.
+        kept = Prepared.from_text(entry.prepared)
+        return _Prepared((kept.read(),), kept.crc, kept, entry.source_size)
     if isinstance(data, OSError):
         raise data
     if data is None:

@@ -24,6 +24,7 @@ entries = st.builds(
     class_id=st.none() | st.integers(0, 2**31),
     record_size=st.integers(0, 2**40),
     source_sha256=st.sampled_from(["", "ab" * 32]),
+    prepared=st.just("") | texts,
 )
 
 sources = st.builds(SourceFile, texts, texts, st.integers(-1, 2**40), st.none() | texts)

@@ -6,6 +6,8 @@ import io
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from imagegen import jpeg_bytes, png_bytes
 from PIL import Image
 
@@ -109,3 +111,24 @@ def test_a_resize_estimate_is_near_the_real_size_of_photographs():
         planned += estimated_encoded_size(len(data), "p.jpg", policy)
         real += len(encode_for_tensorflow(data, policy)[0])
     assert 0.6 < real / planned < 1.4, (real, planned)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    size=st.integers(0, 2**34),
+    relpath=st.text(min_size=1, max_size=200).map(lambda t: t + ".png"),
+    labelled=st.one_of(st.none(), st.tuples(st.integers(0, 2**40), st.text(max_size=50))),
+)
+def test_a_kept_image_is_planned_at_the_size_the_general_record_sizing_gives(
+    size, relpath, labelled
+):
+    # The planner sizes a kept image from a cache of its other fields; `record_size` is the
+    # general form (the one estimated sizes take), and the golden digests depend on their agreeing.
+    class_id, label = labelled if labelled else (None, None)
+    planner = _planner(max_shard_size="1TB")
+    entry = planner.plan(SourceFile(f"x/{relpath}", relpath, size), label, class_id)
+    assert isinstance(entry, ImageEntry)
+    assert entry.record_size == planner.record_size(size, relpath, class_id, label)
+    assert entry == ImageEntry(
+        entry.url, relpath, size, entry.split, entry.shuffle_key, label, class_id, entry.record_size
+    )

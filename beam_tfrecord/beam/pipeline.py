@@ -27,7 +27,7 @@ from apache_beam.runners.runner import PipelineRunner, PipelineState
 
 from beam_tfrecord.batches import EntryBatch
 from beam_tfrecord.beam import callers_logging_kept
-from beam_tfrecord.beam.measuring import MeasureImages
+from beam_tfrecord.beam.measuring import MeasureImages, discard_kept_records
 from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
@@ -235,7 +235,13 @@ class ConvertImages(beam.PTransform):
         if measures(config.image, config.transformed_sizes):
             # Transformed images are planned on their records' real sizes, not a model's guess.
             measured = entries | "MeasureImages" >> MeasureImages(
-                config.image, config.max_shard_size, read_ahead=read_ahead
+                config.image,
+                config.max_shard_size,
+                read_ahead=read_ahead,
+                # Shards written here copy the records measuring made, where the images are
+                # files of this machine (measuring an object waits on its GET: that keeps
+                # the read-ahead of this process's event loop).
+                keep_records=self._shard_processes > 1 and not _reads_a_store(config),
             )
             entries = measured["entries"]
             reports.append(measured["report"])
@@ -642,6 +648,11 @@ def _reaches_a_store(config: BuildConfig) -> bool:
     return any(is_store_url(url) for _, url in _places(config))
 
 
+def _reads_a_store(config: BuildConfig) -> bool:
+    """Whether the build's images (or its input list) are on an object store."""
+    return any(is_store_url(url) for url in (*config.inputs, config.input_list) if url)
+
+
 def _refuse_local_paths(config: BuildConfig, runner: str) -> None:
     """Dataflow's workers run elsewhere: a path on this machine is one they cannot reach."""
     for setting, url in _places(config):
@@ -741,6 +752,7 @@ def _build(
         raise failure from err
     finally:
         discard_started()  # started, and not taken: the plan was too small after all
+        discard_kept_records()  # no shard copies a measured record now
     if dry_run:
         return _submitted(result, pipeline, options, dry_run=True)
     if getattr(result, "has_job", True) is False:

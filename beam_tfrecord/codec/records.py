@@ -9,9 +9,11 @@ from collections.abc import Mapping, Sequence
 from beam_tfrecord.codec.framing import framed_size
 
 __all__ = [
+    "encoded_record_size",
     "image_record",
     "image_record_parts",
     "image_record_size",
+    "other_fields_size",
     "sample_record",
     "serialized_size",
 ]
@@ -176,7 +178,7 @@ def image_record_size(
     Wire arithmetic specialised to the image layout (the planner calls it for every image);
     `serialized_size` is the general form, and tests hold both to real serialization.
     """
-    others = _other_fields_size(
+    others = other_fields_size(
         len(image_format.encode()),
         height,
         width,
@@ -185,11 +187,26 @@ def image_record_size(
         label,
         None if label is None else len((label_text or "").encode("utf-8")),
     )
-    return framed_size(_delimited(_entry("image/encoded", _bytes_feature(encoded_size)) + others))
+    return encoded_record_size(encoded_size, others)
+
+
+def encoded_record_size(encoded_size: int, others: int) -> int:
+    """The framed size of a record of `encoded_size` image bytes whose other features take
+    `others` bytes (`other_fields_size`).
+
+    `image_record_size`'s arithmetic unrolled, as the planner sizes every image with it: the
+    BytesList, the Feature, the map entry, the Features message, then the framing.
+    """
+    inner = 1 + ((encoded_size.bit_length() + 6) // 7 or 1) + encoded_size
+    feature = 1 + (inner.bit_length() + 6) // 7 + inner
+    entry = _ENCODED_KEY_SIZE + 1 + (feature.bit_length() + 6) // 7 + feature
+    entry = 1 + (entry.bit_length() + 6) // 7 + entry
+    payload = entry + others
+    return framed_size(1 + (payload.bit_length() + 6) // 7 + payload)
 
 
 @functools.lru_cache(maxsize=4096)  # a build's records differ mostly in their image's size
-def _other_fields_size(
+def other_fields_size(
     format_size: int,
     height: int,
     width: int,
@@ -246,6 +263,9 @@ _KEY_SIZES = {
         "image/filename", "image/key/sha256", "image/class/label", "image/class/text",
     )
 }  # fmt: skip
+
+
+_ENCODED_KEY_SIZE = _KEY_SIZES["image/encoded"]
 
 
 def _list_size(values: Sequence[Value]) -> int:

@@ -12,7 +12,6 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 
-import numpy as np
 from PIL import Image, ImageFile, PngImagePlugin
 
 from beam_tfrecord.images.headers import (
@@ -516,6 +515,10 @@ def _normalize(im: Image.Image, policy: ImagePolicy, notes: list[str]) -> Image.
 
 def _to_8bit(im: Image.Image, notes: list[str]) -> Image.Image:
     """Maps high-depth samples onto 0..255 by their actual range, keeping a colour-key alpha."""
+    # Here, not at the top: numpy takes a tenth of a second to import, which every shard
+    # process would pay for the few 16-bit and float images a collection holds.
+    import numpy as np
+
     notes.append(_HIGH_DEPTH_NOTES[im.mode])
     samples = np.asarray(im)
     alpha = None

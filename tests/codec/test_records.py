@@ -112,3 +112,19 @@ def test_unlabeled_record_has_no_class_features():
         image_record(b"x", image_format="png", height=1, width=1, channels=1, filename="a.png")
     )
     assert "image/class/label" not in features and "image/class/text" not in features
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    encoded_size=st.one_of(
+        st.integers(0, 2**42),
+        # Around each varint boundary, where an unrolled length goes wrong first.
+        st.builds(lambda k, d: max(0, 2 ** (7 * k) + d), st.integers(1, 6), st.integers(-40, 40)),
+    ),
+    others=st.integers(0, 2**21),
+)
+def test_the_planners_unrolled_record_size_is_the_wire_arithmetic(encoded_size, others):
+    from beam_tfrecord.codec.records import _bytes_feature, _delimited, _entry, encoded_record_size
+
+    expected = framed_size(_delimited(_entry("image/encoded", _bytes_feature(encoded_size)) + others))
+    assert encoded_record_size(encoded_size, others) == expected
