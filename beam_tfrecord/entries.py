@@ -137,37 +137,40 @@ class ImageEntry:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ImageEntry:
-        (key, source_size, record_size, class_id, n_url, n_rel, n_split, n_label, n_sha, n_prep) = (
+        # Unrolled, and built without the frozen dataclass's __init__ (a checked setattr per
+        # field) or a call per field: this runs for every image at every shuffle.
+        key, source_size, record_size, class_id, n_url, n_rel, n_split, n_label, n_sha, n_prep = (
             _ENTRY_HEAD.unpack_from(data)
         )
-        # Unrolled, and built without the frozen dataclass's __init__ (a checked setattr per
-        # field): this runs for every image at every shuffle.
-        at = _ENTRY_HEAD.size
-        url = data[at : at + n_url].decode("utf-8", "surrogateescape")
-        at += n_url
-        relpath = data[at : at + n_rel].decode("utf-8", "surrogateescape")
-        at += n_rel
-        split = data[at : at + n_split].decode("utf-8", "surrogateescape")
-        at += n_split
+        url_end = _ENTRY_HEAD.size + n_url
+        rel_end = url_end + n_rel
+        split_end = rel_end + n_split
         if n_label == _NONE:
-            label = None
+            label, label_end = None, split_end
         else:
-            label = data[at : at + n_label].decode("utf-8", "surrogateescape")
-            at += n_label
-        return cls.planned(
-            url,
-            relpath,
-            source_size,
-            split,
-            key,
-            label,
-            None if class_id < 0 else class_id,
-            record_size,
-            data[at : at + n_sha].decode("ascii") if n_sha else "",
-            data[at + n_sha : at + n_sha + n_prep].decode("utf-8", "surrogateescape")
-            if n_prep
-            else "",
+            label_end = split_end + n_label
+            label = data[split_end:label_end].decode("utf-8", "surrogateescape")
+        sha_end = label_end + n_sha
+        entry = object.__new__(cls)
+        entry.__dict__.update(
+            {
+                "url": data[_ENTRY_HEAD.size : url_end].decode("utf-8", "surrogateescape"),
+                "relpath": data[url_end:rel_end].decode("utf-8", "surrogateescape"),
+                "source_size": source_size,
+                "split": data[rel_end:split_end].decode("utf-8", "surrogateescape"),
+                "shuffle_key": key,
+                "label": label,
+                "class_id": None if class_id < 0 else class_id,
+                "record_size": record_size,
+                "source_sha256": data[label_end:sha_end].decode("ascii") if n_sha else "",
+                "prepared": (
+                    data[sha_end : sha_end + n_prep].decode("utf-8", "surrogateescape")
+                    if n_prep
+                    else ""
+                ),
+            }
         )
+        return entry
 
     @classmethod
     def planned(

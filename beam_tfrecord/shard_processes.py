@@ -40,6 +40,7 @@ from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpe
 from beam_tfrecord.images.decode import quiet_pillow_for_good
 from beam_tfrecord.images.policy import ImagePolicy
 from beam_tfrecord.measurement import measure_into
+from beam_tfrecord.planning import hash_source
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.shard_writer import (
     Segment,
@@ -49,6 +50,7 @@ from beam_tfrecord.shard_writer import (
     write_segments,
     write_shard,
 )
+from beam_tfrecord.storage import read_source
 
 __all__ = [
     "ShardProcesses",
@@ -167,6 +169,14 @@ class ShardProcesses:
         `path`; the future holds what `measure_into` returns."""
         with _signals_blocked():
             return self._pool.submit(_measure, _packed(entries), policy, max_record_size, path)
+
+    def submit_hashes(
+        self, entries: Iterable[ImageEntry]
+    ) -> Future[list[ImageEntry | ReportEntry]]:
+        """Reads and hashes the entries' sources in a worker process (--dedup); the future holds
+        what `hash_source` gives for each, in order."""
+        with _signals_blocked():
+            return self._pool.submit(_hash, _packed(entries))
 
     def start(self) -> None:
         """Starts every process now, where the first shards would start them."""
@@ -344,6 +354,18 @@ def _measure(
 ) -> list[ImageEntry | ReportEntry]:
     with _ended_by_sigterm():
         return measure_into(_unpacked(packed), policy, max_record_size, path)
+
+
+def _hash(packed: list[bytes]) -> list[ImageEntry | ReportEntry]:
+    with _ended_by_sigterm():
+        hashed = []
+        for entry in _unpacked(packed):
+            try:
+                data: bytes | OSError = read_source(entry.url)
+            except OSError as err:
+                data = err
+            hashed.append(hash_source(entry, data))
+        return hashed
 
 
 def _keep(

@@ -5,7 +5,6 @@ The shard is the same, byte for byte, as the one written by transforming each im
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import multiprocessing
 import os
@@ -17,10 +16,11 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from hostile_images import hostile_corpus, photo
 from PIL import Image
+from written_shards import file_digests, one_shard
 
 from beam_tfrecord.beam import pipeline, writing
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, ShardSpec
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.measurement import Prepared, measure_into, measured
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.shard_writer import write_shard
@@ -58,18 +58,6 @@ def _jpeg(pixels: np.ndarray) -> bytes:
     return out.getvalue()
 
 
-def _files(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _spec(folder: Path) -> ShardSpec:
-    return ShardSpec(str(folder), "ds-train.tfrecord-00000-of-00001", "train", 0, 1)
-
-
 def _measured_from_sources(entries: list[ImageEntry]) -> list[ImageEntry | ReportEntry]:
     out = []
     for entry in entries:
@@ -85,14 +73,14 @@ def test_a_kept_record_makes_the_shard_transforming_again_makes(images, tmp_path
     reference = _measured_from_sources(images)
     kept = measure_into(images, POLICY, MAX, str(tmp_path / "kept.records"))
     # Measuring says the same whether it keeps the record or not: sizes and reasons.
-    assert [dataclasses.replace(k, prepared="") if isinstance(k, ImageEntry) else k for k in kept] == (
-        reference
-    )
+    assert [
+        dataclasses.replace(k, prepared="") if isinstance(k, ImageEntry) else k for k in kept
+    ] == (reference)
     assert any(isinstance(k, ReportEntry) for k in kept)
     planned = [k for k in kept if isinstance(k, ImageEntry)]
     assert all(k.prepared for k in planned)
     expected, expected_report = write_shard(
-        _spec(tmp_path / "again"),
+        one_shard(tmp_path / "again"),
         [r for r in reference if isinstance(r, ImageEntry)],
         POLICY,
         max_record_size=MAX,
@@ -101,8 +89,8 @@ def test_a_kept_record_makes_the_shard_transforming_again_makes(images, tmp_path
     # The sources are gone: a writer that read them again would report every image.
     for entry in images:
         os.remove(entry.url)
-    result, report = write_shard(_spec(tmp_path / "kept"), planned, POLICY, max_record_size=MAX)
-    assert _files(tmp_path / "kept") == _files(tmp_path / "again")
+    result, report = write_shard(one_shard(tmp_path / "kept"), planned, POLICY, max_record_size=MAX)
+    assert file_digests(tmp_path / "kept") == file_digests(tmp_path / "again")
     assert report == expected_report
     # The books say one read, decode and encode an image, as the writer's own would.
     assert result == expected
@@ -111,14 +99,12 @@ def test_a_kept_record_makes_the_shard_transforming_again_makes(images, tmp_path
 
 def test_a_damaged_kept_record_is_reported_and_the_shard_written(images, tmp_path):
     path = tmp_path / "kept.records"
-    planned = [
-        k for k in measure_into(images, POLICY, MAX, str(path)) if isinstance(k, ImageEntry)
-    ]
+    planned = [k for k in measure_into(images, POLICY, MAX, str(path)) if isinstance(k, ImageEntry)]
     damaged = Prepared.from_text(planned[0].prepared)
     data = bytearray(path.read_bytes())
     data[damaged.offset + damaged.length // 2] ^= 0xFF
     path.write_bytes(bytes(data))
-    result, report = write_shard(_spec(tmp_path / "out"), planned, POLICY, max_record_size=MAX)
+    result, report = write_shard(one_shard(tmp_path / "out"), planned, POLICY, max_record_size=MAX)
     skipped = [r for r in report if r.action == "skipped"]
     assert [(r.relpath, r.reason) for r in skipped] == [(planned[0].relpath, Reason.READ_ERROR)]
     assert "damaged" in skipped[0].message

@@ -3,15 +3,13 @@ byte, as one process writing it image by image, hostile images normalized or rep
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 import pytest
 from hostile_images import hostile_corpus
+from written_shards import file_digests, one_shard
 
 from beam_tfrecord import shard_writer
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.entries import ImageEntry, ShardSpec
+from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.shard_processes import ShardProcesses
 from beam_tfrecord.shard_writer import (
     prepare_segment,
@@ -41,21 +39,9 @@ def hostile(tmp_path) -> list[ImageEntry]:
     return entries
 
 
-def _files(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _spec(folder: Path) -> ShardSpec:
-    return ShardSpec(str(folder), "ds-train.tfrecord-00000-of-00001", "train", 0, 1)
-
-
 def test_segments_make_the_shard_one_writer_makes(hostile, tmp_path, monkeypatch):
     expected, expected_report = write_shard(
-        _spec(tmp_path / "one"), hostile, POLICY, max_record_size=1 << 20
+        one_shard(tmp_path / "one"), hostile, POLICY, max_record_size=1 << 20
     )
     assert {r.action for r in expected_report} == {"skipped", "modified"}
     monkeypatch.setattr(shard_writer, "SEGMENT_IMAGES", 4)  # many segments of a small shard
@@ -63,10 +49,10 @@ def test_segments_make_the_shard_one_writer_makes(hostile, tmp_path, monkeypatch
     runs = list(segment_runs(ordered))
     assert len(runs) > 3 and [e for run in runs for e in run] == ordered
     segments = (prepare_segment(run, POLICY, max_record_size=1 << 20) for run in runs)
-    result, report = write_segments(_spec(tmp_path / "segments"), ordered, segments)
+    result, report = write_segments(one_shard(tmp_path / "segments"), ordered, segments)
     assert result == expected
     assert report == expected_report
-    assert _files(tmp_path / "segments") == _files(tmp_path / "one")
+    assert file_digests(tmp_path / "segments") == file_digests(tmp_path / "one")
 
 
 def test_a_segment_is_cut_by_bytes_too_and_a_large_image_is_one_of_its_own(monkeypatch):
@@ -80,27 +66,27 @@ def test_a_segment_is_cut_by_bytes_too_and_a_large_image_is_one_of_its_own(monke
 @pytest.mark.slow
 def test_worker_processes_prepare_the_segments_of_one_shard(hostile, tmp_path, monkeypatch):
     expected, expected_report = write_shard(
-        _spec(tmp_path / "one"), hostile, POLICY, max_record_size=1 << 20
+        one_shard(tmp_path / "one"), hostile, POLICY, max_record_size=1 << 20
     )
     # Read where segments are cut, in this process: the processes only prepare them.
     monkeypatch.setattr(shard_writer, "SEGMENT_IMAGES", 3)
     pool = ShardProcesses(2)
     try:
         how = {"max_record_size": 1 << 20, "resume": False, "read_ahead": 4}
-        future = pool.submit_in_segments(_spec(tmp_path / "pooled"), hostile, POLICY, **how)
+        future = pool.submit_in_segments(one_shard(tmp_path / "pooled"), hostile, POLICY, **how)
         result, report = future.result(timeout=120)
         assert (result, report) == (expected, expected_report)
-        assert _files(tmp_path / "pooled") == _files(tmp_path / "one")
+        assert file_digests(tmp_path / "pooled") == file_digests(tmp_path / "one")
         # --resume finds the finished shard and keeps it, as write_shard does.
         kept = pool.submit_in_segments(
-            _spec(tmp_path / "pooled"), hostile, POLICY, **{**how, "resume": True}
+            one_shard(tmp_path / "pooled"), hostile, POLICY, **{**how, "resume": True}
         )
         kept_result, kept_report = kept.result(timeout=120)
         assert kept_result.resumed and kept_report == expected_report
         assert kept_result.crc32c == expected.crc32c and kept_result.bytes == expected.bytes
     finally:
         pool.close()
-    assert _files(tmp_path / "pooled") == _files(tmp_path / "one")
+    assert file_digests(tmp_path / "pooled") == file_digests(tmp_path / "one")
 
 
 def test_a_failed_segment_publishes_nothing(hostile, tmp_path, monkeypatch):
@@ -113,5 +99,5 @@ def test_a_failed_segment_publishes_nothing(hostile, tmp_path, monkeypatch):
         raise OSError("the segment's process died")
 
     with pytest.raises(OSError, match="process died"):
-        write_segments(_spec(tmp_path / "out"), ordered, segments())
-    assert _files(tmp_path / "out") == {}
+        write_segments(one_shard(tmp_path / "out"), ordered, segments())
+    assert file_digests(tmp_path / "out") == {}

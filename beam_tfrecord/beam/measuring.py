@@ -151,9 +151,7 @@ class _KeepingMeasureFn(_MeasureFn):
                 yield entry
         for run in segment_runs(wanted):
             path = os.path.join(self._folder, f"{next(self._names):09d}.records")
-            future = self._processes.submit_measure(
-                run, self._policy, self._max_record_size, path
-            )
+            future = self._processes.submit_measure(run, self._policy, self._max_record_size, path)
             self._runs.append((run, future))
         # Enough runs queued that no process waits for one; few results held here.
         runs = self._runs

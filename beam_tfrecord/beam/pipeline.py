@@ -25,13 +25,11 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 
-from beam_tfrecord.batches import EntryBatch
 from beam_tfrecord.beam import callers_logging_kept
 from beam_tfrecord.beam.measuring import MeasureImages, discard_kept_records
 from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
-    Batched,
     DropDuplicates,
     HashImages,
     ListImages,
@@ -41,7 +39,7 @@ from beam_tfrecord.beam.transforms import (
 from beam_tfrecord.beam.writing import PROCESSES_MIN_BYTES, WriteReport, WriteShards
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
-from beam_tfrecord.entries import ImageEntry, ShardResult
+from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, reached_alike
@@ -221,16 +219,20 @@ class ConvertImages(beam.PTransform):
         planned_images = listed["sources"] | "PlanImages" >> PlanImages(prep, listed.get("report"))
         census = planned_images["census"]
         entries, reports = planned_images["entries"], [planned_images["report"]]
+        # No split can hold more images than were listed: that bounds the planning buckets.
+        most = census | "ListedCount" >> beam.Map(lambda c: c.listed)
+        # Images of this machine are read by the shard processes before their shards are
+        # written too, where a build reads them for their hashes or measures them (an object's
+        # read waits on its GET: that keeps the read-ahead of this process's event loop).
+        here = self._shard_processes > 1 and not _reads_a_store(config)
         if config.dedup:
             # The one setting that reads images before planning: content hashes. Copies meet
-            # by their content, an image to an element; batched again after.
-            hashed = (
-                entries
-                | "Unbatch" >> beam.FlatMap(iter).with_output_types(ImageEntry)
-                | "HashImages" >> HashImages(read_ahead=read_ahead)
+            # by their content, in chunks of one range of hashes.
+            hashed = entries | "HashImages" >> HashImages(read_ahead=read_ahead, in_processes=here)
+            unique = hashed["entries"] | "DropDuplicates" >> DropDuplicates(
+                config.planning_bucket_records, most
             )
-            unique = hashed["entries"] | "DropDuplicates" >> DropDuplicates()
-            entries = unique["entries"] | "Batch" >> Batched(EntryBatch)
+            entries = unique["entries"]
             reports += [hashed["report"], unique["report"]]
         if measures(config.image, config.transformed_sizes):
             # Transformed images are planned on their records' real sizes, not a model's guess.
@@ -238,15 +240,10 @@ class ConvertImages(beam.PTransform):
                 config.image,
                 config.max_shard_size,
                 read_ahead=read_ahead,
-                # Shards written here copy the records measuring made, where the images are
-                # files of this machine (measuring an object waits on its GET: that keeps
-                # the read-ahead of this process's event loop).
-                keep_records=self._shard_processes > 1 and not _reads_a_store(config),
+                keep_records=here,  # and the shards written here copy the records it made
             )
             entries = measured["entries"]
             reports.append(measured["report"])
-        # No split can hold more images than were listed: that bounds the planning buckets.
-        most = census | "ListedCount" >> beam.Map(lambda c: c.listed)
         planned = entries | "PlanShards" >> PlanShards(
             config.min_shard_size, config.max_shard_size, config.planning_bucket_records, most
         )

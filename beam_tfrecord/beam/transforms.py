@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,8 @@ from beam_tfrecord.listing import (
 )
 from beam_tfrecord.planning import Preparer, hash_source
 from beam_tfrecord.remote import Fetches
+from beam_tfrecord.shard_processes import started
+from beam_tfrecord.shard_writer import segment_runs
 from beam_tfrecord.sharding import (
     SplitPlan,
     SplitStats,
@@ -538,131 +542,198 @@ class PlanImages(beam.PTransform):
 
 
 class _HashFn(beam.DoFn):
-    """Reads each source whole for its content hash, `read_ahead` reads in flight (objects
-    through the store's async interface, retried while the store's error is transient);
-    outputs in input order."""
+    """Reads each source of a batch whole for its content hash, `read_ahead` reads in flight
+    (objects through the store's async interface, retried while the store's error is
+    transient), the hashes taken on the reading threads; outputs a batch for a batch. On a
+    local build whose shard processes have started (`in_processes`), each run of images is read
+    and hashed by one of them: every core hashes."""
 
-    def __init__(self, read_ahead: int):
+    def __init__(self, read_ahead: int, in_processes: bool = False):
         self._read_ahead = read_ahead
+        self._in_processes = in_processes
         self._skipped = metric_counter("images_skipped")
+
+    def setup(self):
+        self._processes = started() if self._in_processes else None
+        if self._processes is not None:
+            _LOG.debug("hashing in %d worker processes", self._processes.processes)
 
     def start_bundle(self):
         # Per bundle: a bundle that failed must not hand its work to the retry.
         self._fetches = Fetches(self._read_ahead)
+        self._runs: deque[Future] = deque()
 
-    def process(self, entry: ImageEntry):
+    def process(self, batch: EntryBatch):
+        if self._processes is not None:
+            for run in segment_runs(list(batch)):
+                self._runs.append(self._processes.submit_hashes(run))
+            while self._runs and (
+                self._runs[0].done() or len(self._runs) > 2 * self._processes.processes
+            ):
+                yield from self._outputs(self._runs.popleft().result())
+            return
         fetches = self._fetches
-        fetches.start(entry, entry.url, entry.source_size)
-        while fetches.ready():
-            yield self._output(hash_source(*fetches.pop()))
+        hashed: list[ImageEntry | ReportEntry] = []
+        for entry in batch:
+            fetches.start(entry, entry.url, entry.source_size)
+            while fetches.ready():
+                hashed.append(hash_source(*fetches.pop()))
+        while fetches.pending:
+            hashed.append(hash_source(*fetches.pop()))
+        yield from self._outputs(hashed)
 
     def finish_bundle(self):
-        fetches = self._fetches
-        while fetches.pending:
-            yield in_global_window(self._output(hash_source(*fetches.pop())))
-        fetches.close()
+        while self._runs:
+            for output in self._outputs(self._runs.popleft().result()):
+                yield in_global_window(output)
+        self._fetches.close()
 
     def teardown(self):
         if getattr(self, "_fetches", None) is not None:
             self._fetches.close()
+        for future in getattr(self, "_runs", ()):
+            future.cancel()
 
-    def _output(self, result: ImageEntry | ReportEntry):
-        if isinstance(result, ReportEntry):
-            self._skipped.inc()
-            return pvalue.TaggedOutput(REPORT, result)
-        return result
+    def _outputs(self, hashed: Iterable[ImageEntry | ReportEntry]):
+        entries = EntryBatch()
+        for result in hashed:
+            if isinstance(result, ReportEntry):
+                self._skipped.inc()
+                yield pvalue.TaggedOutput(REPORT, result)
+            else:
+                entries.append(result)
+        if entries:
+            yield entries
 
 
 class HashImages(beam.PTransform):
     """Reads every planned image whole for the SHA-256 of its bytes (what --dedup compares).
 
     The one setting that reads images before their shards are written: spread over the workers
-    first, since a listing part is one folder and folders differ in size by orders of magnitude.
-    Returns a dict: `entries` (with source_sha256) and `report` (files that cannot be read).
+    first, as batches (EntryBatch), since a listing part is one folder and folders differ in
+    size by orders of magnitude. `in_processes`: on the build's shard processes, once started
+    (a local build's). Returns a dict: `entries` (EntryBatch elements, with source_sha256) and
+    `report` (files that cannot be read).
     """
 
-    def __init__(self, read_ahead: int = 16):
+    def __init__(self, read_ahead: int = 16, *, in_processes: bool = False):
         super().__init__()
         self._read_ahead = read_ahead
+        self._in_processes = in_processes
 
     def expand(self, entries):
         results = (
             entries
             | "Spread" >> beam.Reshuffle()
             | "Hash"
-            >> beam.ParDo(_HashFn(self._read_ahead))
-            .with_output_types(ImageEntry)
+            >> beam.ParDo(_HashFn(self._read_ahead, self._in_processes))
+            .with_output_types(EntryBatch)
             .with_outputs(REPORT, main="entries")
         )
         return {"entries": results.entries, "report": results[REPORT]}
 
 
 class _KeepOneCopyFn(beam.DoFn):
+    """Of each set of byte-identical images in a bucket of content hashes, keeps one."""
+
     def __init__(self):
         self._skipped = metric_counter("images_skipped")
         self._duplicates = metric_counter("duplicates_dropped")
 
-    def process(self, element: tuple[str, Iterable[ImageEntry]]):
-        _, copies = element
+    def process(self, element: tuple[tuple[str, int], Iterable[EntryBatch]]):
+        _, chunks = element
+        by_content: dict[str, list[ImageEntry]] = {}
+        for chunk in chunks:
+            for entry in chunk:
+                by_content.setdefault(entry.source_sha256, []).append(entry)
+        kept_ones = EntryBatch()
+        for copies in by_content.values():
+            kept, reports = self._one_of(copies)
+            kept_ones.append(kept)
+            for report in reports:
+                yield pvalue.TaggedOutput(REPORT, report)
+        if kept_ones:
+            yield kept_ones
+
+    def _one_of(self, copies: list[ImageEntry]) -> tuple[ImageEntry, list[ReportEntry]]:
         # The copy kept is the one with the smallest relative path, on every runner; its split
         # is the only one the content can be in, so no copy leaks from test into training.
         kept, *others = sorted(copies, key=lambda e: (e.relpath, e.url))
-        yield kept
         if not others:
-            return
+            return kept, []
+        reports = []
         for copy in others:
             self._skipped.inc()
             self._duplicates.inc()
             message = f"byte-identical to {kept.relpath!r}, which was written instead"
             if copy.label != kept.label:
                 message += f" (labelled {kept.label!r} there, {copy.label!r} here)"
-            yield pvalue.TaggedOutput(
-                REPORT,
+            reports.append(
                 ReportEntry(
-                    copy.url,
-                    copy.relpath,
-                    Reason.DUPLICATE,
-                    message,
-                    split=copy.split,
-                    label=copy.label,
-                ),
-            )
+                    copy.url, copy.relpath, Reason.DUPLICATE, message,
+                    split=copy.split, label=copy.label,
+                )
+            )  # fmt: skip
         names = ", ".join(repr(c.relpath) for c in others)
-        yield pvalue.TaggedOutput(
-            REPORT,
+        reports.append(
             ReportEntry(
                 kept.url, kept.relpath, Reason.DUPLICATE, f"written once for its identical copies {names}",
                 action="kept", split=kept.split, label=kept.label,
-            ),
+            )
         )  # fmt: skip
+        return kept, reports
 
 
 class DropDuplicates(beam.PTransform):
     """Keeps one of each set of byte-identical images (entries need their source_sha256).
 
-    Groups metadata by content hash; image bytes never move. Returns a dict: `entries` and
-    `report` (one line for every copy: the copies dropped, and the one kept).
+    Groups metadata by content hash; image bytes never move. The hashes are cut into ranges,
+    as many as it takes for `bucket_records` entries each when every one of the `most` inputs
+    is unique (`most`, a one-element PCollection), and entries cross the shuffle in chunks of
+    one range, as planning's do: copies meet in their range's group. Takes and returns
+    EntryBatch elements. Returns a dict: `entries` and `report` (one line for every copy: the
+    copies dropped, and the one kept).
     """
+
+    def __init__(self, bucket_records: int, most):
+        super().__init__()
+        self._bucket_records = bucket_records
+        self._most = most
 
     def expand(self, entries):
         results = (
             entries
             | "KeyByContent"
-            >> beam.Map(lambda e: (e.source_sha256, e)).with_output_types(tuple[str, ImageEntry])
+            >> beam.ParDo(
+                _BucketFn(self._bucket_records, _content_bucket),
+                most=pvalue.AsSingleton(self._most),
+            ).with_output_types(_Chunk)
             | "GroupCopies" >> beam.GroupByKey()
             | "KeepOne"
             >> beam.ParDo(_KeepOneCopyFn())
-            .with_output_types(ImageEntry)
+            .with_output_types(EntryBatch)
             .with_outputs(REPORT, main="entries")
         )
         return {"entries": results.entries, "report": results[REPORT]}
 
 
-class _BucketFn(beam.DoFn):
-    """Keys entries by (split, planning bucket), and outputs them in chunks of one key."""
+def _planning_bucket(entry: ImageEntry, buckets: int) -> tuple[str, int]:
+    """Planning's key: the split, and the range of shuffle keys the entry is in."""
+    return entry.split, bucket_of(entry.shuffle_key, buckets)
 
-    def __init__(self, bucket_records: int):
+
+def _content_bucket(entry: ImageEntry, buckets: int) -> tuple[str, int]:
+    """--dedup's key: the range of content hashes the entry is in (every split's copies meet)."""
+    return "", bucket_of(int(entry.source_sha256[:16], 16), buckets)
+
+
+class _BucketFn(beam.DoFn):
+    """Keys entries by `key_of(entry, buckets)` (planning's: split and bucket), and outputs
+    them in chunks of one key."""
+
+    def __init__(self, bucket_records: int, key_of=_planning_bucket):
         self._bucket_records = bucket_records
+        self._key_of = key_of
 
     def start_bundle(self):
         self._chunks: dict[tuple[str, int], EntryBatch] = {}
@@ -670,9 +741,9 @@ class _BucketFn(beam.DoFn):
 
     def process(self, batch: EntryBatch, most: int):
         buckets = num_buckets(most, self._bucket_records)
-        chunks = self._chunks
+        chunks, key_of = self._chunks, self._key_of
         for entry in batch:
-            key = (entry.split, bucket_of(entry.shuffle_key, buckets))
+            key = key_of(entry, buckets)
             chunk = chunks.get(key)
             if chunk is None:
                 chunk = chunks[key] = EntryBatch()

@@ -8,6 +8,8 @@ import functools
 import importlib
 import io
 import re
+import signal
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -513,12 +515,28 @@ def _normalize(im: Image.Image, policy: ImagePolicy, notes: list[str]) -> Image.
     return image if image.mode == target else image.convert(target)
 
 
+def _numpy():
+    """numpy, imported on first use: a tenth of a second that every shard process would pay
+    at its start for the few 16-bit and float images a collection holds.
+
+    Imported with SIGTERM blocked in this thread, so the threads its import starts (BLAS's)
+    block it too: in a shard process only the main thread may take it (`shard_processes`), or
+    a SIGTERM one of them took would leave the main thread stuck in a stalled read.
+    """
+    if "numpy" not in sys.modules and hasattr(signal, "pthread_sigmask"):
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        try:
+            import numpy
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    import numpy
+
+    return numpy
+
+
 def _to_8bit(im: Image.Image, notes: list[str]) -> Image.Image:
     """Maps high-depth samples onto 0..255 by their actual range, keeping a colour-key alpha."""
-    # Here, not at the top: numpy takes a tenth of a second to import, which every shard
-    # process would pay for the few 16-bit and float images a collection holds.
-    import numpy as np
-
+    np = _numpy()
     notes.append(_HIGH_DEPTH_NOTES[im.mode])
     samples = np.asarray(im)
     alpha = None

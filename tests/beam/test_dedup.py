@@ -135,3 +135,49 @@ def test_split_by_must_have_a_group():
         BuildConfig(inputs=("a",), output="o", split_by="p[0-9]+")
     with pytest.raises(ConfigError, match=re.escape("--split-by: regex '(p' does not compile")):
         BuildConfig(inputs=("a",), output="o", split_by="(p")
+
+
+def test_a_local_build_hashes_in_its_processes_and_drops_what_any_runner_drops(
+    tmp_path, monkeypatch, caplog
+):
+    """--dedup's hashing runs on a local build's shard processes, a run of images each, and
+    keeps and reports exactly what the multi-process DirectRunner (hashing in its workers'
+    threads) keeps and reports."""
+    import logging
+    import multiprocessing
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_tfrecord.beam import pipeline, writing
+
+    src = tmp_path / "src"
+    make_collection(src, {"cat": 30, "dog": 30}, seed=8)
+    copies = sorted(src.rglob("*.jpg"))[:12]
+    for n, original in enumerate(copies):
+        other = src / ("dog" if "cat" in original.parent.name else "cat") / f"copy{n}.jpg"
+        other.write_bytes(original.read_bytes())
+    monkeypatch.setattr(pipeline, "PROCESSES_MIN_BYTES", 1)  # start them for a small build
+    monkeypatch.setattr(writing, "PROCESSES_MIN_BYTES", 1)
+    caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
+    config = BuildConfig.from_settings(
+        {"inputs": [str(src)], "output": str(tmp_path / "here"), "dedup": True}
+    )
+    if not pipeline.shard_processes(config, PipelineOptions([])):
+        pytest.skip("this machine gives the build no shard processes")
+    here = build(config)
+    assert "hashing in" in caplog.text
+    assert multiprocessing.active_children() == []
+    elsewhere = BuildConfig.from_settings(
+        {
+            "inputs": [str(src)],
+            "output": str(tmp_path / "there"),
+            "dedup": True,
+            "name": config.name,
+        }
+    )
+    there = build(elsewhere, ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    assert here.manifest["inputs"] == there.manifest["inputs"]
+    assert here.manifest["inputs"]["skipped_by_reason"] == {"duplicate": 12}
+    for name in ("report.jsonl",):
+        assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "there" / name).read_bytes()
+    assert _written(tmp_path / "here") == _written(tmp_path / "there")

@@ -26,7 +26,7 @@ def test_the_coder_sizes_an_entry_without_encoding_it(entry):
     from beam_tfrecord.beam.transforms import _ImageEntryCoder
 
     size = len(entry.to_bytes())
-    texts = (entry.url, entry.relpath, entry.split, entry.label or "")
+    texts = (entry.url, entry.relpath, entry.split, entry.label or "", entry.prepared)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ImageEntry, "to_bytes", None)  # Beam sizes every element it outputs
         estimate = _ImageEntryCoder().estimate_size(entry)

@@ -8,6 +8,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from beam_tfrecord.batches import EntryBatch
 from beam_tfrecord.beam.transforms import DropDuplicates
 from beam_tfrecord.entries import ImageEntry, Reason
 from beam_tfrecord.splits import shuffle_key
@@ -46,6 +47,15 @@ KEPT = ["cat/y.jpg", "cat/only.jpg", "cat/1.jpg", "owl/a.jpg"]
 NAMES = [e.relpath for e in ENTRIES]
 
 
+def _drop(p, entries: list[ImageEntry]) -> dict:
+    """DropDuplicates over the entries in three batches, cut into ranges of two records' worth
+    of hashes (several ranges: copies must meet in theirs); its entries one an element."""
+    batches = [EntryBatch(entries[i::3]) for i in range(3)]
+    most = p | "Most" >> beam.Create([len(entries)])
+    unique = p | beam.Create(batches) | DropDuplicates(2, most)
+    return {"entries": unique["entries"] | "Each" >> beam.FlatMap(iter), "report": unique["report"]}
+
+
 def _line(report_entry):
     """(relpath, action, reason, split, label, the other paths its message names)."""
     named = tuple(
@@ -79,7 +89,7 @@ def test_one_of_each_content_is_kept_the_same_whatever_the_order(pipeline, order
     entries = list(ENTRIES)
     random.Random(order).shuffle(entries)
     with pipeline as p:
-        unique = p | beam.Create(entries) | DropDuplicates()
+        unique = _drop(p, entries)
         # The smallest relative path of each content: the same on every runner and in any
         # order, so a rebuild never moves an image between splits.
         kept = [e for e in ENTRIES if e.relpath in KEPT]
@@ -89,7 +99,7 @@ def test_one_of_each_content_is_kept_the_same_whatever_the_order(pipeline, order
 
 def test_a_copy_labelled_otherwise_says_both_labels(pipeline):
     with pipeline as p:
-        unique = p | beam.Create(ENTRIES) | DropDuplicates()
+        unique = _drop(p, ENTRIES)
         messages = unique["report"] | beam.Map(lambda r: (r.relpath, r.action, r.message))
         assert_that(
             messages | beam.Filter(lambda m: m[0] == "dog/1.jpg"),
@@ -109,6 +119,6 @@ def test_a_copy_labelled_otherwise_says_both_labels(pipeline):
 def test_no_duplicates_changes_nothing_and_reports_nothing(pipeline):
     distinct = [_entry(f"cat/{i}.jpg", f"{i:x}") for i in range(12)]
     with pipeline as p:
-        unique = p | beam.Create(distinct) | DropDuplicates()
+        unique = _drop(p, distinct)
         assert_that(unique["entries"], equal_to(distinct), label="Entries")
         assert_that(unique["report"], equal_to([]), label="Report")

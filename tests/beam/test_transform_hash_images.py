@@ -9,6 +9,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
+from beam_tfrecord.batches import EntryBatch
 from beam_tfrecord.beam.transforms import HashImages
 from beam_tfrecord.entries import Reason
 
@@ -26,7 +27,8 @@ def test_every_entry_gets_the_sha256_of_its_bytes(pipeline, memfs, put_images, p
         replace(e, source_sha256=hashlib.sha256(images[e.relpath]).hexdigest()) for e in entries
     ]
     with pipeline as p:
-        hashed = p | beam.Create(entries) | HashImages(read_ahead=read_ahead)
+        hashed = p | beam.Create([EntryBatch(entries)]) | HashImages(read_ahead=read_ahead)
+        hashed["entries"] = hashed["entries"] | beam.FlatMap(iter)
         # Nothing else of an entry changes; the planned entry is all the hash adds to.
         assert_that(hashed["entries"], equal_to(expected), label="Entries")
         assert_that(hashed["report"], equal_to([]), label="Report")
@@ -48,9 +50,10 @@ def test_an_unreadable_file_is_reported_and_the_rest_hashed(
     with pipeline as p:
         hashed = (
             p
-            | beam.Create([gone, *entries[:3], folder, *entries[3:]])
+            | beam.Create([EntryBatch([gone, *entries[:3]]), EntryBatch([folder, *entries[3:]])])
             | HashImages(read_ahead=read_ahead)
         )
+        hashed["entries"] = hashed["entries"] | beam.FlatMap(iter)
         assert_that(hashed["entries"], equal_to(expected), label="Entries")
         # Each with the split and label it was planned with, so the report can say where it
         # would have gone.

@@ -290,24 +290,17 @@ def test_a_shard_being_written_ends_when_the_build_stops_and_leaves_no_temporary
             closer.join()
 
 
-def _sigterm_blocked_by_thread() -> dict[str, bool]:
-    """Run in a worker process: whether each of its threads blocks SIGTERM ('main': the main one)."""
-    found = {}
-    for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/status") as status:
-            mask = next(int(line.split()[1], 16) for line in status if line.startswith("SigBlk:"))
-        name = "main" if int(tid) == os.getpid() else tid
-        found[name] = bool(mask & (1 << (signal.SIGTERM - 1)))
-    return found
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
 def test_only_a_shard_process_main_thread_takes_sigterm(shards, tmp_path, monkeypatch):
     """SIGTERM ends a shard through a handler that only the main thread runs, and only a signal
     delivered to that thread breaks a read it is blocked in. The kernel may hand a signal to any
-    thread that does not block it, so every other thread must: numpy's BLAS threads (started on
-    import), the read-ahead threads and the progress flusher. Before they did, a SIGTERM taken
-    by one of them left a shard process stuck in a stalled read for good."""
+    thread that does not block it, so every other thread must: the read-ahead threads, the
+    progress flusher, and numpy's BLAS threads, started when a 16-bit image first needs numpy.
+    Before they did, a SIGTERM taken by one of them left a shard process stuck in a stalled read
+    for good."""
+    from hostile_images import hostile_corpus
+    from thread_masks import sigterm_blocked_by_thread
+
     from beam_tfrecord import progress
 
     watched = tmp_path / "progress"
@@ -315,17 +308,29 @@ def test_only_a_shard_process_main_thread_takes_sigterm(shards, tmp_path, monkey
     monkeypatch.setenv(progress.ENV, str(watched))  # as under a build's progress line
     shard_list, plan = shards
     (split, index), entries = shard_list[0]
+    # A 16-bit image, which loads numpy in the shard process as it is written.
+    deep = next(case for case in hostile_corpus() if case.name == "gray16_png")
+    path = tmp_path / "deep" / "gray16.png"
+    path.parent.mkdir()
+    path.write_bytes(deep.data)
+    alone = [replace(entries[0], url=str(path), relpath="deep/gray16.png",
+                     source_size=len(deep.data), shuffle_key=7)]  # fmt: skip
     name = shard_file_name("ds", split, index, plan[split].shards)
     spec = ShardSpec(str(tmp_path / "out"), name, split, index, plan[split].shards)
     pool = ShardProcesses(1)
+    how = {"max_record_size": 1 << 20, "resume": False}
     try:
-        pool.submit(spec, entries, POLICY, max_record_size=1 << 20, resume=False,
-                    read_ahead=4).result(timeout=120)  # fmt: skip
-        blocked = pool._pool.submit(_sigterm_blocked_by_thread).result(timeout=60)
+        # Without read-ahead, on the process's main thread (which takes SIGTERM); then a
+        # shard read ahead, on threads of its own.
+        result, _ = pool.submit(spec, alone, POLICY, **how, read_ahead=0).result(timeout=120)
+        pool.submit(spec, entries, POLICY, **how, read_ahead=4).result(timeout=120)
+        blocked = pool._pool.submit(sigterm_blocked_by_thread).result(timeout=60)
     finally:
         pool.close()
+    assert result.encodes == 1  # the 16-bit image was normalized, with numpy
+    assert blocked.pop("numpy") is True
     assert blocked.pop("main") is False
-    # The BLAS thread (2 cores or more), the read-ahead threads and the flusher, at least.
+    # The read-ahead threads and the flusher at least, and BLAS's (2 cores or more).
     assert len(blocked) >= 2 and all(blocked.values()), blocked
 
 

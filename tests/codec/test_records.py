@@ -126,5 +126,7 @@ def test_unlabeled_record_has_no_class_features():
 def test_the_planners_unrolled_record_size_is_the_wire_arithmetic(encoded_size, others):
     from beam_tfrecord.codec.records import _bytes_feature, _delimited, _entry, encoded_record_size
 
-    expected = framed_size(_delimited(_entry("image/encoded", _bytes_feature(encoded_size)) + others))
+    expected = framed_size(
+        _delimited(_entry("image/encoded", _bytes_feature(encoded_size)) + others)
+    )
     assert encoded_record_size(encoded_size, others) == expected
