@@ -7,20 +7,19 @@ last, so a folder with shards and no manifest.json is a build that did not finis
 from __future__ import annotations
 
 import posixpath
-import re
 from collections import Counter
 from collections.abc import Iterable
 
-__all__ = ["SHARD_NAME", "missing_shards", "mixed_sets", "shard_names"]
+from beam_tfrecord.shard_names import is_shard_name, parse_shard_name, shard_order
 
-# `{name}-{split}.tfrecord-00003-of-00010`, as sharding.shard_file_name writes them.
-SHARD_NAME = re.compile(r"^(?P<stem>[^/]+\.tfrecord)-(?P<index>\d{5})-of-(?P<count>\d{5})$")
+__all__ = ["missing_shards", "mixed_sets", "shard_names"]
 
 
 def shard_names(paths: Iterable[str]) -> list[str]:
-    """The base names among `paths` that are finished shards (hidden temporary files are not)."""
+    """The base names among `paths` that are finished shards (hidden temporary files are not),
+    in the order of their sets and indexes (not of their text: 100000 sorts after 99999)."""
     names = (posixpath.basename(p.rstrip("/")) for p in paths)
-    return sorted(n for n in names if SHARD_NAME.match(n))
+    return sorted((n for n in names if is_shard_name(n)), key=shard_order)
 
 
 def missing_shards(names: Iterable[str]) -> list[str]:
@@ -31,17 +30,16 @@ def missing_shards(names: Iterable[str]) -> list[str]:
     """
     present = set(names)
     mixed = mixed_sets(present)
-    missing = set()
+    # One shard of each set stands for its set: a set is walked once, not once a shard.
+    sets = {}
     for name in present:
-        match = SHARD_NAME.match(name)
-        if match is None or match["stem"] in mixed:
-            continue
-        count = int(match["count"])
-        for index in range(count):
-            expected = f"{match['stem']}-{index:05d}-of-{count:05d}"
-            if expected not in present:
-                missing.add(expected)
-    return sorted(missing)
+        shard = parse_shard_name(name)
+        if shard is not None and shard.stem not in mixed:
+            sets.setdefault(shard.stem, shard)
+    missing = set()
+    for shard in sets.values():
+        missing.update(n for n in map(shard.sibling, range(shard.count)) if n not in present)
+    return sorted(missing, key=shard_order)
 
 
 def mixed_sets(names: Iterable[str]) -> dict[str, dict[int, int]]:
@@ -50,7 +48,7 @@ def mixed_sets(names: Iterable[str]) -> dict[str, dict[int, int]]:
     of each count are there."""
     sets: dict[str, Counter[int]] = {}
     for name in set(names):
-        match = SHARD_NAME.match(name)
-        if match is not None:
-            sets.setdefault(match["stem"], Counter())[int(match["count"])] += 1
+        shard = parse_shard_name(name)
+        if shard is not None:
+            sets.setdefault(shard.stem, Counter())[shard.count] += 1
     return {stem: dict(sorted(c.items())) for stem, c in sorted(sets.items()) if len(c) > 1}

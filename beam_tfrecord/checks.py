@@ -23,16 +23,11 @@ from beam_tfrecord.listing import (
     pattern_base,
     read_input_list_chunk,
 )
+from beam_tfrecord.locations import has_protocol, is_local, is_object_store, is_store_url
 from beam_tfrecord.manifest import MANIFEST_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
-from beam_tfrecord.storage import (
-    is_local,
-    is_object_store,
-    is_store_refusal,
-    is_store_url,
-    store_reason,
-)
+from beam_tfrecord.storage import is_store_refusal, store_reason
 from beam_tfrecord.wording import count
 
 __all__ = ["STORE_TIMEOUT_SECONDS", "preflight", "refuse_placeholders"]
@@ -229,7 +224,7 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
 def _taken_from(pattern: str) -> str:
     """Where a relative local path was looked for (a config file's paths, too, are taken from
     the current folder, not the file's), to add to a refusal; nothing for any other."""
-    if "://" in pattern or os.path.isabs(pattern):
+    if has_protocol(pattern) or os.path.isabs(pattern):
         return ""
     return f" (a relative path: taken from the current folder, {os.getcwd()})"
 

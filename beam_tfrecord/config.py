@@ -12,6 +12,7 @@ from typing import Any
 
 from beam_tfrecord.images.policy import ImagePolicy, PolicyError
 from beam_tfrecord.labels import class_name_problem
+from beam_tfrecord.locations import without_protocol
 from beam_tfrecord.wording import nearest
 
 __all__ = [
@@ -491,7 +492,7 @@ class BuildConfig:
 
 def _default_name(output: str) -> str:
     tail = output.rstrip("/").rsplit("/", 1)[-1]
-    tail = tail.split("://", 1)[-1] or "dataset"
+    tail = without_protocol(tail) or "dataset"
     return re.sub(r"[^A-Za-z0-9_.-]", "_", tail) or "dataset"
 
 

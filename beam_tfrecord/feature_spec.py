@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import posixpath
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,11 +13,11 @@ from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.records import sample_record
 from beam_tfrecord.manifest import MANIFEST_FILE, read_manifest
 from beam_tfrecord.reader import Shard, list_shards
+from beam_tfrecord.shard_names import parse_shard_name
 
 __all__ = ["feature_spec", "spec_to_python"]
 
 _DTYPES = {"bytes": "string", "int64": "int64", "float": "float32"}
-_SHARD_INDEX = re.compile(r"\.tfrecord-(\d+)-of-\d+$")
 
 
 def _layout(labels: bool) -> dict[str, str]:
@@ -46,8 +45,8 @@ def _scan_order(shards: list[Shard]) -> list[Shard]:
     """The first shard of every split, then the second..., so every split is scanned early."""
 
     def index(shard: Shard) -> int:
-        match = _SHARD_INDEX.search(posixpath.basename(shard.url))
-        return int(match[1]) if match else 0
+        name = parse_shard_name(posixpath.basename(shard.url))
+        return name.index if name else 0
 
     return sorted(shards, key=index)  # stable: splits keep the manifest's order
 

@@ -8,6 +8,8 @@ import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
+from beam_tfrecord.locations import without_protocol
+
 __all__ = ["ClassMap", "LabelRule", "class_name_problem"]
 
 # Unicode categories a class name may not hold: control characters (Cc: tab, CR, LF, NEL, ...),
@@ -86,7 +88,7 @@ class LabelRule:
         if self._regex is None:
             if self.spec == "none":
                 return None
-            parent = posixpath.basename(posixpath.dirname(url.split("://", 1)[-1]))
+            parent = posixpath.basename(posixpath.dirname(without_protocol(url)))
             return parent or None
         match = self._regex.search(relpath)
         if match is None:

@@ -15,6 +15,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import glob_translate
 
+from beam_tfrecord.locations import has_protocol, without_protocol
 from beam_tfrecord.storage import to_url
 from beam_tfrecord.store_listing import pages
 
@@ -586,8 +587,8 @@ def parse_input_line(line: str, list_url: str) -> SourceFile | None:
         raise ValueError(f"{list_url}: expected `path` or `path,label`, got {line.rstrip()!r}")
     path = fields[0].strip()
     label = fields[1].strip() if len(fields) == 2 and fields[1].strip() else None
-    if "://" in path:
-        url, relpath = path, path.split("://", 1)[-1].lstrip("/")
+    if has_protocol(path):
+        url, relpath = path, without_protocol(path).lstrip("/")
     elif path.startswith("/"):
         # The file's own name, as a relative line beside it gives it: one file is one input.
         url = posixpath.normpath(path)
@@ -595,7 +596,7 @@ def parse_input_line(line: str, list_url: str) -> SourceFile | None:
     else:
         relpath = posixpath.normpath(path)
         url = posixpath.join(posixpath.dirname(list_url), relpath)
-        if "://" not in list_url:
+        if not has_protocol(list_url):
             url = posixpath.normpath(url)
     return SourceFile(url=url, relpath=relpath, size=-1, label=label)
 
@@ -625,7 +626,7 @@ def input_list_chunks(list_url: str, chunk_bytes: int = 64 << 20) -> list[tuple[
     """
     fs, path = fsspec.core.url_to_fs(list_url)
     size = fs.size(path)
-    if "://" not in list_url:
+    if not has_protocol(list_url):
         # The list's relative lines then name their files as its absolute lines do, wherever
         # the chunks are read.
         list_url = path

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fnmatch
 import functools
 import json
 import platform
@@ -19,9 +18,11 @@ import fsspec
 from beam_tfrecord.codec.record_index import INDEX_DIR, INDEX_SUFFIX
 from beam_tfrecord.entries import Reason, ReportEntry, ShardResult
 from beam_tfrecord.labels import ClassMap
+from beam_tfrecord.locations import is_local, is_object_store
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.report import SHARD_REPORT_SUFFIX, SHARD_REPORTS_DIR, ReportTally, tally_counts
-from beam_tfrecord.storage import is_local, is_object_store, is_temporary, publish
+from beam_tfrecord.shard_names import is_shard_name
+from beam_tfrecord.storage import is_temporary, publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 from beam_tfrecord.wording import count, nearest
 
@@ -41,7 +42,6 @@ __all__ = [
     "build_manifest",
     "discard_manifest",
     "is_build_file",
-    "is_shard_name",
     "publish_text",
     "read_manifest",
     "remove_stale_files",
@@ -56,7 +56,6 @@ __all__ = [
 MANIFEST_FILE = "manifest.json"
 LABELS_FILE = "labels.txt"
 REPORT_FILE = "report.jsonl"
-_SHARD_GLOB = "*.tfrecord-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]*"
 _METADATA_FILES = (MANIFEST_FILE, LABELS_FILE, REPORT_FILE)
 # What a build writes beside its shards, none of it a TFRecord file (and the folders of its
 # shards' record indexes and report parts).
@@ -390,7 +389,7 @@ def _holds_shards(output_dir: str) -> bool:
     except FileNotFoundError:
         return False
     names = (posixpath.basename(p.rstrip("/")) for p in listed)
-    return any(fnmatch.fnmatch(n, _SHARD_GLOB) and not is_temporary(n) for n in names)
+    return any(is_shard_name(n, suffix="") for n in names)
 
 
 def withdrawn_reason(
@@ -561,25 +560,15 @@ def is_build_file(file_name: str) -> bool:
     parts and temporaries, metadata). `file_name` is relative to the folder: `index/{shard}.index`."""
     folder, name = posixpath.split(file_name)
     if folder == INDEX_DIR:
-        return is_temporary(name) or (
-            name.endswith(INDEX_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
-        )
+        return is_temporary(name) or is_shard_name(name, suffix=INDEX_SUFFIX)
     if folder == SHARD_REPORTS_DIR:
-        return is_temporary(name) or (
-            name.endswith(SHARD_REPORT_SUFFIX) and fnmatch.fnmatch(name, _SHARD_GLOB)
-        )
+        return is_temporary(name) or is_shard_name(name, suffix=SHARD_REPORT_SUFFIX)
     return not folder and (
         name in _METADATA_FILES
         or name in TFDS_FILES
         or is_temporary(name)
-        or fnmatch.fnmatch(name, _SHARD_GLOB)
+        or is_shard_name(name, suffix="")
     )
-
-
-def is_shard_name(name: str) -> bool:
-    """Whether a file name is a shard's as a build names them (`{name}-{split}.tfrecord-00003-of-
-    00010`, whatever follows): one that a reader's glob over a split's shards would match."""
-    return fnmatch.fnmatch(name, _SHARD_GLOB) and not is_temporary(name)
 
 
 def remove_temporaries(output_dir: str) -> list[str]:

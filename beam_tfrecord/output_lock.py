@@ -22,9 +22,9 @@ import os
 import threading
 
 import fsspec
-from fsspec.utils import get_protocol
 
 from beam_tfrecord.config import ConfigError
+from beam_tfrecord.locations import is_local_url
 
 try:
     import fcntl
@@ -46,7 +46,7 @@ _ATTEMPTS = 10
 
 def is_lockable(output: str) -> bool:
     """Whether `output` is a folder on a local filesystem, which the kernel can lock."""
-    return fcntl is not None and get_protocol(output) in ("file", "local")
+    return fcntl is not None and is_local_url(output)
 
 
 def _lock_path(output: str) -> str:

@@ -26,6 +26,7 @@ from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImagePolicy, Resize
 from beam_tfrecord.labels import LabelRule, class_name_problem
 from beam_tfrecord.listing import SourceFile
+from beam_tfrecord.locations import has_protocol
 from beam_tfrecord.splits import assign_split, shuffle_key
 
 __all__ = ["Preparer", "estimated_encoded_size", "size_is_estimated"]
@@ -196,7 +197,7 @@ class Preparer:
                 fs, path = fsspec.core.url_to_fs(source.url)
                 size = fs.size(path)
             except FileNotFoundError:
-                if "://" not in source.url and os.path.islink(source.url):
+                if not has_protocol(source.url) and os.path.islink(source.url):
                     target = os.readlink(source.url)
                     return skipped(Reason.VANISHED, f"a link to {target!r}, which does not exist")
                 # It may never have existed: not "gone", which says it was seen once.

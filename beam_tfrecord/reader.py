@@ -6,7 +6,6 @@ import io
 import json
 import posixpath
 import random
-import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,6 +19,7 @@ from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.records import sample_record
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE
+from beam_tfrecord.shard_names import ShardName, parse_shard_name
 from beam_tfrecord.storage import to_url
 from beam_tfrecord.wording import count as plural
 
@@ -36,7 +36,6 @@ _TEXT_FEATURES = frozenset(
 )
 # Shard names as sharding.py writes them; split names cannot contain "-" (config.py), so the
 # split is what follows the last "-" before ".tfrecord". More than 99999 shards take more digits.
-_SHARD_NAME = re.compile(r"^(?P<prefix>.+)\.tfrecord-(?P<index>\d{5,})-of-(?P<count>\d{5,})$")
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 _PILLOW_FORMATS = {"jpeg": "JPEG", "png": "PNG"}
 
@@ -189,14 +188,12 @@ def _listed_shards(
         raise FileNotFoundError(f"{source}: no such folder") from None
     sets: dict[tuple[str, int], set[int]] = {}
     for name in names:
-        match = _SHARD_NAME.match(name)
-        # A leading dot marks the temporary files of a build in progress.
-        if match is None or name.startswith("."):
+        shard = parse_shard_name(name)  # None for the temporary files of a build in progress
+        if shard is None:
             continue
-        prefix = match["prefix"]
-        if split is not None and not prefix.endswith(f"-{split}"):
+        if split is not None and not shard.prefix.endswith(f"-{split}"):
             continue
-        sets.setdefault((prefix, int(match["count"])), set()).add(int(match["index"]))
+        sets.setdefault((shard.prefix, shard.count), set()).add(shard.index)
     if split is not None and len(sets) > 1:
         found = ", ".join(f"{prefix} ({plural(n, 'shard')})" for prefix, n in sorted(sets))
         raise ValueError(
@@ -206,7 +203,7 @@ def _listed_shards(
     shards = []
     for (prefix, count), indices in sorted(sets.items()):
         for index in range(count):
-            name = f"{prefix}.tfrecord-{index:05d}-of-{count:05d}"
+            name = str(ShardName(prefix, index, count))
             if index not in indices:
                 raise FileNotFoundError(f"{_join(source, name)}: shard missing, and no manifest")
             url = _join(path, name)

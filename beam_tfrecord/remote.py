@@ -29,8 +29,9 @@ from typing import TypeVar
 import fsspec
 from fsspec.spec import AbstractBufferedFile
 
+from beam_tfrecord.locations import async_store, is_remote
 from beam_tfrecord.readahead import DEFAULT_BUDGET
-from beam_tfrecord.storage import is_object_store, read_source, whole_read_options
+from beam_tfrecord.storage import read_source, whole_read_options
 
 __all__ = [
     "ATTEMPTS",
@@ -41,7 +42,6 @@ __all__ = [
     "Fetches",
     "default_depth",
     "fetch_in_order",
-    "is_remote",
     "is_transient",
     "run_concurrently",
     "unsent",
@@ -109,20 +109,6 @@ _TRANSIENT_TYPES = frozenset(
         "FSTimeoutError",
     }
 )
-
-
-def is_remote(url: str) -> bool:
-    """Whether `url` is on an object store reached through an async fsspec filesystem."""
-    return _async_fs(url) is not None
-
-
-def _async_fs(url: str) -> tuple[fsspec.AbstractFileSystem, str] | None:
-    if "://" not in url:
-        return None
-    fs, path = fsspec.core.url_to_fs(url)
-    if not getattr(fs, "async_impl", False) or not is_object_store(fs):
-        return None
-    return fs, path
 
 
 def default_depth(urls: Iterable[str]) -> int:
@@ -224,7 +210,7 @@ class Fetches:
         self._pool: ThreadPoolExecutor | None = None
 
     def start(self, item, url: str, size: int) -> None:
-        target = _async_fs(url)
+        target = async_store(url)
         if target is not None:
             fs, path = target
             future = asyncio.run_coroutine_threadsafe(

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import fsspec
 
 from beam_tfrecord.entries import ReportEntry
-from beam_tfrecord.storage import TEMP_MARKER, is_object_store, temporary_name
+from beam_tfrecord.locations import is_object_store
+from beam_tfrecord.storage import TEMP_MARKER, temporary_name
 
 __all__ = [
     "PARTS_DIR",

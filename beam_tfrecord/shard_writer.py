@@ -29,20 +29,18 @@ from beam_tfrecord.codec.records import image_record_parts
 from beam_tfrecord.codec.writer import TFRecordWriter
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
+from beam_tfrecord.locations import has_protocol, is_local, is_object_store, is_remote
 from beam_tfrecord.measurement import Prepared
 from beam_tfrecord.readahead import read_ahead as ahead_of
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import (
     BackgroundWriter,
     fetch_in_order,
-    is_remote,
     unsent,
     upload_block_size,
 )
 from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.storage import (
-    is_local,
-    is_object_store,
     publish,
     read_source,
     sequential_read_options,
@@ -717,7 +715,7 @@ def _changed_since_written(fs, shard_path: str, ordered: list[ImageEntry]) -> Im
     except OSError:
         return None
     for entry in ordered:
-        if "://" in entry.url:
+        if has_protocol(entry.url):
             continue
         try:
             changed = os.stat(entry.url).st_ctime_ns

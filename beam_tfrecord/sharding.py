@@ -23,7 +23,6 @@ __all__ = [
     "num_shards",
     "place_records",
     "plan_splits",
-    "shard_file_name",
     "shard_index",
 ]
 
@@ -128,11 +127,6 @@ def place_records(
     for _, size, payload in sorted(records, key=lambda r: r[0]):
         yield shard_index(offset, total_bytes, shards), payload
         offset += size
-
-
-def shard_file_name(name: str, split: str, index: int, shards: int) -> str:
-    """TensorFlow Datasets' naming: `{name}-{split}.tfrecord-00003-of-00010`."""
-    return f"{name}-{split}.tfrecord-{index:05d}-of-{shards:05d}"
 
 
 @dataclass(frozen=True)

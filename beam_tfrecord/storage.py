@@ -8,19 +8,15 @@ import posixpath
 import uuid
 
 import fsspec
-from fsspec.utils import get_protocol
 
 from beam_tfrecord import store_timeouts
+from beam_tfrecord.locations import has_protocol, is_local, is_object_store
 
 __all__ = [
     "SEQUENTIAL_BLOCK_SIZE",
     "TEMP_MARKER",
-    "is_local",
-    "is_object_store",
     "is_store_refusal",
-    "is_store_url",
     "is_temporary",
-    "protocol_of",
     "publish",
     "read_source",
     "sequential_read_options",
@@ -50,11 +46,6 @@ def is_temporary(file_name: str) -> bool:
     return file_name.startswith(".") and TEMP_MARKER in file_name
 
 
-def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
-    """The filesystem's main protocol: `file`, `memory`, `gs`, `s3`, ..."""
-    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-
-
 # The client libraries under gcsfs and s3fs raise errors of their own, not OSErrors, when a store
 # cannot be asked at all: no credentials (botocore's NoCredentialsError), a token that cannot be
 # refreshed (google.auth), a connection refused below the retries (aiohttp, requests).
@@ -74,31 +65,6 @@ def store_reason(error: BaseException) -> str:
     ('Unable to locate credentials') does not say whose it is."""
     message = " ".join(str(error).split()) or type(error).__name__
     return message if isinstance(error, OSError) else f"{message} ({type(error).__name__})"
-
-
-def is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    """Whether paths on `fs` are plain local paths."""
-    return protocol_of(fs) in ("file", "local")
-
-
-def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
-    """Whether `fs` is an object store: no real folders and no atomic rename.
-
-    There a rename is a copy and a delete (tens of seconds on the GCS emulator) and makedirs may
-    create a bucket, but an object only appears once its upload completes. So files are written
-    under their final names, and folders are never made. Elsewhere (local disk, memory) files are
-    written under a temporary name and renamed, which publishes them whole.
-    """
-    return protocol_of(fs) not in _NOT_STORES
-
-
-def is_store_url(url: str) -> bool:
-    """`is_object_store` for a URL, with no filesystem made: not this machine's disk or memory."""
-    return get_protocol(url) not in _NOT_STORES
-
-
-# This machine's disk and memory: every other protocol is an object store's.
-_NOT_STORES = ("file", "local", "memory")
 
 
 def to_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
@@ -167,7 +133,7 @@ def read_source(url: str) -> bytes:
         FileNotFoundError: the file is gone.
         OSError: it cannot be read.
     """
-    if "://" not in url:
+    if not has_protocol(url):
         # A local path (listing gives local files as plain paths): a plain open is several
         # times cheaper than fsspec's layers, and this runs for every image of a build.
         with open(url, "rb") as f:

@@ -29,7 +29,7 @@ from typing import Any
 import fsspec
 from fsspec.asyn import sync
 
-from beam_tfrecord.storage import protocol_of
+from beam_tfrecord.locations import protocol_of
 
 __all__ = ["CONCURRENT_REQUESTS", "PAGE_SIZE", "pages"]
 

@@ -17,6 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from beam_tfrecord.shard_names import tfds_filepath_template
+
 __all__ = [
     "DATASET_INFO_FILE",
     "FEATURES_FILE",
@@ -39,10 +41,6 @@ TFDS_VERSION = "1.0.0"
 
 _FEATURES = "tensorflow_datasets.core.features."
 _CHANNELS = {"rgb": 3, "gray": 1, "keep": None}
-# The shard names `sharding.shard_file_name` writes, in TFDS's template language. The dataset
-# name is spelled out rather than left to {DATASET}: TFDS's {DATASET} only matches names that are
-# Python identifiers, and ours may hold '-' and '.'.
-_FILEPATH_TEMPLATE = "{name}-{{SPLIT}}.{{FILEFORMAT}}-{{SHARD_X_OF_Y}}"
 
 
 def _text() -> dict[str, Any]:
@@ -133,7 +131,7 @@ def dataset_info_json(manifest: Mapping[str, Any]) -> dict[str, Any]:
             continue
         splits.append(
             {
-                "filepathTemplate": _FILEPATH_TEMPLATE.format(name=name),
+                "filepathTemplate": tfds_filepath_template(name),
                 "name": split,
                 "numBytes": str(info["bytes"]),
                 "shardLengths": [str(n) for n in lengths],

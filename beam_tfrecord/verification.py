@@ -30,7 +30,9 @@ from beam_tfrecord.codec.framing import (
 )
 from beam_tfrecord.codec.reader import TFRecordReader
 from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
-from beam_tfrecord.manifest import BUILD_FILES, BUILD_FOLDERS, MANIFEST_FILE, is_shard_name
+from beam_tfrecord.locations import has_protocol
+from beam_tfrecord.manifest import BUILD_FILES, BUILD_FOLDERS, MANIFEST_FILE
+from beam_tfrecord.shard_names import is_shard_name
 from beam_tfrecord.storage import sequential_read_options
 
 __all__ = [
@@ -229,7 +231,7 @@ class ManifestShards:
         """Whether the file is named like a shard in a folder whose manifest does not list it."""
         folder, name = posixpath.split(url)
         listing = self._listing(folder)
-        return listing is not None and name not in listing and is_shard_name(name)
+        return listing is not None and name not in listing and is_shard_name(name, suffix="")
 
     def missing(self) -> list[str]:
         """Shards a read manifest lists that are not in its folder."""
@@ -333,7 +335,7 @@ def expand_paths(
         local = "file" in protocols
         # A relative local path given gives relative paths, as a file named alone prints as
         # typed: fsspec makes every local path absolute.
-        relative = local and "://" not in pattern and not os.path.isabs(pattern)
+        relative = local and not has_protocol(pattern) and not os.path.isabs(pattern)
 
         def url_of(found: str, fs: Any = fs, local: bool = local, relative: bool = relative) -> str:
             # Local paths print as paths; other filesystems keep their protocol.
@@ -458,7 +460,7 @@ class _BuildFolders:
             listing = self._listing(probe)
             if listing is not None:
                 base = posixpath.basename(name)
-                return probe == folder and (base in listing or is_shard_name(base))
+                return probe == folder and (base in listing or is_shard_name(base, suffix=""))
             parent = posixpath.dirname(probe)
             if parent == probe:
                 return True

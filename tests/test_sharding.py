@@ -13,7 +13,6 @@ from beam_tfrecord.sharding import (
     num_buckets,
     num_shards,
     plan_splits,
-    shard_file_name,
 )
 
 MB = 10**6
@@ -119,10 +118,6 @@ def test_num_buckets():
     assert num_buckets(1000, 1000) == 1
     assert num_buckets(1001, 1000) == 2
     assert num_buckets(100_000_000, 200_000) == 500
-
-
-def test_shard_file_name_is_tfds_style():
-    assert shard_file_name("flowers", "train", 3, 12) == "flowers-train.tfrecord-00003-of-00012"
 
 
 def test_plan_splits_is_data_per_split_from_bucket_stats():

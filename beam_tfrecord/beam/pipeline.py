@@ -24,7 +24,6 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
-from fsspec.utils import get_protocol
 
 from beam_tfrecord.beam import callers_logging_kept
 from beam_tfrecord.beam.measuring import MeasureImages, discard_kept_records
@@ -43,6 +42,7 @@ from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.listing import local_bytes_reach
+from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, reached_alike
 from beam_tfrecord.manifest import (
     MANIFEST_FILE,
     REPORT_FILE,
@@ -64,7 +64,7 @@ from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import default_depth
 from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
 from beam_tfrecord.shard_processes import discard_started, settings_travel, start_early
-from beam_tfrecord.storage import is_store_refusal, is_store_url, store_reason
+from beam_tfrecord.storage import is_store_refusal, store_reason
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.wording import count
 
@@ -554,7 +554,7 @@ def shard_processes(config: BuildConfig, options: PipelineOptions) -> int:
         or (direct.direct_num_workers or 1) != 1
     ):
         return 0
-    if any(get_protocol(url) not in _SHARED_PROTOCOLS for _, url in _places(config)):
+    if not all(reached_alike(url) for _, url in _places(config)):
         return 0
     if _reaches_a_store(config) and not settings_travel():
         return 0
@@ -643,14 +643,6 @@ def _places(config: BuildConfig) -> list[tuple[str, str]]:
     return places
 
 
-def _is_local_path(url: str) -> bool:
-    return get_protocol(url) in ("file", "local")
-
-
-# What a process this one starts reaches as this one does.
-_SHARED_PROTOCOLS = frozenset({"file", "local", "gs", "gcs", "s3", "s3a"})
-
-
 def _reaches_a_store(config: BuildConfig) -> bool:
     """Whether the build reads or writes an object store (not this machine's disk or memory)."""
     return any(is_store_url(url) for _, url in _places(config))
@@ -664,7 +656,7 @@ def _reads_a_store(config: BuildConfig) -> bool:
 def _refuse_local_paths(config: BuildConfig, runner: str) -> None:
     """Dataflow's workers run elsewhere: a path on this machine is one they cannot reach."""
     for setting, url in _places(config):
-        if _is_local_path(url):
+        if is_local_url(url):
             raise ConfigError(
                 setting,
                 f"{url!r} is a path on this machine, which {runner}'s workers cannot reach; "
@@ -677,7 +669,7 @@ def _whole_local_paths(config: BuildConfig) -> BuildConfig:
     they were checked: a runner's workers (Flink's, Spark's) run in folders of their own."""
 
     def whole(url: str) -> str:
-        if "://" in url or os.path.isabs(url) or not _is_local_path(url):
+        if has_protocol(url) or os.path.isabs(url) or not is_local_url(url):
             return url
         return os.path.abspath(url)
 

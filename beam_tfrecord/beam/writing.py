@@ -19,9 +19,9 @@ from beam_tfrecord.entries import ReportEntry, ShardSpec
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
+from beam_tfrecord.shard_names import shard_file_name
 from beam_tfrecord.shard_processes import ShardProcesses, ShardThreads, take_started
 from beam_tfrecord.shard_writer import write_shard
-from beam_tfrecord.sharding import shard_file_name
 
 __all__ = ["PROCESSES_MIN_BYTES", "WriteReport", "WriteShards"]
 

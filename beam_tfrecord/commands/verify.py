@@ -18,6 +18,7 @@ from beam_tfrecord.commands.arguments import (
     builds_own,
     expand_or_complain,
 )
+from beam_tfrecord.shard_names import count_suffix
 from beam_tfrecord.verification import (
     FileReport,
     ManifestShards,
@@ -71,7 +72,6 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     others: list[str] = []  # files of build folders that are not the build's
     own: list[str] = []  # a build's manifest, labels, report and indexes, named one by one
     files, unmatched = expand_or_complain(args.paths, "verify", others=others, own=own)
-    status = 1 if unmatched else 0
     totals = {"records": 0, "bytes": 0, "damaged": 0, "stray": 0, "unreadable": 0}
     not_examples = False
     manifests = ManifestShards()
@@ -79,45 +79,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         manifests.shard(url)
     missing = manifests.missing()
     for url in files:
-        try:
-            report = verify_file(url, args.compression, examples=not args.raw)
-            shard = manifests.shard(url)
-            unlisted = shard is None and manifests.unlisted(url)
-            # Sound in itself, but not the build's: not damage, and not to be left there.
-            stray = unlisted and report.ok
-            if shard is not None:
-                check_against_manifest(report, shard)
-            elif unlisted:
-                renamed = _renamed_from(report, missing, manifests) if stray else None
-                report.errors.append(
-                    f"{url}: not in manifest.json, but named like a shard: a reader globbing "
-                    "the build's shards would read it too; "
-                    + (
-                        f"it holds what manifest.json lists for {renamed}, which is missing: "
-                        "rename it back"
-                        if renamed
-                        else "remove it"
-                    )
-                )
-        except OSError as error:  # unreadable: permissions, a vanished file, the network
-            # Not damage: the file may be sound, and the store's trouble pass.
-            report = FileReport(path=url, errors=[f"{url}: cannot read: {error}"])
-            unreadable, stray = True, False
-        else:
-            unreadable = False
-        if unreadable:
-            print(f"UNREADABLE {url}")
-        else:
-            state = "STRAY" if stray else "OK" if report.ok else "DAMAGED"
-            print(
-                f"{state:8s} {url}: {_count(report.records, 'record')}, "
-                f"{_count(report.bytes, 'byte')}"
-                + (", index checked" if report.index else "")
-                + (", manifest checked" if report.manifest else "")
-            )
-        for message in report.errors:
-            print(f"         {message}")
-            not_examples = not_examples or "tf.train.Example" in message
+        report, unreadable, stray = _check_file(url, args, manifests, missing)
+        not_examples = _print_file(url, report, unreadable, stray) or not_examples
         totals["records"] += report.records
         totals["bytes"] += report.bytes
         totals["unreadable"] += unreadable
@@ -126,31 +89,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     for url in missing:
         print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
     incomplete = [] if args.loose else incomplete_builds(args.paths, files)
-    for folder, shards, gaps, mixed in incomplete:
-        print(
-            f"INCOMPLETE {folder}: a build folder without manifest.json (an interrupted or "
-            f"unfinished build): {_count(len(shards), 'shard')} there"
-            + (f", {_count(len(gaps), 'shard')} missing by their names" if gaps else "")
-            + "; finish it with `beam-tfrecord build ... --resume`, or pass --loose to check "
-            "the files alone"
-        )
-        for name in gaps[:10]:
-            print(f"MISSING  {posixpath.join(folder, name)}")
-        if len(gaps) > 10:
-            print(f"         ... and {_count(len(gaps) - 10, 'more shard')}")
-        for stem, sets in mixed.items():
-            described = "; ".join(
-                f"-of-{total:05d}: {'all' if there == total else there} of {total} there"
-                for total, there in sets.items()
-            )
-            print(
-                f"MIXED    {posixpath.join(folder, stem)}-*: shards of more than one build "
-                f"({described}); a reader globbing them reads them all: remove the set that is "
-                "not this build's"
-            )
+    _print_incomplete(incomplete)
+    failed = totals["damaged"] or totals["stray"] or totals["unreadable"] or missing or incomplete
     mixed_sets = sum(len(mixed) for *_, mixed in incomplete)
-    if totals["damaged"] or totals["stray"] or totals["unreadable"] or missing or incomplete:
-        status = 1
     sound = len(files) - totals["damaged"] - totals["stray"] - totals["unreadable"]
     print(
         f"total: {_count(len(files), 'file')}, {_count(totals['records'], 'record')}, "
@@ -171,4 +112,82 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     )
     if not_examples:
         print("(files of records that are not tf.train.Examples can be checked with --raw)")
-    return status
+    return 1 if unmatched or failed else 0
+
+
+def _check_file(
+    url: str, args: argparse.Namespace, manifests: ManifestShards, missing: list[str]
+) -> tuple[FileReport, bool, bool]:
+    """One file checked, in itself and against its folder's manifest: its report, whether it
+    could not be read, and whether it is a stray (sound, named like a shard, not listed)."""
+    try:
+        report = verify_file(url, args.compression, examples=not args.raw)
+        shard = manifests.shard(url)
+        unlisted = shard is None and manifests.unlisted(url)
+        # Sound in itself, but not the build's: not damage, and not to be left there.
+        stray = unlisted and report.ok
+        if shard is not None:
+            check_against_manifest(report, shard)
+        elif unlisted:
+            renamed = _renamed_from(report, missing, manifests) if stray else None
+            report.errors.append(
+                f"{url}: not in manifest.json, but named like a shard: a reader globbing "
+                "the build's shards would read it too; "
+                + (
+                    f"it holds what manifest.json lists for {renamed}, which is missing: "
+                    "rename it back"
+                    if renamed
+                    else "remove it"
+                )
+            )
+    except OSError as error:  # unreadable: permissions, a vanished file, the network
+        # Not damage: the file may be sound, and the store's trouble pass.
+        return FileReport(path=url, errors=[f"{url}: cannot read: {error}"]), True, False
+    return report, False, stray
+
+
+def _print_file(url: str, report: FileReport, unreadable: bool, stray: bool) -> bool:
+    """Prints a file's verdict and its errors; whether one says its records are not Examples."""
+    if unreadable:
+        print(f"UNREADABLE {url}")
+    else:
+        state = "STRAY" if stray else "OK" if report.ok else "DAMAGED"
+        print(
+            f"{state:8s} {url}: {_count(report.records, 'record')}, "
+            f"{_count(report.bytes, 'byte')}"
+            + (", index checked" if report.index else "")
+            + (", manifest checked" if report.manifest else "")
+        )
+    not_examples = False
+    for message in report.errors:
+        print(f"         {message}")
+        not_examples = not_examples or "tf.train.Example" in message
+    return not_examples
+
+
+def _print_incomplete(
+    incomplete: list[tuple[str, list[str], list[str], dict[str, dict[int, int]]]],
+) -> None:
+    """Prints the build folders without manifest.json: their gaps, and their mixed sets."""
+    for folder, shards, gaps, mixed in incomplete:
+        print(
+            f"INCOMPLETE {folder}: a build folder without manifest.json (an interrupted or "
+            f"unfinished build): {_count(len(shards), 'shard')} there"
+            + (f", {_count(len(gaps), 'shard')} missing by their names" if gaps else "")
+            + "; finish it with `beam-tfrecord build ... --resume`, or pass --loose to check "
+            "the files alone"
+        )
+        for name in gaps[:10]:
+            print(f"MISSING  {posixpath.join(folder, name)}")
+        if len(gaps) > 10:
+            print(f"         ... and {_count(len(gaps) - 10, 'more shard')}")
+        for stem, sets in mixed.items():
+            described = "; ".join(
+                f"{count_suffix(total)}: {'all' if there == total else there} of {total} there"
+                for total, there in sets.items()
+            )
+            print(
+                f"MIXED    {posixpath.join(folder, stem)}-*: shards of more than one build "
+                f"({described}); a reader globbing them reads them all: remove the set that is "
+                "not this build's"
+            )

@@ -21,7 +21,8 @@ from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import Reason, ReportEntry
 from beam_tfrecord.reader import Dataset, parse_record
 from beam_tfrecord.report import shard_report_name
-from beam_tfrecord.sharding import SplitPlan, shard_file_name
+from beam_tfrecord.shard_names import shard_file_name
+from beam_tfrecord.sharding import SplitPlan
 from beam_tfrecord.storage import TEMP_MARKER
 
 pytestmark = pytest.mark.slow

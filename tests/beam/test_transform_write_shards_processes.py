@@ -25,6 +25,7 @@ from beam_tfrecord.beam.writing import WriteShards
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ImageEntry, ShardSpec
 from beam_tfrecord.readahead import usable_cores
+from beam_tfrecord.shard_names import shard_file_name
 from beam_tfrecord.shard_processes import (
     ShardProcesses,
     discard_started,
@@ -32,7 +33,6 @@ from beam_tfrecord.shard_processes import (
     take_started,
 )
 from beam_tfrecord.shard_writer import write_shard
-from beam_tfrecord.sharding import shard_file_name
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,95 @@
+"""Where a path or URL points: this machine's disk, memory, or an object store, and which one.
+
+The one place that answers "is this local?": every other module asks here, by URL (no filesystem
+made) or by fsspec filesystem. A URL names its protocol (`gs://b/x`, `memory://x`); a plain path
+(`data/cats`, `/data`) is on this machine's disk.
+"""
+
+from __future__ import annotations
+
+import fsspec
+from fsspec.utils import get_protocol
+
+__all__ = [
+    "async_store",
+    "has_protocol",
+    "is_local",
+    "is_local_url",
+    "is_object_store",
+    "is_remote",
+    "is_store_url",
+    "protocol_of",
+    "reached_alike",
+    "without_protocol",
+]
+
+# This machine's disk.
+_LOCAL = frozenset({"file", "local"})
+# This machine's disk and memory: every other protocol is an object store's.
+_NOT_STORES = _LOCAL | {"memory"}
+# What a process this one starts reaches as this one does (memory is each process's own).
+_SHARED = _LOCAL | {"gs", "gcs", "s3", "s3a"}
+
+
+def has_protocol(url: str) -> bool:
+    """Whether `url` names its protocol (`gs://b/x`, `file:///x`), rather than being a plain
+    path on this machine (as listing gives local files)."""
+    return "://" in url
+
+
+def without_protocol(url: str) -> str:
+    """`url` without its `protocol://`: `gs://b/x` -> `b/x`; a plain path as it is."""
+    return url.split("://", 1)[-1]
+
+
+def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
+    """The filesystem's main protocol: `file`, `memory`, `gs`, `s3`, ..."""
+    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
+def is_local_url(url: str) -> bool:
+    """Whether `url` is on this machine's disk (a plain path, or `file://`)."""
+    return get_protocol(url) in _LOCAL
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether paths on `fs` are plain local paths."""
+    return protocol_of(fs) in _LOCAL
+
+
+def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether `fs` is an object store: no real folders and no atomic rename.
+
+    There a rename is a copy and a delete (tens of seconds on the GCS emulator) and makedirs may
+    create a bucket, but an object only appears once its upload completes. So files are written
+    under their final names, and folders are never made. Elsewhere (local disk, memory) files are
+    written under a temporary name and renamed, which publishes them whole.
+    """
+    return protocol_of(fs) not in _NOT_STORES
+
+
+def is_store_url(url: str) -> bool:
+    """`is_object_store` for a URL, with no filesystem made: not this machine's disk or memory."""
+    return get_protocol(url) not in _NOT_STORES
+
+
+def reached_alike(url: str) -> bool:
+    """Whether a process this one starts reaches `url` as this one does: not `memory://` (each
+    process's own), nor a protocol whose settings may not travel to it."""
+    return get_protocol(url) in _SHARED
+
+
+def async_store(url: str) -> tuple[fsspec.AbstractFileSystem, str] | None:
+    """The filesystem and path of `url` when it is on an object store reached through an async
+    fsspec filesystem (gcsfs, s3fs), whose requests can be sent many at once; None otherwise."""
+    if not has_protocol(url):
+        return None
+    fs, path = fsspec.core.url_to_fs(url)
+    if not getattr(fs, "async_impl", False) or not is_object_store(fs):
+        return None
+    return fs, path
+
+
+def is_remote(url: str) -> bool:
+    """Whether `url` is on an object store reached through an async fsspec filesystem."""
+    return async_store(url) is not None

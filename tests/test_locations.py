@@ -1,0 +1,53 @@
+"""Where a path points: one answer for every module, by URL or by filesystem."""
+
+from __future__ import annotations
+
+import fsspec
+import pytest
+
+from beam_tfrecord.locations import (
+    has_protocol,
+    is_local,
+    is_local_url,
+    is_object_store,
+    is_remote,
+    is_store_url,
+    reached_alike,
+    without_protocol,
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "local", "store", "alike"),
+    [
+        ("data/cats", True, False, True),
+        ("/data/cats", True, False, True),
+        ("file:///data/cats", True, False, True),
+        ("memory://x", False, False, False),  # each process has its own memory
+        ("gs://bucket/x", False, True, True),
+        ("s3://bucket/x", False, True, True),
+        ("az://container/x", False, True, False),  # its settings may not travel
+    ],
+)
+def test_one_answer_by_url(url, local, store, alike):
+    assert is_local_url(url) is local
+    assert is_store_url(url) is store
+    assert reached_alike(url) is alike
+
+
+def test_the_filesystem_and_the_url_agree():
+    for url in ("data/cats", "memory://x"):
+        fs, _ = fsspec.core.url_to_fs(url)
+        assert is_local(fs) is is_local_url(url)
+        assert is_object_store(fs) is is_store_url(url)
+
+
+def test_protocols_are_named_and_taken_off():
+    assert has_protocol("gs://b/x") and not has_protocol("/b/x") and not has_protocol("b:x")
+    assert without_protocol("gs://b/x") == "b/x"
+    assert without_protocol("b/x") == "b/x"
+
+
+def test_only_an_async_store_is_remote():
+    assert not is_remote("/data/x.jpg")
+    assert not is_remote("memory://x.jpg")
