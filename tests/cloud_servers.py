@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ import fsspec
 import fsspec.config
 import pytest
 from latency_proxy import LatencyProxy
+from local_ports import free_port
 
 __all__ = [
     "ObjectStore",
@@ -79,12 +79,6 @@ def upload(local: Path, url: str) -> None:
         fs.pipe_file(f"{root}/{path.relative_to(local).as_posix()}", path.read_bytes())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((_HOST, 0))
-        return s.getsockname()[1]
-
-
 def _stop(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.terminate()
@@ -124,7 +118,7 @@ def serve(command: list[str], ready_path: str, log: Path) -> Iterator[str]:
     between, the server exits and is started again on another port.
     """
     for _ in range(3):
-        port = _free_port()
+        port = free_port()
         endpoint = f"http://{_HOST}:{port}"
         with open(log, "ab") as out:
             process = subprocess.Popen(

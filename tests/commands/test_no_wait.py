@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from imagegen import make_collection
+from local_ports import free_port, wait_for_port
 
 pytestmark = pytest.mark.slow
 
@@ -26,25 +26,6 @@ _REPO = Path(__file__).resolve().parents[2]
 _HOST = "127.0.0.1"
 _START_SECONDS = 60
 _BUILD_SECONDS = 240  # a bound on a stuck job, not a speed goal
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((_HOST, 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + _START_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"exited early; see {log}:\n{log.read_text()[-2000:]}")
-        try:
-            with socket.create_connection((_HOST, port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"did not listen on {port} in {_START_SECONDS} s; see {log}")
 
 
 def _env() -> dict[str, str]:
@@ -57,7 +38,7 @@ def _env() -> dict[str, str]:
 def job_service(tmp_path_factory) -> Iterator[list[str]]:
     """Beam's job service and a worker pool; yields the flags that submit to them."""
     logs = tmp_path_factory.mktemp("job-service")
-    jobs, workers = _free_port(), _free_port()
+    jobs, workers = free_port(), free_port()
     commands = {
         "jobs": [
             sys.executable,
@@ -86,7 +67,7 @@ def job_service(tmp_path_factory) -> Iterator[list[str]]:
                     env=_env(),
                 )
             processes.append(process)
-            _wait_for_port(port, process, log)
+            wait_for_port(_HOST, port, process, log, seconds=_START_SECONDS)
         yield [
             "--runner=PortableRunner",
             f"--job_endpoint={_HOST}:{jobs}",

@@ -23,7 +23,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -32,6 +31,8 @@ import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
+
+from local_ports import free_port, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "engines"
@@ -211,25 +212,6 @@ def job_server_jar() -> Path:
     return jar
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((_HOST, 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port: int, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + _START_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise EngineSetupError(f"exited early; see {log}")
-        try:
-            with socket.create_connection((_HOST, port), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise EngineSetupError(f"did not listen on {port} in {_START_SECONDS} s; see {log}")
-
-
 def _config(rest_port: int, rpc_port: int, tmp: Path) -> str:
     settings = {
         "jobmanager.rpc.address": _HOST,
@@ -282,7 +264,7 @@ class FlinkCluster:
         self.python = python
         self.home = home
         self.job_server = job_server
-        self.rest_port = free_port()
+        self.rest_port = free_port(_HOST)
         self.boot = run_dir / "sdk-boot"
         self.conf = run_dir / "conf"
         self.taskmanagers: list[subprocess.Popen] = []
@@ -323,9 +305,16 @@ class FlinkCluster:
             shutil.copy(self.home / "conf" / name, self.conf / name)
         tmp = self.run_dir / "tmp"
         tmp.mkdir()
-        (self.conf / "config.yaml").write_text(_config(self.rest_port, free_port(), tmp))
+        (self.conf / "config.yaml").write_text(_config(self.rest_port, free_port(_HOST), tmp))
         jobmanager = self._flink("jobmanager", "jobmanager.sh")
-        _wait_for_port(self.rest_port, jobmanager, self.run_dir / "jobmanager")
+        wait_for_port(
+            _HOST,
+            self.rest_port,
+            jobmanager,
+            self.run_dir / "jobmanager",
+            seconds=_START_SECONDS,
+            error=EngineSetupError,
+        )
         for _ in range(taskmanagers):
             self.add_taskmanager()
         self.wait_for_taskmanagers(taskmanagers)
