@@ -22,8 +22,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from beam_tfrecord.codec.framing import framed_size, parts_crc32c
-from beam_tfrecord.codec.records import image_record_parts
+from beam_tfrecord.codec.framing import parts_crc32c
+from beam_tfrecord.codec.records import image_record_parts, image_record_size
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
 from beam_tfrecord.planning import size_is_estimated
@@ -55,11 +55,10 @@ def measured(
 
     `data` is the source's bytes, or the OSError reading them raised.
     """
-    made = _record_of(entry, data, policy, max_record_size)
+    made = _measured_image(entry, data, policy, max_record_size)
     if isinstance(made, ReportEntry):
         return made
-    record, _ = made
-    return dataclasses.replace(entry, record_size=framed_size(sum(map(len, record))))
+    return dataclasses.replace(entry, record_size=made.size)
 
 
 @dataclass(frozen=True)
@@ -136,11 +135,11 @@ def measure_into(
                 data: bytes | OSError = read_source(entry.url)
             except OSError as err:
                 data = err
-            made = _record_of(entry, data, policy, max_record_size)
+            made = _measured_image(entry, data, policy, max_record_size)
             if isinstance(made, ReportEntry):
                 results.append(made)
                 continue
-            record, info = made
+            record, info = image_record_parts(made.encoded, **made.fields), made.info
             length = sum(map(len, record))
             for part in record:
                 kept.write(part)
@@ -148,19 +147,29 @@ def measure_into(
                 path, offset, length, parts_crc32c(record), info.decoded, info.reencode, info.notes
             )
             results.append(
-                dataclasses.replace(
-                    entry, record_size=framed_size(length), prepared=where.to_text()
-                )
+                dataclasses.replace(entry, record_size=made.size, prepared=where.to_text())
             )
             offset += length
     return results
 
 
-def _record_of(
+@dataclass(frozen=True)
+class _Measured:
+    """A transformed image as its shard writer would store it: the bytes, the record's other
+    fields (`image_record_parts`' keywords) and framed size, and what TensorFlow decodes."""
+
+    encoded: bytes
+    fields: dict
+    size: int
+    info: ImageInfo
+
+
+def _measured_image(
     entry: ImageEntry, data: bytes | OSError, policy: ImagePolicy, max_record_size: int
-) -> tuple[tuple[bytes, ...], ImageInfo] | ReportEntry:
-    """The record the entry's shard writer would write (in parts) and what its image is, or the
-    report entry saying why it would write none."""
+) -> _Measured | ReportEntry:
+    """The image transformed as the entry's shard writer would, and its record's size, or the
+    report entry saying why it would write none. The record itself is not built: only a kept
+    record (`measure_into`) needs its bytes and SHA-256."""
 
     def skipped(reason: str, message: str) -> ReportEntry:
         return ReportEntry(
@@ -180,19 +189,18 @@ def _record_of(
         encoded, info = encode_for_tensorflow(data, policy)
     except ImageError as err:
         return skipped(err.code, err.message)
-    record = image_record_parts(
-        encoded,
-        image_format=info.format,
-        height=info.height,
-        width=info.width,
-        channels=info.channels,
-        filename=entry.relpath,
-        label=entry.class_id,
-        label_text=entry.label,
-    )
-    size = framed_size(sum(map(len, record)))
+    fields = {
+        "image_format": info.format,
+        "height": info.height,
+        "width": info.width,
+        "channels": info.channels,
+        "filename": entry.relpath,
+        "label": entry.class_id,
+        "label_text": entry.label,
+    }
+    size = image_record_size(len(encoded), **fields)
     if size > max_record_size:
         return skipped(
             Reason.TOO_LARGE, f"its record is {size} bytes, over --max-shard-size {max_record_size}"
         )
-    return record, info
+    return _Measured(encoded, fields, size, info)
