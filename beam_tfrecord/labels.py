@@ -88,7 +88,11 @@ class LabelRule:
         if self._regex is None:
             if self.spec == "none":
                 return None
-            parent = posixpath.basename(posixpath.dirname(without_protocol(url)))
+            # The last folder's name, found without posixpath's general rules (this runs for
+            # every image): its answer wherever the name before the file is a plain one.
+            parent = url.rpartition("/")[0].rpartition("/")[2]
+            if not parent:  # no folder, a doubled slash, or only a protocol
+                parent = posixpath.basename(posixpath.dirname(without_protocol(url)))
             return parent or None
         match = self._regex.search(relpath)
         if match is None:

@@ -72,6 +72,14 @@ class SourceFile:
         return _SOURCE_HEAD.size + len(self.url) + len(self.relpath) + len(self.label or "")
 
     @classmethod
+    def listed(cls, url: str, relpath: str, size: int, label: str | None = None) -> SourceFile:
+        """The file with these fields, built without the frozen dataclass's __init__ (a checked
+        setattr per field): a listing makes one for every file, and every shuffle again."""
+        source = object.__new__(cls)
+        source.__dict__.update(url=url, relpath=relpath, size=size, label=label)
+        return source
+
+    @classmethod
     def from_bytes(cls, data: bytes) -> SourceFile:
         size, n_url, n_rel, n_label = _SOURCE_HEAD.unpack_from(data)
         at = _SOURCE_HEAD.size
@@ -80,7 +88,7 @@ class SourceFile:
         relpath = data[at : at + n_rel].decode("utf-8", "surrogateescape")
         at += n_rel
         label = None if n_label == _NONE else data[at:].decode("utf-8", "surrogateescape")
-        return cls(url, relpath, size, label)
+        return cls.listed(url, relpath, size, label)
 
 
 # size (-1: unknown), then the lengths of url, relpath and label (_NONE: no label).
@@ -102,7 +110,8 @@ def pattern_base(pattern: str) -> str:
 
 def is_hidden(relpath: str) -> bool:
     """Whether any component of a relative path is hidden (`.git/`, `.DS_Store`, `._x.jpg`)."""
-    return any(part.startswith(".") for part in relpath.split("/") if part)
+    # A part starts with a dot where the path does, or where a dot follows a slash.
+    return relpath.startswith(".") or "/." in relpath
 
 
 @dataclass(frozen=True)
@@ -343,7 +352,7 @@ def _source_file(
     relpath = _relpath(name, prefix)
     if is_hidden(relpath) or not relpath.lower().endswith(suffixes):
         return None
-    return SourceFile(url=to_url(fs, name), relpath=relpath, size=size)
+    return SourceFile.listed(to_url(fs, name), relpath, size)
 
 
 def _relpath(name: str, prefix: str) -> str:

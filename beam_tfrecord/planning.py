@@ -14,7 +14,6 @@ import functools
 import hashlib
 import itertools
 import os
-import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -280,8 +279,13 @@ def _skipped(entry: ImageEntry, reason: str, message: str) -> ReportEntry:
 
 
 def _suffix(relpath: str) -> str:
-    """The name's suffix, lower case and without its dot, as `estimated_encoded_size` reads it."""
-    return posixpath.splitext(relpath)[1].lstrip(".").lower()
+    """The name's suffix, lower case and without its dot, as `estimated_encoded_size` reads it:
+    `posixpath.splitext`'s, which a name's leading dots do not start (`.png` has none)."""
+    name = relpath[relpath.rfind("/") + 1 :]
+    dot = name.rfind(".")
+    if dot <= 0 or not name[:dot].strip("."):
+        return ""
+    return name[dot + 1 :].lower()
 
 
 def _kept_record_size(size: int, relpath: str, class_id: int | None, label: str | None) -> int:

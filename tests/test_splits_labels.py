@@ -1,11 +1,18 @@
 """Split assignment and labels: stable, reproducible, and derived only from the relative path."""
 
+import hashlib
 import math
+import posixpath
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from beam_tfrecord.labels import ClassMap, LabelRule
-from beam_tfrecord.splits import assign_split, shuffle_key
+from beam_tfrecord.listing import is_hidden
+from beam_tfrecord.locations import without_protocol
+from beam_tfrecord.planning import _suffix
+from beam_tfrecord.splits import assign_split, shuffle_key, unit_interval
 
 SPLITS = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
 
@@ -77,3 +84,37 @@ def test_class_map_sorted_and_stable():
     assert classes.to_text() == "apple\nfig\npear\n"
     with pytest.raises(ValueError, match="repeat"):
         ClassMap(["a", "a"])
+
+
+# The planner's per-image fast paths, held to the general rules they stand for on any path.
+_paths = st.text(alphabet="ab./:\\é", max_size=24)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_paths)
+def test_a_folder_label_is_posixpaths_parent_of_the_path_without_its_protocol(url):
+    expected = posixpath.basename(posixpath.dirname(without_protocol(url))) or None
+    assert LabelRule("dir").label(url, "x") == expected
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_paths)
+def test_hidden_means_some_part_of_the_path_starts_with_a_dot(relpath):
+    expected = any(part.startswith(".") for part in relpath.split("/") if part)
+    assert is_hidden(relpath) == expected
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_paths)
+def test_a_planned_suffix_is_posixpaths_extension_without_its_dot(relpath):
+    assert _suffix(relpath) == posixpath.splitext(relpath)[1].lstrip(".").lower()
+
+
+@given(st.integers(min_value=0, max_value=2**32), st.text(max_size=40))
+def test_split_and_shuffle_hashes_are_salted_blake2b_of_seed_and_path(seed, key):
+    # The digests every dataset ever built depends on: a faster hasher must give these.
+    message = f"{seed}\x00{key}".encode("utf-8", "surrogatepass")
+    shuffle_hash = hashlib.blake2b(message, digest_size=8, person=b"bt-shufl").digest()
+    assert shuffle_key(key, seed) == int.from_bytes(shuffle_hash, "big")
+    split_hash = hashlib.blake2b(message, digest_size=8, person=b"bt-split").digest()
+    assert unit_interval(seed, key) == int.from_bytes(split_hash, "big") / 2.0**64
