@@ -1,6 +1,7 @@
 """A plain build against a plain loop doing the same work per image, in one run: the build's own cost.
 
     python benchmarks/bench_cost.py [--images 15000] [--small 120000] [--cores N] [--only TEXT]
+                                    [--scale 1000000]
 
 Three workloads, each a plain `beam-tfrecord build --input SRC --output OUT` (no Beam flags)
 against benchmarks/baseline_plain.py (N plain processes, no Beam) doing the same work per image:
@@ -14,7 +15,9 @@ build: 1.0 is the loop's speed), CPU-seconds per image of every process each one
 peak resident memory of its largest process, and the seconds from its start to the first image
 bytes in an output file. `--cores N` pins both to the first N CPUs (`taskset`) and gives the
 loop N processes, so the same command measures a 16-core machine (`--cores 16`). The goals are
-issue 29's; each row says whether it met them.
+issue 29's; each row says whether it met them. `--scale N` also builds N small PNGs and
+compares the peak memory of its largest process with the `--small` build's: it must not grow
+with the dataset.
 """
 
 from __future__ import annotations
@@ -94,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         "--data", type=Path, default=REPO.parent / "bench-data", help="where collections live"
     )
     parser.add_argument("--only", action="append", help="workloads whose name holds this text")
+    parser.add_argument(
+        "--scale",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also build N small PNGs (1000000) and compare the peak memory of its largest "
+        "process with the --small build's: it must not grow with the dataset",
+    )
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     args = parser.parse_args(argv)
 
@@ -146,13 +157,60 @@ def main(argv: list[str] | None = None) -> int:
             "met": ratio >= wall_goal and cpu_ratio <= cpu_goal
             and first is not None and first <= FIRST_IMAGE_GOAL,
         })  # fmt: skip
+    scale = _scale_rows(args, small, pin, out, python) if args.scale else []
     _sync_and_drop_writes(out)
-    table = _table(rows, args.cores)
+    table = _table(rows, args.cores) + (_scale_table(scale) if scale else "")
     print()
     print(table)
     if args.markdown:
         args.markdown.write_text(table + "\n")
     return 0
+
+
+# The peak of the largest process at --scale images, against the --small build's: measured
+# memory moves by a few MB between runs of the same build, which this allows.
+SCALE_TOLERANCE = 1.05
+
+
+def _scale_rows(args, small: Path, pin: list[str], out: Path, python: str) -> list[dict]:
+    """The plain build of --small PNGs and of --scale PNGs, one run each: peak memory of the
+    largest process, wall time and CPU per image."""
+    rows = []
+    for images in (args.small, args.scale):
+        source = small if images == args.small else args.data / f"png{images}"
+        meta = ensure_small_pngs(source, images)
+        build = [*pin, python, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
+                 "--output", str(out / "build"), "--name", "bench", "--overwrite"]  # fmt: skip
+        found = _measure(f"PNGs 32x32 at {images}: build", build, out, source)["result"]
+        rows.append({"images": meta["images"], "seconds": found.seconds,
+                     "cpu_us": found.cpu_seconds / meta["images"] * 1e6,
+                     "peak_mb": found.peak_process_mb})  # fmt: skip
+    return rows
+
+
+def _scale_table(rows: list[dict]) -> str:
+    small, large = rows
+    met = large["peak_mb"] <= small["peak_mb"] * SCALE_TOLERANCE
+    lines = [
+        "",
+        "",
+        "Peak memory of the largest process against the dataset's size (PNGs 32x32, plain build, "
+        f"one run each; goal: no higher at {large['images']} than at {small['images']}, within "
+        f"{(SCALE_TOLERANCE - 1) * 100:.0f}%):",
+        "",
+        "| images | build s | CPU us/image | peak MB, largest process |",
+        "|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['images']} | {r['seconds']:.1f} | {r['cpu_us']:.0f} | {r['peak_mb']:.0f} |"
+        for r in rows
+    ]
+    lines.append("")
+    lines.append(
+        f"{large['peak_mb'] / small['peak_mb']:.2f}x the peak at {small['images']}: "
+        + ("met" if met else "not met")
+    )
+    return "\n".join(lines)
 
 
 def _table(rows: list[dict], cores: int) -> str:
