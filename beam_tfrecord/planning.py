@@ -15,20 +15,21 @@ import hashlib
 import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import fsspec
 
 from beam_tfrecord.codec.records import encoded_record_size, image_record_size, other_fields_size
+from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImagePolicy, Resize
-from beam_tfrecord.labels import LabelRule, class_name_problem
+from beam_tfrecord.labels import ClassMap, LabelRule, class_name_problem
 from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.locations import has_protocol
 from beam_tfrecord.splits import assign_split, shuffle_key
 
-__all__ = ["Preparer", "estimated_encoded_size", "size_is_estimated"]
+__all__ = ["Preparer", "estimated_encoded_size", "preparer", "size_is_estimated"]
 
 # The header fields of a record whose values are only known once the image is read, at their
 # largest: a planned record is never smaller than the one written for an image that keeps its
@@ -174,6 +175,15 @@ class Preparer:
             )  # fmt: skip
         return label
 
+    def class_map(self, labels: Iterable[str]) -> ClassMap:
+        """The build's classes, from the labels of every listed input: --classes when given,
+        else the labels found, in name order; none when labels are off."""
+        if not self.label_rule.enabled:
+            return ClassMap(self.fixed_classes or ())
+        if self.fixed_classes is not None:
+            return ClassMap(self.fixed_classes)
+        return ClassMap.from_labels(labels)
+
     def plan(
         self, source: SourceFile, label: str | None, class_id: int | None
     ) -> ImageEntry | ReportEntry:
@@ -312,3 +322,16 @@ def _others_of(filename_size: int, class_id: int | None, label: str | None) -> i
 @functools.lru_cache(maxsize=8)
 def _compiled(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
+
+
+def preparer(config: BuildConfig) -> Preparer:
+    """The build's per-image planning logic, from its settings."""
+    return Preparer(
+        label_rule=LabelRule(config.labels),
+        fixed_classes=config.classes,
+        splits=config.splits,
+        seed=config.seed,
+        policy=config.image,
+        max_record_size=config.max_shard_size,
+        split_by=config.split_by,
+    )

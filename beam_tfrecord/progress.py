@@ -16,6 +16,7 @@ kept: not this run's work).
 
 from __future__ import annotations
 
+import atexit
 import collections
 import json
 import math
@@ -31,7 +32,7 @@ from typing import Any, TextIO
 
 from beam_tfrecord.config import format_size
 
-__all__ = ["ENV", "Progress", "Tally", "add", "set_total"]
+__all__ = ["ENV", "Progress", "Tally", "add", "reserve_folder", "set_total"]
 
 ENV = "BEAM_TFRECORD_PROGRESS"
 _FLUSH_SECONDS = 0.2
@@ -183,6 +184,26 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
+# A folder named before its Progress starts (`reserve_folder`), for the Progress to show.
+_reserved: list[str] = []
+
+
+def _new_folder() -> str:
+    return tempfile.mkdtemp(prefix="beam-tfrecord-progress-")
+
+
+def reserve_folder() -> None:
+    """Names the folder the next Progress of this process shows, now: processes started before
+    it (worker processes started before Beam is imported) count into it from their start, as
+    they see it in their environment. Removed at exit if no Progress takes it."""
+    if _reserved:
+        return
+    folder = _new_folder()
+    _reserved.append(folder)
+    os.environ[ENV] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+
+
 class Progress:
     """Shows a build's counts while it runs: redrawn in place on a terminal at least once a
     second, otherwise one line every `log_every` seconds.
@@ -216,7 +237,7 @@ class Progress:
         self._moved = self._started
 
     def __enter__(self) -> Progress:
-        self._folder = tempfile.mkdtemp(prefix="beam-tfrecord-progress-")
+        self._folder = _reserved.pop() if _reserved else _new_folder()
         os.environ[ENV] = self._folder
         self._thread = threading.Thread(target=self._loop, name="progress", daemon=True)
         self._thread.start()

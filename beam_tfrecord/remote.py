@@ -29,6 +29,7 @@ from typing import TypeVar
 import fsspec
 from fsspec.spec import AbstractBufferedFile
 
+from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.locations import async_store, is_remote
 from beam_tfrecord.readahead import DEFAULT_BUDGET
 from beam_tfrecord.storage import read_source, whole_read_options
@@ -43,6 +44,7 @@ __all__ = [
     "default_depth",
     "fetch_in_order",
     "is_transient",
+    "read_depth",
     "run_concurrently",
     "unsent",
     "upload_block_size",
@@ -384,3 +386,13 @@ class BackgroundWriter:
             with self._cond:
                 self._queued -= len(data)
                 self._cond.notify_all()
+
+
+def read_depth(config: BuildConfig) -> int:
+    """Images each worker reads ahead: --read-ahead, else as deep as the inputs' store wants.
+
+    With --input-list the list's own location decides (its entries are not read here).
+    """
+    if config.read_ahead is not None:
+        return config.read_ahead
+    return default_depth([*config.inputs, *filter(None, [config.input_list])])

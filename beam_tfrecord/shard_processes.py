@@ -23,9 +23,12 @@ import logging
 import multiprocessing
 import os
 import pickle
+import posixpath
 import signal
 import sys
+import tempfile
 import threading
+import time
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -36,12 +39,15 @@ import fsspec
 import fsspec.config
 
 from beam_tfrecord import progress
+from beam_tfrecord.codec.record_index import index_file_name
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
+from beam_tfrecord.head_start import HeadStart, plan_digest, plan_shards
 from beam_tfrecord.images.decode import quiet_pillow_for_good
 from beam_tfrecord.images.policy import ImagePolicy
 from beam_tfrecord.measurement import measure_into
 from beam_tfrecord.planning import hash_source
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
+from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.shard_writer import (
     Segment,
     keep_finished,
@@ -53,6 +59,7 @@ from beam_tfrecord.shard_writer import (
 from beam_tfrecord.storage import read_source
 
 __all__ = [
+    "PROCESSES_MIN_BYTES",
     "ShardProcesses",
     "ShardThreads",
     "discard_started",
@@ -63,6 +70,13 @@ __all__ = [
 ]
 
 _LOG = logging.getLogger(__name__)
+
+# How long a worker process ended by SIGTERM has to remove its temporary file, before SIGKILL.
+_TERM_GRACE_SECONDS = 5.0
+
+# Worker processes start in about half a second (Python, Pillow, fsspec): below this many planned
+# bytes, a build's shards are written sooner by the launcher alone.
+PROCESSES_MIN_BYTES = 64 * 10**6
 
 # A worker process's threads and CPU permits, shared by the shards it writes (set when it starts).
 _worker: dict[str, Any] = {}
@@ -93,6 +107,109 @@ class ShardProcesses:
         self._assemblers = ShardThreads(
             1, thread_name_prefix="shard-segments", starting=_signals_blocked
         )
+        # A head start's shards (`head_start`): file name -> (plan digest, future), until the
+        # pipeline's writer takes each or the plan turns out not to name it.
+        self._head: dict[str, tuple[bytes, Future]] = {}
+        self._head_lock = threading.Lock()
+        self._head_open = True  # no head start shard starts once the pipeline's plan is known
+        self._asked: set[str] = set()  # the shards the pipeline's writer asked for
+        self._heading = False  # whether a head start was started
+        self._head_planned: Future | None = None
+        self._head_names: list[str] = []  # the shards it planned
+        self.taken_from_head_start = 0  # shards the pipeline took as the head start wrote them
+
+    def head_start(
+        self,
+        start: HeadStart,
+        policy: ImagePolicy,
+        *,
+        max_record_size: int | None,
+        resume: bool,
+        read_ahead: int,
+    ) -> None:
+        """Lists and plans the build in a worker process (`head_start.plan_shards`) while the
+        pipeline starts, and writes the shards of that plan, each for `submit` to hand over
+        when the pipeline asks for the very same shard."""
+        if self._heading:  # started before Beam was imported (`early_start`)
+            return
+        how = (max_record_size, resume, read_ahead)
+        self._heading = True
+        with _signals_blocked():
+            planned = self._head_planned = self._pool.submit(_plan_head_start, start, policy, how)
+            self._head_thread = threading.Thread(
+                target=self._start_head_shards,
+                args=(planned, policy, how),
+                name="head-start",
+                daemon=True,
+            )
+            self._head_thread.start()
+
+    def _start_head_shards(self, planned: Future, policy: ImagePolicy, how: tuple) -> None:
+        try:
+            shards = _head_shards(planned.result())
+        except BaseException:  # the pipeline lists and plans, and says what went wrong
+            _LOG.debug("no head start: its planning failed", exc_info=True)
+            return
+        self._head_names = [spec.file_name for spec, _, _ in shards]
+        if shards:
+            _LOG.debug("head start: writing %d shards while the pipeline plans", len(shards))
+        for spec, packed, digest in shards:
+            with self._head_lock:
+                if not self._head_open:
+                    return
+                if spec.file_name in self._asked:
+                    continue
+                try:
+                    future = self._pool.submit(_write, spec, packed, policy, *how)
+                except RuntimeError:  # shut down or broken: the build is stopping
+                    return
+                self._head[spec.file_name] = (digest, future)
+
+    def head_start_shards(self) -> list[str]:
+        """The file names of the shards the head start planned, once it has (none without one)."""
+        if self._head_planned is None:
+            return []
+        self._head_planned.result()
+        self._head_thread.join()
+        return sorted(self._head_names)
+
+    def _taken_from_head_start(
+        self, spec: ShardSpec, packed: list[bytes], policy: ImagePolicy, how: tuple
+    ) -> Future | None:
+        """The head start's future for this very shard, if it is writing it; else None, any
+        other shard it wrote under that name out of the way first (the caller writes anew)."""
+        if not self._heading:
+            return None
+        with self._head_lock:
+            self._asked.add(spec.file_name)
+            found = self._head.pop(spec.file_name, None)
+        if found is None:
+            return None
+        digest, future = found
+        if digest == plan_digest(spec, packed, policy, how):
+            _LOG.debug("%s: written by the head start", spec.file_name)
+            self.taken_from_head_start += 1
+            return future
+        _LOG.debug("%s: the head start planned it otherwise; writing it anew", spec.file_name)
+        _settled(future)  # its rename must not come after the one of the shard written now
+        return None
+
+    def keep_head_start(self, output_dir: str, names: Iterable[str]) -> None:
+        """Ends the head start once the pipeline's plan is known: it starts no more shards, and
+        the shards it wrote that the plan does not name (`names`, its shards' file names) are
+        removed, their files with them."""
+        wanted = set(names)
+        with self._head_lock:
+            self._head_open = False
+            dropped = [name for name in self._head if name not in wanted]
+            futures = [self._head.pop(name)[1] for name in dropped]
+        for name, future in zip(dropped, futures, strict=True):
+            if _settled(future):
+                _LOG.debug("%s: not in the pipeline's plan; removed", name)
+                fs, folder = fsspec.core.url_to_fs(output_dir)
+                for path in (name, index_file_name(name), shard_report_name(name)):
+                    with contextlib.suppress(FileNotFoundError):
+                        fs.rm(posixpath.join(folder, path))
 
     def submit(
         self,
@@ -105,10 +222,15 @@ class ShardProcesses:
         read_ahead: int,
     ) -> Future[tuple[ShardResult, list[ReportEntry]]]:
         """Writes the shard in a worker process; the future holds what `write_shard` returns."""
+        if self._heading:  # its shards are matched in the order they are written in
+            entries = sorted(entries, key=lambda e: e.sort_key)
+        packed = _packed(entries)
+        how = (max_record_size, resume, read_ahead)
+        head = self._taken_from_head_start(spec, packed, policy, how)
+        if head is not None:
+            return head
         with _signals_blocked():  # a process it starts inherits the mask
-            return self._pool.submit(
-                _write, spec, _packed(entries), policy, max_record_size, resume, read_ahead
-            )
+            return self._pool.submit(_write, spec, packed, policy, *how)
 
     def submit_in_segments(
         self,
@@ -123,11 +245,17 @@ class ShardProcesses:
         """Writes the shard from this process, its images prepared by all the worker processes
         (`prepare_segment`, a run of images each): a shard is then not one core's work. The
         future holds what `write_shard` returns, and the shard is the same bytes."""
+        ordered = sorted(entries, key=lambda e: e.sort_key)
+        if self._heading:
+            head = self._taken_from_head_start(
+                spec, _packed(ordered), policy, (max_record_size, resume, read_ahead)
+            )
+            if head is not None:
+                return head
         # Waits for the shard before to be framed (a Ctrl-C meanwhile reaches this thread); the
         # thread it starts inherits the signal mask `starting` sets.
         return self._assemblers.submit(
-            self._write_in_segments, spec, list(entries), policy, max_record_size, resume,
-            read_ahead,
+            self._write_in_segments, spec, ordered, policy, max_record_size, resume, read_ahead,
         )  # fmt: skip
 
     def _write_in_segments(
@@ -200,11 +328,22 @@ class ShardProcesses:
         written, each removing its temporary file (SIGTERM), where waiting for them would hold
         an interrupted build for as long as a shard takes to write.
         """
+        with self._head_lock:
+            self._head_open = False  # a head start still planning starts no shard now
         if cancel:
             # The executor names its processes only in a private attribute before Python 3.14.
-            for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+            processes = list((getattr(self._pool, "_processes", None) or {}).values())
+            for process in processes:
                 with contextlib.suppress(OSError):
                     process.terminate()
+            # One still starting takes SIGTERM once its imports are done; one stuck in a read
+            # may not take it at all: the executor would wait for it.
+            deadline = time.monotonic() + _TERM_GRACE_SECONDS
+            for process in processes:
+                process.join(max(0.0, deadline - time.monotonic()))
+                if process.is_alive():
+                    with contextlib.suppress(OSError):
+                        process.kill()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
         self._assemblers.shutdown(cancel=cancel)
 
@@ -266,15 +405,20 @@ def settings_travel() -> bool:
     return True
 
 
-def start_early(processes: int) -> None:
+def start_early(processes: int) -> ShardProcesses:
     """Starts `processes` worker processes now, for this process's next shard writer to take
     (`take_started`): each takes about half a second to start (Python, Pillow, fsspec), which
     a build spends on one core listing and planning; they start on the others meanwhile."""
+    pool = started()
+    if pool is not None and pool.processes == processes:
+        return pool  # started before Beam was imported (`early_start`)
     discard_started()
-    pool = ShardProcesses(processes)
-    pool.start()
-    _started.append(pool)
+    with _signals_blocked():  # an interrupt now finds the processes where it can end them
+        pool = ShardProcesses(processes)
+        pool.start()
+        _started.append(pool)
     _LOG.debug("starting %d worker processes while the build lists and plans", processes)
+    return pool
 
 
 def started() -> ShardProcesses | None:
@@ -293,9 +437,10 @@ def take_started(processes: int) -> ShardProcesses | None:
 
 
 def discard_started() -> None:
-    """Ends processes started early that no shard writer took."""
+    """Ends processes started early that no shard writer took, and what they still write (a
+    head start's shards): the build they were started for has ended, or failed."""
     while _started:
-        _started.pop().close()
+        _started.pop().close(cancel=True)
 
 
 class _ProcessWithoutMain(multiprocessing.context.SpawnProcess):
@@ -345,6 +490,8 @@ def _start_worker(log_level: int, fsspec_conf: dict[str, Any]) -> None:
     # started with it blocked, so the threads its imports started (numpy's BLAS) block it;
     # the threads it starts from now on block it too (`_block_sigterm`), and this one takes it.
     if hasattr(signal, "pthread_sigmask"):
+        if signal.SIGTERM in signal.sigpending():  # ended while it started: nothing to clean
+            os._exit(128 + signal.SIGTERM)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     quiet_pillow_for_good()  # this process is the tool's own
     for protocol, settings in fsspec_conf.items():
@@ -389,6 +536,42 @@ def _write(
         folder = os.environ.get(progress.ENV)
         if folder:  # the launcher's progress line sees this shard's last images at once
             progress.flush(folder)
+
+
+def _plan_head_start(start: HeadStart, policy: ImagePolicy, how: tuple) -> str:
+    """The head start's shards, each with its entries' compact forms and its plan's digest, in
+    a file whose path this returns (`_head_shards` reads it). A result megabytes long sent back
+    whole would leave the executor waiting forever for its end, should the process be ended
+    while sending it; a path is sent at once."""
+    with _ended_by_sigterm():
+        planned = []
+        for spec, entries in plan_shards(start):
+            packed = _packed(entries)
+            planned.append((spec, packed, plan_digest(spec, packed, policy, how)))
+        fd, path = tempfile.mkstemp(prefix="beam-tfrecord-head-start-")
+        with os.fdopen(fd, "wb") as file:
+            pickle.dump(planned, file, protocol=pickle.HIGHEST_PROTOCOL)
+        return path
+
+
+def _head_shards(path: str) -> list[tuple[ShardSpec, list[bytes], bytes]]:
+    """What `_plan_head_start` planned; its file goes."""
+    try:
+        with open(path, "rb") as file:
+            return pickle.load(file)
+    finally:
+        os.unlink(path)
+
+
+def _settled(future: Future) -> bool:
+    """Cancels a task not yet started, or waits for it to end; whether it ran to its end."""
+    if future.cancel():
+        return False
+    try:
+        future.result()
+    except Exception:
+        return False
+    return True
 
 
 def _prepare(

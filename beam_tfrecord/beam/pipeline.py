@@ -36,11 +36,10 @@ from beam_tfrecord.beam.transforms import (
     PlanImages,
     PlanShards,
 )
-from beam_tfrecord.beam.writing import PROCESSES_MIN_BYTES, WriteReport, WriteShards
-from beam_tfrecord.checks import preflight
+from beam_tfrecord.beam.writing import WriteReport, WriteShards
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
+from beam_tfrecord.early_start import head_start, preflight_once
 from beam_tfrecord.entries import ShardResult
-from beam_tfrecord.labels import LabelRule
 from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, reached_alike
 from beam_tfrecord.manifest import (
@@ -59,11 +58,16 @@ from beam_tfrecord.manifest import (
 )
 from beam_tfrecord.measurement import measures
 from beam_tfrecord.output_lock import is_lockable, release_output
-from beam_tfrecord.planning import Preparer
+from beam_tfrecord.planning import preparer
 from beam_tfrecord.readahead import usable_cores
-from beam_tfrecord.remote import default_depth
+from beam_tfrecord.remote import read_depth
 from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
-from beam_tfrecord.shard_processes import discard_started, settings_travel, start_early
+from beam_tfrecord.shard_processes import (
+    PROCESSES_MIN_BYTES,
+    discard_started,
+    settings_travel,
+    start_early,
+)
 from beam_tfrecord.storage import is_store_refusal, store_reason
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.wording import count
@@ -83,28 +87,6 @@ _LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _MAIN_SESSION_FLAGS = ("--save_main_session", "--no_save_main_session")
-
-
-def preparer(config: BuildConfig) -> Preparer:
-    return Preparer(
-        label_rule=LabelRule(config.labels),
-        fixed_classes=config.classes,
-        splits=config.splits,
-        seed=config.seed,
-        policy=config.image,
-        max_record_size=config.max_shard_size,
-        split_by=config.split_by,
-    )
-
-
-def read_depth(config: BuildConfig) -> int:
-    """Images each worker reads ahead: --read-ahead, else as deep as the inputs' store wants.
-
-    With --input-list the list's own location decides (its entries are not read here).
-    """
-    if config.read_ahead is not None:
-        return config.read_ahead
-    return default_depth([*config.inputs, *filter(None, [config.input_list])])
 
 
 class _ClassCountsFn(beam.CombineFn):
@@ -708,7 +690,7 @@ def _build(
         runner, options, lambda: beam.Pipeline(runner=runner, options=options)
     )
     try:
-        preflight(config, lock=lock)
+        preflight_once(config, lock=lock)
     except ConfigError as err:
         if COMMAND_LINE.get():
             raise
@@ -725,7 +707,7 @@ def _build(
             and local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
         )
     ):
-        start_early(processes)
+        head_start(start_early(processes), config)
     try:
         _ = pipeline | "ConvertImages" >> ConvertImages(config, processes)
         with _interrupts_unlogged():

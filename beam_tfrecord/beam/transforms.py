@@ -429,8 +429,9 @@ class _CensusFn(beam.CombineFn):
         listed, labels, others = accumulator
         progress.set_total(listed)
         fixed = self._preparer.fixed_classes
+        classes = self._preparer.class_map(labels)
         if not self._preparer.label_rule.enabled:
-            return Census(listed, ClassMap(fixed or ()))
+            return Census(listed, classes)
         if fixed is not None:
             names = sorted(others)
             not_found = tuple(name for name in fixed if name not in labels)
@@ -438,13 +439,13 @@ class _CensusFn(beam.CombineFn):
             meant = ((name, nearest(name, names)) for name in not_found)
             return Census(
                 listed,
-                ClassMap(fixed),
+                classes,
                 not_found=not_found,
                 other_labels=tuple(names[: Census.OTHER_LABELS_KEPT]),
                 other_label_count=len(names),
                 meant=tuple((name, label) for name, label in meant if label is not None),
             )
-        return Census(listed, ClassMap.from_labels(labels))
+        return Census(listed, classes)
 
 
 class _GatherFn(beam.DoFn):

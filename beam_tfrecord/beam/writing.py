@@ -20,7 +20,13 @@ from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
 from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, write_part
 from beam_tfrecord.shard_names import shard_file_name
-from beam_tfrecord.shard_processes import ShardProcesses, ShardThreads, take_started
+from beam_tfrecord.shard_processes import (
+    PROCESSES_MIN_BYTES,
+    ShardProcesses,
+    ShardThreads,
+    started,
+    take_started,
+)
 from beam_tfrecord.shard_writer import write_shard
 
 __all__ = ["PROCESSES_MIN_BYTES", "WriteReport", "WriteShards"]
@@ -44,11 +50,6 @@ class _ReadAheadFn(beam.DoFn):
     def teardown(self):
         if getattr(self, "_executor", None) is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
-
-
-# Worker processes start in about half a second (Python, Pillow, fsspec): below this many planned
-# bytes, a build's shards are written sooner by this process alone.
-PROCESSES_MIN_BYTES = 64 * 10**6
 
 
 class _WriteShardFn(_ReadAheadFn):
@@ -86,6 +87,7 @@ class _WriteShardFn(_ReadAheadFn):
         super().setup()
         self._pool: ShardProcesses | None = None
         self._segmented = False
+        self._head_settled = False
         self._pending: list = []
         # Shards written here, several at once (`shards_at_once`): one shard's last upload and
         # commit, round trips that need no CPU, overlap the next shard's reads and checks.
@@ -115,6 +117,9 @@ class _WriteShardFn(_ReadAheadFn):
             "read_ahead": self._read_ahead,
         }
         pool = self._pool_for(plan)
+        if not self._head_settled:
+            self._head_settled = True
+            self._settle_head_start(plan)
         if pool is not None:
             # Too few shards to keep every process busy to the end (a build of small images is
             # a few shards of a hundred thousand images each, and a split's last shards are
@@ -193,6 +198,20 @@ class _WriteShardFn(_ReadAheadFn):
                 if self._segmented:
                     _LOG.debug("each shard's images prepared in all %d processes", self._processes)
         return self._pool
+
+    def _settle_head_start(self, plan) -> None:
+        """Tells a head start (`head_start`) the plan's shards, once it is known: it starts no
+        more, and any it wrote that the plan does not name go."""
+        pool = self._pool or started()
+        if pool is not None:
+            pool.keep_head_start(
+                self._output_dir,
+                (
+                    shard_file_name(self._name, split, index, p.shards)
+                    for split, p in plan.items()
+                    for index in range(p.shards)
+                ),
+            )
 
     def _outputs(self, result, report):
         self._written.inc(result.examples)

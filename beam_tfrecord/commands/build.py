@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import os
 import posixpath
@@ -12,11 +13,12 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from beam_tfrecord.build_folder import shard_names
 from beam_tfrecord.checks import refuse_placeholders
 from beam_tfrecord.commands.console import (
+    Interruption,
     configure_logging,
     end_child_processes,
     resume_command,
@@ -548,6 +550,66 @@ def _own_flags() -> list[str]:
     return [flag for flag in parser._option_string_actions if flag.startswith("--")]
 
 
+def _start_before_beam(
+    config: BuildConfig, extra: Sequence[str], prog: str, started: float
+) -> None:
+    """What a build does before Beam is imported: refuses placeholders at once, and a plain
+    local build (no Beam flags) checks the world, locks its output and starts its worker
+    processes with a head start (`early_start`), which write while Beam is imported. Stopped
+    meanwhile, it ends as a build stopped later does, its finished shards kept for --resume."""
+    refuse_placeholders(config)
+    if extra:
+        return
+    from beam_tfrecord.early_start import start_before_beam
+    from beam_tfrecord.shard_processes import discard_started
+
+    with stop_on_signals() as interruption:
+        try:
+            if start_before_beam(config):
+                import apache_beam  # noqa: F401  (the import the worker processes overlap)
+        except BaseException:
+            if interruption.signum is None:
+                raise
+            # Their shards end, each removing its temporary file; and the executor is let go
+            # of, for its semaphores to be unlinked before the exit.
+            discard_started()
+            gc.collect()
+    if interruption.signum is not None:
+        _end_interrupted(prog, config, interruption, started)
+
+
+def _end_interrupted(
+    prog: str, config: BuildConfig, interruption: Interruption, started: float
+) -> NoReturn:
+    """Ends an interrupted build: its partial files gone, its lock released, one message saying
+    what it kept and how to go on; then the process, at once."""
+    from beam_tfrecord.output_lock import release_output
+
+    # Tidying up and counting share one wait for a store that stopped answering.
+    deadline = time.monotonic() + _TIDY_SECONDS
+    answered = not _owns_output(config.output) or _within(
+        _TIDY_SECONDS, lambda: _discard_partial_files(config.output)
+    )
+    if not answered:
+        print(
+            f"{prog}: the store did not answer in {_TIDY_SECONDS:g} s; what the build was "
+            f"writing in {config.output} may be left (--resume removes it)",
+            file=sys.stderr,
+        )
+    # The interrupted build kept the output locked until its workers and partial files
+    # were gone (build()); the lock file goes too, for the next build to start clean.
+    release_output(config.output)
+    _report_interruption(
+        prog,
+        config,
+        interruption,
+        (interruption.at or time.monotonic()) - started,
+        until=deadline if answered else None,
+    )
+    # Beam's threads (and a worker stuck in a read) must not hold the exit up.
+    os._exit(interruption.exit_status)
+
+
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     started = time.monotonic()
     prog = "beam-tfrecord build"
@@ -565,7 +627,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
                 check_beam_args(extra, _own_flags())
             raise
-        refuse_placeholders(config)  # at once: before Beam is imported
+        _start_before_beam(config, extra, prog, started)
         # Beam is imported only once the config is sound.
         from beam_tfrecord.beam.options import check_beam_args, local_defaults, runs_here
 
@@ -606,31 +668,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
             print(f"To go on from them: {resume_command(sys.argv)}", file=sys.stderr)
         return 1
     if interruption.signum is not None:
-        from beam_tfrecord.output_lock import release_output
-
-        # Tidying up and counting share one wait for a store that stopped answering.
-        deadline = time.monotonic() + _TIDY_SECONDS
-        answered = not _owns_output(config.output) or _within(
-            _TIDY_SECONDS, lambda: _discard_partial_files(config.output)
-        )
-        if not answered:
-            print(
-                f"{prog}: the store did not answer in {_TIDY_SECONDS:g} s; what the build was "
-                f"writing in {config.output} may be left (--resume removes it)",
-                file=sys.stderr,
-            )
-        # The interrupted build kept the output locked until its workers and partial files
-        # were gone (build()); the lock file goes too, for the next build to start clean.
-        release_output(config.output)
-        _report_interruption(
-            prog,
-            config,
-            interruption,
-            (interruption.at or time.monotonic()) - started,
-            until=deadline if answered else None,
-        )
-        # Beam's threads (and a worker stuck in a read) must not hold the exit up.
-        os._exit(interruption.exit_status)
+        _end_interrupted(prog, config, interruption, started)
     if isinstance(result, SubmittedBuild):  # not finished: there is no manifest to read yet
         if args.wait and not result.dry_run and result.state != "TEMPLATE_WRITTEN":
             # Waited for, and ended otherwise than done (cancelled, say).

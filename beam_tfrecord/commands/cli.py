@@ -115,7 +115,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             # fix: one line, not the client library's traceback.
             print(f"beam-tfrecord {args.command}: error: {store_reason(err)}", file=sys.stderr)
             return 1
+        finally:
+            _end_processes_not_taken()
     return status
+
+
+def _end_processes_not_taken() -> None:
+    """Ends worker processes a build started before Beam's import that its pipeline never took
+    (the command stopped first: a Ctrl-C during the import), and the shards they write: else
+    the exit would wait for every shard of their head start."""
+    processes = sys.modules.get("beam_tfrecord.shard_processes")
+    if processes is not None:
+        processes.discard_started()
 
 
 def entry() -> None:

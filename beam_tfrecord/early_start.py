@@ -1,0 +1,125 @@
+"""A local build's start before its pipeline's: checks, the output's lock, worker processes and
+a head start, while Beam is imported.
+
+`beam-tfrecord build` without Beam flags builds on this machine, with worker processes of its
+own (`shard_processes`), and Beam's import alone takes 1.5 to 2.5 s of one core; then come the
+graph, the runner's set-up and its stages of listing and planning. A build does first what
+needs no Beam: it checks the config against the world and takes the output's lock
+(`checks.preflight`, which the pipeline then does not repeat), starts its worker processes, and
+gives them a head start (`head_start`): they list, plan and write the shards the pipeline
+will ask for, which it takes only where its own plan is the same.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.head_start import MIN_MEAN_BYTES, HeadStart
+from beam_tfrecord.listing import local_bytes_reach
+from beam_tfrecord.locations import is_local_url
+from beam_tfrecord.measurement import measures
+from beam_tfrecord.planning import preparer
+from beam_tfrecord.readahead import usable_cores
+from beam_tfrecord.remote import read_depth
+from beam_tfrecord.shard_processes import (
+    PROCESSES_MIN_BYTES,
+    ShardProcesses,
+    start_early,
+)
+
+__all__ = ["head_start", "head_start_for", "preflight_once", "start_before_beam"]
+
+_LOG = logging.getLogger(__name__)
+
+# The builds checked (and their outputs locked) before Beam was imported.
+_checked: list[BuildConfig] = []
+
+
+def head_start_for(config: BuildConfig) -> HeadStart | None:
+    """The head start a build may have: one local pattern into a local folder, planned without
+    reading an image first (no --dedup, no measured transform), not a --resume (whose summary
+    counts the shards found finished before it started); else None."""
+    if (
+        len(config.inputs) != 1
+        or config.input_list
+        or config.dedup
+        or config.resume
+        or measures(config.image, config.transformed_sizes)
+        or not is_local_url(config.inputs[0])
+        or not is_local_url(config.output)
+    ):
+        return None
+    return HeadStart(
+        pattern=config.inputs[0],
+        extensions=tuple(config.extensions),
+        preparer=preparer(config),
+        bucket_records=config.planning_bucket_records,
+        min_shard_size=config.min_shard_size,
+        max_shard_size=config.max_shard_size,
+        output=config.output,
+        name=config.name,
+        min_bytes=PROCESSES_MIN_BYTES,
+        min_mean_bytes=MIN_MEAN_BYTES,
+    )
+
+
+def head_start(pool: ShardProcesses | None, config: BuildConfig) -> None:
+    """Gives `pool` the build's head start, if it may have one (once: a pool given one before
+    Beam was imported keeps it)."""
+    start = head_start_for(config)
+    if pool is None or start is None:
+        return
+    pool.head_start(
+        start,
+        config.image,
+        max_record_size=config.max_shard_size,
+        resume=config.resume,
+        read_ahead=read_depth(config),
+    )
+
+
+def start_before_beam(config: BuildConfig) -> bool:
+    """For a plain local build (no Beam flags: the DirectRunner in this process), checks the
+    config and locks the output, then starts the worker processes with a head start; whether it
+    did. The pipeline then finds the processes started (`start_early`) and the config checked.
+
+    Raises:
+        ConfigError: as `checks.preflight`, before anything is written.
+    """
+    from beam_tfrecord import progress
+    from beam_tfrecord.checks import preflight
+    from beam_tfrecord.manifest import discard_manifest
+    from beam_tfrecord.output_lock import is_lockable, release_output
+
+    processes = usable_cores()
+    if (
+        processes < 2
+        or head_start_for(config) is None
+        or not is_lockable(config.output)
+        or not local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
+    ):
+        return False
+    try:
+        preflight(config, lock=True)
+    except BaseException:
+        release_output(config.output)
+        raise
+    _checked.append(config)
+    if config.overwrite:
+        # A folder half-way through being replaced must not claim to be a finished build.
+        discard_manifest(config.output)
+    # The processes count what they write into the folder the progress line will show.
+    progress.reserve_folder()
+    head_start(start_early(processes), config)
+    _LOG.debug("checked, locked and started %d worker processes before Beam's import", processes)
+    return True
+
+
+def preflight_once(config: BuildConfig, *, lock: bool) -> None:
+    """`checks.preflight`, unless `start_before_beam` checked this build already (and holds its
+    output's lock): its own shards, written since, are no earlier build's."""
+    from beam_tfrecord.checks import preflight
+
+    if config not in _checked:
+        preflight(config, lock=lock)

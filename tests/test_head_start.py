@@ -1,0 +1,164 @@
+"""A local build's head start: shards listed, planned and written by its worker processes while
+Beam starts, taken by the pipeline only where its own plan is the same (`head_start`,
+`early_start`)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from imagegen import make_collection
+from PIL import Image
+
+from beam_tfrecord import early_start
+from beam_tfrecord.beam import pipeline, writing
+from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.readahead import usable_cores
+from beam_tfrecord.shard_processes import started
+
+pytestmark = pytest.mark.skipif(usable_cores() < 2, reason="a head start needs two cores")
+
+_MULTI = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]
+
+
+def _built_files(folder: Path) -> dict[str, bytes]:
+    """The shards, their indexes and report lines, the report and the labels: all a build
+    writes but its manifest and dataset info (which name the output folder)."""
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+        and p.name not in ("manifest.json", "dataset_info.json", ".beam-tfrecord.lock")
+    }
+
+
+@pytest.fixture
+def small_head_start(monkeypatch):
+    """A head start for a build of a few small images, which a real one leaves to the pipeline."""
+    for module in (early_start, pipeline, writing):
+        monkeypatch.setattr(module, "PROCESSES_MIN_BYTES", 1)
+    monkeypatch.setattr(early_start, "MIN_MEAN_BYTES", 0)
+    yield
+    assert multiprocessing.active_children() == [], "the build ends the processes it started"
+
+
+def _collection(src: Path) -> None:
+    make_collection(src, {"cat": 14, "dog": 12, "owl": 9}, seed=11, size=(64, 160))
+    # One the build reports (not an image) and one it normalizes (CMYK, which TF cannot read).
+    (src / "dog" / "dog_broken.jpg").write_bytes(b"\xff\xd8 not a jpeg")
+    Image.new("CMYK", (70, 50), (10, 200, 30, 0)).save(src / "owl" / "owl_cmyk.jpg")
+
+
+def _config(src: Path, out: Path) -> BuildConfig:
+    return BuildConfig.from_settings(
+        {
+            "inputs": [str(src)],
+            "output": str(out),
+            "name": "zoo",
+            "max_shard_size": "40KB",
+            "min_shard_size": "10KB",
+        }
+    )
+
+
+def test_the_pipeline_takes_every_shard_of_a_head_start_and_writes_what_it_would_without(
+    tmp_path, small_head_start
+):
+    src = tmp_path / "src"
+    _collection(src)
+    config = _config(src, tmp_path / "here")
+    assert early_start.start_before_beam(config)
+    pool = started()
+    planned = pool.head_start_shards()
+    result = pipeline.build(config)
+    shards = [s["file"] for s in result.manifest["shards"]]
+    assert len(shards) > 4 and sorted(planned) == sorted(shards)
+    assert pool.taken_from_head_start == len(shards), "every shard written once, early"
+    assert result.manifest["inputs"]["written"] == 36
+    assert result.manifest["inputs"]["skipped"] == 1  # the broken one, reported
+
+    pipeline.build(_config(src, tmp_path / "there"), _MULTI)  # no head start, no processes
+    here, there = _built_files(tmp_path / "here"), _built_files(tmp_path / "there")
+    assert len(here) > 10 and here == there
+
+
+def test_a_head_start_that_planned_otherwise_is_rewritten_and_leaves_no_stale_shard(
+    tmp_path, small_head_start
+):
+    """Images added after the head start listed: its shards are not the pipeline's; those the
+    plan names are written anew, the others removed, and the build is the one of the images
+    the pipeline listed."""
+    src = tmp_path / "src"
+    _collection(src)
+    config = _config(src, tmp_path / "here")
+    assert early_start.start_before_beam(config)
+    planned = started().head_start_shards()
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / "here" / name).exists() for name in planned):
+        assert time.monotonic() < deadline, "the head start wrote its shards"
+        time.sleep(0.05)
+    make_collection(src, {"cat": 20, "eel": 6}, seed=12, size=(64, 160), start=100)
+    pool = started()
+    result = pipeline.build(config)
+    assert result.manifest["inputs"]["written"] == 62
+    assert pool.taken_from_head_start < len(planned)
+
+    pipeline.build(_config(src, tmp_path / "there"), _MULTI)
+    here, there = _built_files(tmp_path / "here"), _built_files(tmp_path / "there")
+    assert here == there
+
+
+def test_a_build_whose_images_are_small_or_many_has_no_head_start(tmp_path, monkeypatch):
+    """Planning twice costs little only next to writing large images; and a head start holds
+    its whole listing, so large collections are the pipeline's alone."""
+    from beam_tfrecord import head_start
+
+    src = tmp_path / "src"
+    _collection(src)
+    start = early_start.head_start_for(_config(src, tmp_path / "out"))
+    assert start is not None
+    assert head_start.plan_shards(start) == [], "images far below the mean it asks"
+    from dataclasses import replace
+
+    assert len(head_start.plan_shards(replace(start, min_bytes=1, min_mean_bytes=0))) > 4
+    monkeypatch.setattr(head_start, "MAX_IMAGES", 10)
+    assert head_start.plan_shards(replace(start, min_bytes=1, min_mean_bytes=0)) == []
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"dedup": True}, {"resume": True}, {"resize": 32, "encode": "jpeg"}, {"inputs": ["a", "b"]}],
+)
+def test_builds_that_read_images_to_plan_or_resume_have_no_head_start(tmp_path, settings):
+    inputs = [str(tmp_path / name) for name in settings.pop("inputs", ["src"])]
+    config = BuildConfig.from_settings(
+        {"inputs": inputs, "output": str(tmp_path / "out"), **settings}
+    )
+    assert early_start.head_start_for(config) is None
+
+
+def test_the_command_line_starts_writing_before_beam_is_imported(tmp_path):
+    """A plain `beam-tfrecord build` of 64 MB of photographs: checked, locked and its worker
+    processes started before Beam's import, every shard taken from the head start."""
+    src = tmp_path / "src"
+    make_collection(src, {"a": 50, "b": 50, "c": 50}, seed=3, size=(900, 1000))
+    assert sum(p.stat().st_size for p in src.rglob("*.jpg")) > 64 * 10**6
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", str(src), "--output",
+         str(out), "--max-shard-size", "20MB", "--min-shard-size", "5MB", "-v"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    log = done.stderr
+    assert "before Beam's import" in log
+    import json
+
+    shards = json.loads((out / "manifest.json").read_text())["shards"]
+    assert len(shards) > 3
+    assert log.count("written by the head start") == len(shards)
+    assert log.index("before Beam's import") < log.index("writing shards in")
