@@ -237,10 +237,10 @@ SETTINGS: tuple[Setting, ...] = (
         "validate", "choice",
         "how each image is checked: decode finds truncated and corrupt data, header is fast and "
         "does not",
-        choices=_policy._VALIDATE_MODES,
+        choices=_policy.VALIDATE_MODES,
     ),
     _image(
-        "color", "choice", "channels written images decode to", choices=_policy._COLORS
+        "color", "choice", "channels written images decode to", choices=_policy.COLORS
     ),
     _image("max_pixels", "integer", "refuse larger images, decompression bombs"),
     _image(
@@ -278,12 +278,12 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _image(
         "encode", "choice", "write every image in this format",
-        group=_TRANSFORMS, choices=_policy._ENCODINGS,
+        group=_TRANSFORMS, choices=_policy.ENCODINGS,
         default_words="per image, each keeps its own",
     ),
     _image(
         "store", "choice", "raw: decoded uint8 pixels, for small images",
-        group=_TRANSFORMS, choices=_policy._STORES,
+        group=_TRANSFORMS, choices=_policy.STORES,
     ),
     Setting(
         "transformed_sizes", "choice", _TRANSFORMS,
