@@ -206,14 +206,14 @@ def setting_key(name: str) -> str:
 
 
 def _default_text(name: str, value) -> str:
-    from beam_tfrecord.config import format_size
+    from beam_tfrecord.settings import setting
 
     if name in ("inputs", "output"):
         return "required" if name == "output" else "required, or <code>input_list</code>"
     if value is None:
         return "none"
-    if name.endswith("_shard_size"):
-        return f"<code>{html.escape(format_size(value).replace(' ', ''))}</code>"
+    if setting(name).kind == "size":  # as a file or flag writes it: 100MB
+        return f"<code>{html.escape(setting(name).shown_default())}</code>"
     return f"<code>{html.escape(json.dumps(value))}</code>"
 
 
