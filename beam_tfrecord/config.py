@@ -56,9 +56,9 @@ class ConfigError(ValueError):
         """The same refusal as a Python caller reads it: the switches it says to pass named
         as BuildConfig's fields (`overwrite=True`), not as flags (`--overwrite`)."""
         message = self.message
-        for switch in ("overwrite", "resume", "allow_missing_classes"):
-            flag = "--" + switch.replace("_", "-")
-            message = re.sub(rf"(pass |, or ){flag}\b", rf"\g<1>{switch}=True", message)
+        for switch in (s for s in SETTINGS if s.kind == "switch" and s.default is False):
+            (flag,) = switch.flags
+            message = re.sub(rf"(pass |, or ){flag}\b", rf"\g<1>{switch.key}=True", message)
         return ConfigError(self.setting, message)
 
 
