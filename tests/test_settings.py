@@ -1,6 +1,7 @@
 """The settings table is the one declaration of a build's settings: BuildConfig's fields, the
 `build` flags, the config file template, the README's flag table and the config reference all
-follow it, and nothing else declares a setting's default or meaning."""
+follow it (or are checked against it), and nothing else declares a setting's default or
+meaning."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import dataclasses
 import html
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -175,3 +177,26 @@ def test_a_setting_is_looked_up_by_the_name_the_manifest_uses():
     assert setting("exif_orientation").flags == ("--no-exif-orientation",)
     assert setting("min_shard_size").shown_default() == "100MB"
     assert setting("splits").shown_default() == "train=0.8,validation=0.1,test=0.1"
+
+
+def test_the_flex_template_states_the_tables_defaults_and_choices():
+    """deploy/flex_template/metadata.json says a parameter's default and checks its choices
+    in the console's own words: they are the table's."""
+    metadata = json.loads((REPO / "deploy" / "flex_template" / "metadata.json").read_text())
+    by_key = {s.key: s for s in SETTINGS}
+    stated = checked = 0
+    for parameter in metadata["parameters"]:
+        declared = by_key.get(parameter["name"])
+        if declared is None:  # --config, not a setting
+            continue
+        text = parameter["helpText"]
+        default = re.search(r"\bDefault (\S+?)\.?$", text) or re.search(r"(\w+) \(default\b", text)
+        if default:
+            assert default.group(1) == declared.shown_default(), parameter["name"]
+            stated += 1
+        for regex in parameter.get("regexes", []):
+            choices = re.fullmatch(r"\^\(([\w|]+)\)\$", regex)
+            if choices:
+                assert set(choices.group(1).split("|")) == set(declared.choices), regex
+                checked += 1
+    assert stated >= 4 and checked >= 3
