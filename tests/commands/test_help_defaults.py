@@ -25,6 +25,7 @@ _DEFAULT = re.compile(r"\(default: ([^()]*)\)")
 # Build options with no default: the inputs, the output, and where settings come from.
 _NO_DEFAULT = {"--config", "--input", "--input-list", "--output"}
 
+
 def _options(command: str) -> list[tuple[argparse.Action, str]]:
     """The command's options (not -h), each with its help as --help prints it."""
     parser = cli._parser([command])
