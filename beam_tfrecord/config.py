@@ -13,6 +13,8 @@ from typing import Any
 from beam_tfrecord.images.policy import ImagePolicy, PolicyError
 from beam_tfrecord.labels import class_name_problem
 from beam_tfrecord.locations import without_protocol
+from beam_tfrecord.settings import DEFAULT_EXTENSIONS, SETTINGS, Setting, default, image_settings
+from beam_tfrecord.settings import setting as setting_named
 from beam_tfrecord.wording import nearest
 
 __all__ = [
@@ -27,14 +29,6 @@ __all__ = [
     "unknown_setting",
 ]
 
-# Every suffix the image checker reads, plus those it only recognises (HEIC, JPEG XL): such a
-# file is reported as unsupported rather than silently passed over.
-DEFAULT_EXTENSIONS: tuple[str, ...] = (
-    ".jpg", ".jpeg", ".jpe", ".jfif", ".png", ".apng", ".gif", ".bmp", ".dib", ".webp",
-    ".tif", ".tiff", ".ico", ".ppm", ".pgm", ".pbm", ".pnm", ".jp2", ".j2k", ".jpf", ".avif",
-    ".heic", ".heif", ".jxl",
-)  # fmt: skip
-
 _SIZE_UNITS = {
     "": 1, "B": 1,
     "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
@@ -47,17 +41,7 @@ _RATIO_TOLERANCE = 1e-6
 
 # The settings (flags, config keys, the manifest's `config`) that make a build's ImagePolicy, in
 # the manifest's order, with the policy field each one sets.
-IMAGE_SETTINGS: dict[str, str] = {
-    "validate": "validate",
-    "color": "color",
-    "max_pixels": "max_pixels",
-    "jpeg_quality": "jpeg_quality",
-    "background": "background",
-    "exif_orientation": "apply_exif_orientation",
-    "resize": "resize",
-    "encode": "encode",
-    "store": "store",
-}
+IMAGE_SETTINGS: dict[str, str] = image_settings()
 
 
 class ConfigError(ValueError):
@@ -72,9 +56,9 @@ class ConfigError(ValueError):
         """The same refusal as a Python caller reads it: the switches it says to pass named
         as BuildConfig's fields (`overwrite=True`), not as flags (`--overwrite`)."""
         message = self.message
-        for switch in ("overwrite", "resume", "allow_missing_classes"):
-            flag = "--" + switch.replace("_", "-")
-            message = re.sub(rf"(pass |, or ){flag}\b", rf"\g<1>{switch}=True", message)
+        for switch in (s for s in SETTINGS if s.kind == "switch" and s.default is False):
+            (flag,) = switch.flags
+            message = re.sub(rf"(pass |, or ){flag}\b", rf"\g<1>{switch.key}=True", message)
         return ConfigError(self.setting, message)
 
 
@@ -197,123 +181,46 @@ def parse_classes(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
 class BuildConfig:
     """Everything a build depends on. Equal configs over equal inputs give byte-identical shards.
 
+    Its fields are the build's settings, each declared once in `beam_tfrecord.settings` (its
+    kind, default, flag, help and meaning; the config file reference lists them all), and
+    checked here by its kind when the config is made. One field is not a setting itself:
+
     Attributes:
-        inputs: fsspec glob patterns (`**` is recursive); a plain directory means every file below it.
-        output: the output folder, any fsspec URL.
-        input_list: a file listing the inputs instead (`path` or `path,label` lines, CSV).
-        listing: `pipeline` (workers list the patterns in parallel, by folder) or `launcher`.
-        name: dataset name used in shard file names; defaults to the output folder's name.
-        extensions: file suffixes to take (case-insensitive); hidden files and folders are never taken.
-        labels: `dir` (the parent folder's name), `regex:PATTERN` or `none`.
-        classes: the fixed class list (ids in this order), or None for the sorted distinct labels.
-        splits: (name, ratio) pairs summing to 1.
-        seed: salts split assignment and shuffling.
-        min_shard_size: the smallest shard, in bytes (B, KB, MB, GB, KiB, MiB or GiB in a file
-            or flag); a split holding less is one shard, below it.
-        max_shard_size: the largest shard, in bytes; shards are cut at equal planned bytes,
-            aimed at the middle of the two bounds.
-        overwrite: replace an earlier build in `output`.
-        resume: keep shards an interrupted run of the same build already finished.
         image: how each image is checked, normalized and transformed. As settings (flags, config
-            files, the manifest) it is nine (IMAGE_SETTINGS), named as users write them:
-            `validate` (`decode`, `header` or `none`), `color` (`rgb`, `gray` or `keep`),
-            `max_pixels`, `jpeg_quality`, `background`, `exif_orientation` (apply EXIF
-            orientation, which TensorFlow ignores), `resize` (`N` for the shorter side, `WxH` to
-            fit within, `exact:WxH[:crop|pad|stretch]`), `encode` (`jpeg` or `png`) and `store`
-            (`encoded` or `raw`); `from_settings` makes the policy from them.
-        transformed_sizes: how an image the build transforms (`resize`, `encode`, `store: raw`)
-            is sized for the shard plan: `measure` (transformed once while planning, as its
-            shard writer will: every shard within the bounds, for a second read, decode and
-            encode of each such image) or `estimate` (a size model: one read, and shards that
-            may leave the bounds, which the summary names).
-        dedup: write one of each set of byte-identical images and report the other copies.
-        split_by: a regex over the relative path; images whose capture (first group, or the
-            group named `group`) is equal share a split (one subject, patient or scene).
-        max_skipped_fraction: fail the build when more inputs are skipped: it writes the report
-            and its shards, and publishes nothing (no manifest), as an interrupted build.
-        allow_missing_classes: publish a build whose `classes` names a class no input is
-            labelled with (it keeps its id and gets no image); by default such a build fails,
-            as `max_skipped_fraction` does, since the name is most often a typo.
-        planning_bucket_records: records per planning bucket; bounds the metadata one worker holds.
-        read_ahead: images each worker reads concurrently, ahead of the one it checks or writes;
-            None to choose by the inputs' store (deep for object stores, where every read waits
-            a round trip, shallow for local disk).
+            files, the manifest) it is nine (IMAGE_SETTINGS), named as users write them;
+            `from_settings` makes the policy from them.
     """
 
-    inputs: tuple[str, ...] = ()
-    output: str = ""
-    input_list: str | None = None
-    listing: str = "pipeline"
-    name: str | None = None
-    extensions: tuple[str, ...] = DEFAULT_EXTENSIONS
-    labels: str = "dir"
-    classes: tuple[str, ...] | None = None
-    splits: tuple[tuple[str, float], ...] = (("train", 0.8), ("validation", 0.1), ("test", 0.1))
-    seed: int = 0
-    min_shard_size: int = 100 * 10**6
-    max_shard_size: int = 200 * 10**6
-    overwrite: bool = False
-    resume: bool = False
+    inputs: tuple[str, ...] = default("inputs")
+    output: str = default("output")
+    input_list: str | None = default("input_list")
+    listing: str = default("listing")
+    name: str | None = default("name")
+    extensions: tuple[str, ...] = default("extensions")
+    labels: str = default("labels")
+    classes: tuple[str, ...] | None = default("classes")
+    splits: tuple[tuple[str, float], ...] = default("splits")
+    seed: int = default("seed")
+    min_shard_size: int = default("min_shard_size")
+    max_shard_size: int = default("max_shard_size")
+    overwrite: bool = default("overwrite")
+    resume: bool = default("resume")
     image: ImagePolicy = field(default_factory=ImagePolicy)
-    dedup: bool = False
-    transformed_sizes: str = "measure"
-    split_by: str | None = None
-    max_skipped_fraction: float | None = None
-    allow_missing_classes: bool = False
-    planning_bucket_records: int = 200_000
-    read_ahead: int | None = None
+    dedup: bool = default("dedup")
+    transformed_sizes: str = default("transformed_sizes")
+    split_by: str | None = default("split_by")
+    max_skipped_fraction: float | None = default("max_skipped_fraction")
+    allow_missing_classes: bool = default("allow_missing_classes")
+    planning_bucket_records: int = default("planning_bucket_records")
+    read_ahead: int | None = default("read_ahead")
 
     def __post_init__(self) -> None:
-        for setting in ("overwrite", "resume", "dedup", "allow_missing_classes"):
-            _check_switch(setting, getattr(self, setting))
         if not isinstance(self.image, ImagePolicy):
             raise ConfigError("image", f"expected an ImagePolicy, got {self.image!r}")
-        if isinstance(self.inputs, str):
-            object.__setattr__(self, "inputs", (self.inputs,))
-        object.__setattr__(self, "inputs", tuple(str(p) for p in self.inputs))
-        if any(not p.strip() for p in self.inputs):
-            raise ConfigError("input", f"an input pattern is empty: {list(self.inputs)}")
-        if not self.inputs and not self.input_list:
-            raise ConfigError("input", "at least one input pattern (or --input-list) is needed")
-        if self.inputs and self.input_list:
-            raise ConfigError("input_list", "give input patterns or an input list, not both")
-        _check_choice("listing", self.listing, ("pipeline", "launcher"))
-        _check_choice("transformed_sizes", self.transformed_sizes, ("measure", "estimate"))
-        if not self.output or not str(self.output).strip():
-            raise ConfigError("output", "an output folder is needed")
-        object.__setattr__(self, "output", str(self.output).rstrip("/") or "/")
-        if self.name is None:
-            object.__setattr__(self, "name", _default_name(self.output))
-        if not self.name or not _SPLIT_NAME_RE.match(self.name.replace("-", "_")):
-            raise ConfigError("name", f"{self.name!r} must be letters, digits, '-', '_' or '.'")
-        exts = tuple(
-            e.lower() if e.startswith(".") else "." + e.lower()
-            for e in (
-                self.extensions.split(",") if isinstance(self.extensions, str) else self.extensions
-            )
-            if e.strip()
-        )
-        if not exts:
-            raise ConfigError("extensions", "at least one extension is needed")
-        object.__setattr__(self, "extensions", exts)
-        self._validate_labels()
-        if isinstance(self.classes, (str, list)):
-            object.__setattr__(self, "classes", parse_classes(self.classes))
-        if self.classes is not None and self.labels == "none":
-            raise ConfigError("classes", "a class list needs --labels dir or regex:PATTERN")
-        if not isinstance(self.splits, tuple) or any(not isinstance(s, tuple) for s in self.splits):
-            object.__setattr__(self, "splits", parse_splits(self.splits))
-        else:
-            parse_splits(dict(self.splits))  # validates a programmatic value the same way
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError("seed", f"must be an integer, got {self.seed!r}")
         given = {"min_shard_size": self.min_shard_size, "max_shard_size": self.max_shard_size}
-        object.__setattr__(
-            self, "min_shard_size", parse_size(self.min_shard_size, "min_shard_size")
-        )
-        object.__setattr__(
-            self, "max_shard_size", parse_size(self.max_shard_size, "max_shard_size")
-        )
+        for setting in _OWN_SETTINGS:  # in the table's order: `name` follows `output`, ...
+            value = _CHECKS[setting.kind](setting, getattr(self, setting.name), self)
+            object.__setattr__(self, setting.name, value)
         _check_unitless_bound(given, self.min_shard_size, self.max_shard_size)
         if self.min_shard_size > self.max_shard_size:
             raise ConfigError(
@@ -321,55 +228,9 @@ class BuildConfig:
                 f"{format_size(self.min_shard_size)} is above --max-shard-size "
                 f"{format_size(self.max_shard_size)}",
             )
-        if self.split_by is not None:
-            try:
-                compiled = re.compile(self.split_by)
-            except re.error as err:
-                raise ConfigError(
-                    "split_by", f"regex {_as_typed(self.split_by)} does not compile: {err}"
-                ) from None
-            if compiled.groups == 0:
-                raise ConfigError(
-                    "split_by",
-                    f"regex {_as_typed(self.split_by)} has no capture group; mark the shared part with (...)",
-                )
-        if self.max_skipped_fraction is not None and not 0 <= self.max_skipped_fraction <= 1:
-            raise ConfigError(
-                "max_skipped_fraction",
-                f"must be between 0 and 1, got {self.max_skipped_fraction!r}",
-            )
-        if self.planning_bucket_records < 1:
-            raise ConfigError("planning_bucket_records", "must be at least 1")
-        if self.read_ahead is not None and (
-            isinstance(self.read_ahead, bool)
-            or not isinstance(self.read_ahead, int)
-            or not 0 <= self.read_ahead <= 1024
-        ):
-            raise ConfigError(
-                "read_ahead", f"must be between 0 and 1024 images, got {self.read_ahead!r}"
-            )
         if self.overwrite and self.resume:
             raise ConfigError(
                 "resume", "--resume keeps finished shards; it cannot go with --overwrite"
-            )
-
-    def _validate_labels(self) -> None:
-        labels = str(self.labels)
-        if labels in ("dir", "none"):
-            return
-        if not labels.startswith("regex:"):
-            raise ConfigError("labels", f"expected dir, none or regex:PATTERN, got {labels!r}")
-        pattern = labels[len("regex:") :]
-        try:
-            compiled = re.compile(pattern)
-        except re.error as err:
-            raise ConfigError(
-                "labels", f"regex {_as_typed(pattern)} does not compile: {err}"
-            ) from None
-        if compiled.groups == 0:
-            raise ConfigError(
-                "labels",
-                f"regex {_as_typed(pattern)} has no capture group; mark the label with (...) or (?P<label>...)",
             )
 
     @property
@@ -438,45 +299,12 @@ class BuildConfig:
                 values.setdefault("inputs", ())
                 continue
             if values.get(required) in (None, "", [], ()):
-                raise ConfigError(
-                    "input" if required == "inputs" else required,
-                    f"is required (give --{'input' if required == 'inputs' else required} or set it in --config)",
-                )
-        inputs = values.get("inputs")
-        if isinstance(inputs, list):
-            values["inputs"] = tuple(inputs)
-        elif not isinstance(inputs, (str, tuple)) or not all(
-            isinstance(p, str) for p in values["inputs"]
-        ):
-            raise ConfigError("input", f"must be a path or glob, or a list of them, got {inputs!r}")
-        if isinstance(values.get("extensions"), list):
-            values["extensions"] = tuple(values["extensions"])
-        if isinstance(values.get("splits"), (str, Mapping)):
-            values["splits"] = parse_splits(values["splits"])
-        if "classes" in values:
-            values["classes"] = parse_classes(values["classes"])
-        for int_key in (
-            "seed", "max_pixels", "jpeg_quality", "planning_bucket_records", "read_ahead",
-        ):  # fmt: skip
-            if isinstance(values.get(int_key), str):
-                try:
-                    values[int_key] = int(values[int_key])
-                except ValueError:
-                    raise ConfigError(
-                        int_key, f"must be an integer, got {values[int_key]!r}"
-                    ) from None
-        if isinstance(values.get("max_skipped_fraction"), str):
-            try:
-                values["max_skipped_fraction"] = float(values["max_skipped_fraction"])
-            except ValueError:
-                raise ConfigError(
-                    "max_skipped_fraction",
-                    f"must be a number, got {values['max_skipped_fraction']!r}",
-                ) from None
+                key = setting_named(required).key
+                raise ConfigError(key, f"is required (give --{key} or set it in --config)")
+        values = {name: _read(setting_named(name), value) for name, value in values.items()}
         policy = {
             IMAGE_SETTINGS[name]: values.pop(name) for name in IMAGE_SETTINGS if name in values
         }
-        _check_switch("exif_orientation", policy.get("apply_exif_orientation", True))
         try:
             values["image"] = ImagePolicy(**policy)
         except PolicyError as err:  # named as the setting the user gave
@@ -484,10 +312,177 @@ class BuildConfig:
             raise ConfigError(setting, err.problem) from None
         try:
             return cls(**values)
-        except (
-            TypeError
-        ) as err:  # a YAML value of the wrong shape, e.g. a mapping where a string goes
+        except TypeError as err:  # a YAML value of the wrong shape, e.g. a mapping for a string
             raise ConfigError("config", str(err)) from None
+
+
+# BuildConfig's own settings (not ImagePolicy's), checked in this order when a config is made.
+_OWN_SETTINGS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.policy_field is None)
+
+
+def _read(setting: Setting, value: Any) -> Any:
+    """A value as a config file or a flag gives it (text, YAML's types), made the setting's
+    type where that is plain (`seed: "7"`); BuildConfig and ImagePolicy check it then."""
+    if setting.kind == "paths":
+        if isinstance(value, list):
+            return tuple(value)
+        if not isinstance(value, (str, tuple)) or not all(isinstance(p, str) for p in value):
+            raise ConfigError(
+                setting.key, f"must be a path or glob, or a list of them, got {value!r}"
+            )
+    elif setting.kind in ("integer", "number") and isinstance(value, str):
+        kind, word = (int, "an integer") if setting.kind == "integer" else (float, "a number")
+        try:
+            return kind(value)
+        except ValueError:
+            raise ConfigError(setting.key, f"must be {word}, got {value!r}") from None
+    elif setting.kind == "switch":
+        _check_switch(setting.key, value)
+    return value
+
+
+# --- each kind's check (settings.KINDS): the value as given -> the value the config holds ------
+
+
+def _paths(setting: Setting, value: Any, config: BuildConfig) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = (value,)
+    value = tuple(str(p) for p in value)
+    if any(not p.strip() for p in value):
+        raise ConfigError(setting.key, f"an input pattern is empty: {list(value)}")
+    if not value and not config.input_list:
+        raise ConfigError(setting.key, "at least one input pattern (or --input-list) is needed")
+    if value and config.input_list:
+        raise ConfigError("input_list", "give input patterns or an input list, not both")
+    return value
+
+
+def _text(setting: Setting, value: Any, config: BuildConfig) -> Any:
+    return value
+
+
+def _output(setting: Setting, value: Any, config: BuildConfig) -> str:
+    if not value or not str(value).strip():
+        raise ConfigError(setting.key, "an output folder is needed")
+    return str(value).rstrip("/") or "/"
+
+
+def _name(setting: Setting, value: Any, config: BuildConfig) -> str:
+    if value is None:
+        value = _default_name(config.output)
+    if not value or not isinstance(value, str) or not _SPLIT_NAME_RE.match(value.replace("-", "_")):
+        raise ConfigError(setting.key, f"{value!r} must be letters, digits, '-', '_' or '.'")
+    return value
+
+
+def _choice(setting: Setting, value: Any, config: BuildConfig) -> Any:
+    _check_choice(setting.key, value, setting.choices)
+    return value
+
+
+def _extensions(setting: Setting, value: Any, config: BuildConfig) -> tuple[str, ...]:
+    exts = tuple(
+        e.lower() if e.startswith(".") else "." + e.lower()
+        for e in (value.split(",") if isinstance(value, str) else value)
+        if e.strip()
+    )
+    if not exts:
+        raise ConfigError(setting.key, "at least one extension is needed")
+    return exts
+
+
+def _labels(setting: Setting, value: Any, config: BuildConfig) -> Any:
+    labels = str(value)
+    if labels in ("dir", "none"):
+        return value
+    if not labels.startswith("regex:"):
+        raise ConfigError(setting.key, f"expected dir, none or regex:PATTERN, got {labels!r}")
+    _check_regex(setting, labels[len("regex:") :], "mark the label with (...) or (?P<label>...)")
+    return value
+
+
+def _classes(setting: Setting, value: Any, config: BuildConfig) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if config.labels == "none":
+        raise ConfigError(setting.key, "a class list needs --labels dir or regex:PATTERN")
+    return parse_classes(value)
+
+
+def _splits(setting: Setting, value: Any, config: BuildConfig) -> Any:
+    if not isinstance(value, tuple) or any(not isinstance(s, tuple) for s in value):
+        return parse_splits(value)
+    parse_splits(dict(value))  # validates a programmatic value the same way
+    return value
+
+
+def _integer(setting: Setting, value: Any, config: BuildConfig) -> int | None:
+    if value is None and setting.default is None:
+        return None
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    low, high = setting.bounds
+    if low is not None and high is not None:
+        if not whole or not low <= value <= high:
+            unit = f" {setting.unit}" if setting.unit else ""
+            raise ConfigError(setting.key, f"must be between {low} and {high}{unit}, got {value!r}")
+    elif not whole:
+        raise ConfigError(setting.key, f"must be an integer, got {value!r}")
+    elif low is not None and value < low:
+        raise ConfigError(setting.key, f"must be at least {low}, got {value!r}")
+    return value
+
+
+def _number(setting: Setting, value: Any, config: BuildConfig) -> float | None:
+    if value is None:
+        return None
+    low, high = setting.bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ConfigError(setting.key, f"must be between {low} and {high}, got {value!r}")
+    return value
+
+
+def _size(setting: Setting, value: Any, config: BuildConfig) -> int:
+    return parse_size(value, setting.key)
+
+
+def _switch(setting: Setting, value: Any, config: BuildConfig) -> bool:
+    _check_switch(setting.key, value)
+    return value
+
+
+def _regex(setting: Setting, value: Any, config: BuildConfig) -> str | None:
+    if value is not None:
+        _check_regex(setting, value, "mark the shared part with (...)")
+    return value
+
+
+def _check_regex(setting: Setting, pattern: str, mark: str) -> None:
+    try:
+        compiled = re.compile(pattern)
+    except re.error as err:
+        raise ConfigError(
+            setting.key, f"regex {_as_typed(pattern)} does not compile: {err}"
+        ) from None
+    if compiled.groups == 0:
+        raise ConfigError(setting.key, f"regex {_as_typed(pattern)} has no capture group; {mark}")
+
+
+_CHECKS = {
+    "paths": _paths,
+    "text": _text,
+    "output": _output,
+    "name": _name,
+    "choice": _choice,
+    "extensions": _extensions,
+    "labels": _labels,
+    "classes": _classes,
+    "splits": _splits,
+    "integer": _integer,
+    "number": _number,
+    "size": _size,
+    "switch": _switch,
+    "regex": _regex,
+}
 
 
 def _default_name(output: str) -> str:
@@ -508,11 +503,10 @@ def unknown_setting(key: str) -> str:
 def _check_unitless_bound(given: Mapping[str, Any], low: int, high: int) -> None:
     """Refuses bounds that cross because one was given without a unit (`--max-shard-size 10`
     is 10 bytes): named as the bound given so, with the unit most likely meant."""
-    defaults = {f.name: f.default for f in dataclasses.fields(BuildConfig)}
     unitless = [
         setting
         for setting, value in given.items()
-        if value != defaults[setting]  # a default is no typo
+        if value != default(setting)  # a default is no typo
         and not isinstance(value, bool)
         and str(value).strip().replace(".", "", 1).isdigit()
     ]

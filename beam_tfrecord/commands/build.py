@@ -27,7 +27,6 @@ from beam_tfrecord.commands.console import (
 )
 from beam_tfrecord.config import (
     COMMAND_LINE,
-    DEFAULT_EXTENSIONS,
     BuildConfig,
     ConfigError,
     format_size,
@@ -35,40 +34,12 @@ from beam_tfrecord.config import (
 )
 from beam_tfrecord.manifest import BuildFailed
 from beam_tfrecord.progress import Progress
+from beam_tfrecord.settings import SETTINGS, Setting
 from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "config_from_args", "run"]
 
 _LOG = logging.getLogger(__name__)
-
-# Flags whose value is a setting of BuildConfig, with the setting's name.
-_VALUE_FLAGS = {
-    "input": "inputs",
-    "input_list": "input_list",
-    "listing": "listing",
-    "extensions": "extensions",
-    "output": "output",
-    "name": "name",
-    "labels": "labels",
-    "classes": "classes",
-    "splits": "splits",
-    "seed": "seed",
-    "min_shard_size": "min_shard_size",
-    "max_shard_size": "max_shard_size",
-    "validate": "validate",
-    "color": "color",
-    "max_pixels": "max_pixels",
-    "jpeg_quality": "jpeg_quality",
-    "background": "background",
-    "resize": "resize",
-    "encode": "encode",
-    "store": "store",
-    "transformed_sizes": "transformed_sizes",
-    "split_by": "split_by",
-    "max_skipped_fraction": "max_skipped_fraction",
-    "planning_bucket_records": "planning_bucket_records",
-    "read_ahead": "read_ahead",
-}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,152 +53,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-v", "--verbose", action="store_true",
         help="show Beam's own log lines, and a line per shard written",
     )  # fmt: skip
-    group = parser.add_argument_group("what to read")
-    group.add_argument(
-        "--input", action="append", metavar="PATTERN", help="fsspec glob, ** recursive; repeatable"
-    )
-    group.add_argument(
-        "--input-list",
-        metavar="FILE",
-        help="file of `path` or `path,label` lines (CSV) instead of --input",
-    )
-    group.add_argument(
-        "--extensions",
-        help="comma-separated suffixes to take, case-insensitive (default: "
-        + ", ".join(DEFAULT_EXTENSIONS)
-        + ")",
-    )
-    group.add_argument(
-        "--listing", choices=["pipeline", "launcher"],
-        help="who expands the patterns: the workers, in parallel by folder, or this machine "
-        "(default: pipeline)",
-    )  # fmt: skip
-    group = parser.add_argument_group("what to write")
-    group.add_argument("--output", metavar="DIR", help="output folder, any fsspec URL")
-    group.add_argument(
-        "--name", help="dataset name in shard file names (default: the output folder's name)"
-    )
-    group.add_argument(
-        "--labels",
-        action="append",
-        metavar="dir|regex:PATTERN|none",
-        help="where class names come from (default: dir); KEY=VALUE is a Dataflow job label",
-    )
-    group.add_argument(
-        "--classes",
-        metavar="a,b,c|@FILE",
-        help="fix the class list and its order (default: the sorted distinct labels)",
-    )
-    group.add_argument(
-        "--splits",
-        metavar="NAME=RATIO,...",
-        help="split names and ratios summing to 1 (default: train=0.8,validation=0.1,test=0.1)",
-    )
-    group.add_argument("--seed", type=int, help="salts split assignment and shuffling (default: 0)")
-    group.add_argument(
-        "--min-shard-size",
-        help="smallest shard, in B, KB, MB, GB, KiB, MiB or GiB (default: 100MB)",
-    )
-    group.add_argument("--max-shard-size", help="largest shard (default: 200MB)")
-    group.add_argument(
-        "--overwrite",
-        action="store_true",
-        default=None,
-        help="replace an earlier build in --output",
-    )
-    group.add_argument(
-        "--resume",
-        action="store_true",
-        default=None,
-        help="keep the shards an interrupted run of the same build (same settings and inputs) "
-        "finished",
-    )
-    group = parser.add_argument_group("image checks")
-    group.add_argument(
-        "--validate",
-        choices=["decode", "header", "none"],
-        help="how each image is checked: decode finds truncated and corrupt data, header is "
-        "fast and does not (default: decode)",
-    )
-    group.add_argument(
-        "--color",
-        choices=["rgb", "gray", "keep"],
-        help="channels written images decode to (default: rgb)",
-    )
-    group.add_argument(
-        "--max-pixels",
-        type=int,
-        help="refuse larger images, decompression bombs (default: 89478485)",
-    )
-    group.add_argument(
-        "--jpeg-quality", "--quality", dest="jpeg_quality", type=int,
-        help="JPEG quality of every image the build encodes (default: 95)",
-    )  # fmt: skip
-    group.add_argument(
-        "--background",
-        help="colour alpha is flattened onto, white unless given as #RRGGBB or R,G,B "
-        "(default: 255,255,255)",
-    )
-    group.add_argument(
-        "--no-exif-orientation", dest="exif_orientation", action="store_false", default=None,
-        help="do not apply EXIF orientation, which TensorFlow ignores (default: applied)",
-    )  # fmt: skip
-    group.add_argument(
-        "--max-skipped-fraction",
-        type=float,
-        help="fail, publishing nothing, when more of the inputs are skipped "
-        "(default: off, never fail for it)",
-    )
-    group.add_argument(
-        "--allow-missing-classes", action="store_true", default=None,
-        help="publish a build whose --classes names a class no input has (default: such a "
-        "build fails, publishing nothing)",
-    )  # fmt: skip
-    group = parser.add_argument_group("image transforms")
-    group.add_argument(
-        "--resize", metavar="N|WxH|exact:WxH[:crop|pad|stretch]",
-        help="shorter side to N; or fit within WxH; or exactly WxH, cropped unless :pad or "
-        ":stretch (default: off)",
-    )  # fmt: skip
-    group.add_argument(
-        "--encode",
-        choices=["jpeg", "png"],
-        help="write every image in this format (default: per image, each keeps its own)",
-    )
-    group.add_argument(
-        "--store",
-        choices=["encoded", "raw"],
-        help="raw: decoded uint8 pixels, for small images (default: encoded)",
-    )
-    group.add_argument(
-        "--transformed-sizes", choices=["measure", "estimate"],
-        help="how a transformed image is sized for the shard plan: measure (encoded once more "
-        "while planning; every shard within the size bounds) or estimate (a size model: faster, "
-        "shards may leave the bounds) (default: measure)",
-    )  # fmt: skip
-    group = parser.add_argument_group("duplicates and leakage")
-    group.add_argument(
-        "--dedup", action="store_true", default=None,
-        help="write one of each set of byte-identical images; report the other copies",
-    )  # fmt: skip
-    group.add_argument(
-        "--split-by", metavar="REGEX",
-        help="images whose capture in the relative path is equal share a split, e.g. a patient "
-        "id (default: off)",
-    )  # fmt: skip
-    group = parser.add_argument_group("throughput")
-    group.add_argument(
-        "--read-ahead", type=int, metavar="N",
-        help="images each worker reads concurrently (default: 64 when an input is on an object "
-        "store, else 16)",
-    )  # fmt: skip
-    group.add_argument("--planning-bucket-records", type=int, help=argparse.SUPPRESS)
+    groups: dict[str, Any] = {}
+    for setting in SETTINGS:  # each a flag, in its section, as the table declares it
+        if setting.group not in groups:
+            groups[setting.group] = parser.add_argument_group(setting.group)
+        groups[setting.group].add_argument(*setting.flags, **_flag(setting))
     group = parser.add_argument_group("running")
     group.add_argument(
         "--no-wait", dest="wait", action="store_false",
         help="return once the runner has the job, print its id; verify the output once it is "
         "done (default: wait for the build and print its summary)",
     )  # fmt: skip
+
+
+def _flag(setting: Setting) -> dict[str, Any]:
+    """add_argument's keywords for a setting's flag. Its default is None, whatever the
+    setting's: a flag not given leaves the config file's value, or the setting's default."""
+    declared: dict[str, Any] = {"dest": setting.key, "help": argparse.SUPPRESS}
+    if not setting.hidden:
+        shown = setting.shown_default()
+        text = setting.help
+        if shown is not None and "{default}" not in text:
+            text += " (default: {default})"
+        declared["help"] = text.format(default=shown)
+    if setting.kind == "switch":
+        declared.update(action="store_false" if setting.default else "store_true", default=None)
+        return declared
+    if setting.repeatable:
+        declared["action"] = "append"
+    if setting.choices:
+        declared["choices"] = list(setting.choices)
+    if setting.kind in ("integer", "number"):
+        declared["type"] = int if setting.kind == "integer" else float
+    if setting.metavar:
+        declared["metavar"] = setting.metavar
+    return declared
 
 
 # Dataflow's job labels share the flag (`--labels KEY=VALUE`; the Airflow Beam provider adds
@@ -269,17 +129,14 @@ def _load_yaml(path: str) -> dict[str, Any]:
 def config_from_args(args: argparse.Namespace) -> BuildConfig:
     """Merges defaults, the YAML file and the flags (in that order of precedence) into a config."""
     settings: dict[str, Any] = _load_yaml(args.config) if args.config else {}
-    for flag, setting in _VALUE_FLAGS.items():
-        value = getattr(args, flag)
-        if flag == "labels" and isinstance(value, list):
+    for setting in SETTINGS:
+        value = getattr(args, setting.key)
+        if setting.name == "labels" and isinstance(value, list):
             value = split_labels(value)[0]
         if value is not None:
-            settings.pop(setting, None)
-            settings.pop(flag, None)
-            settings[setting] = value
-    for flag in ("overwrite", "resume", "exif_orientation", "dedup", "allow_missing_classes"):
-        if getattr(args, flag) is not None:
-            settings[flag] = getattr(args, flag)
+            settings.pop(setting.name, None)
+            settings.pop(setting.key, None)
+            settings[setting.name] = value
     return BuildConfig.from_settings(settings)
 
 

@@ -5,17 +5,26 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ImagePolicy", "PolicyError", "Resize"]
+__all__ = [
+    "COLORS",
+    "ENCODINGS",
+    "STORES",
+    "VALIDATE_MODES",
+    "ImagePolicy",
+    "PolicyError",
+    "Resize",
+]
 
-_VALIDATE_MODES = ("decode", "header", "none")
+# The values of ImagePolicy's choices (the settings table offers them as the flags' choices).
+VALIDATE_MODES = ("decode", "header", "none")
 
-_COLORS = ("rgb", "gray", "keep")
+COLORS = ("rgb", "gray", "keep")
 
 _RESIZE_POLICIES = ("crop", "pad", "stretch")
 
-_ENCODINGS = ("jpeg", "png")
+ENCODINGS = ("jpeg", "png")
 
-_STORES = ("encoded", "raw")
+STORES = ("encoded", "raw")
 
 
 @dataclass(frozen=True)
@@ -151,8 +160,8 @@ class ImagePolicy:
     store: str = "encoded"
 
     def __post_init__(self) -> None:
-        _check_choice("validate", self.validate, _VALIDATE_MODES)
-        _check_choice("color", self.color, _COLORS)
+        _check_choice("validate", self.validate, VALIDATE_MODES)
+        _check_choice("color", self.color, COLORS)
         if not _is_int(self.max_pixels) or self.max_pixels < 1:
             raise PolicyError("max_pixels", f"must be a positive integer, got {self.max_pixels!r}")
         background = self.background
@@ -192,8 +201,8 @@ class ImagePolicy:
                 f"must be a size such as 256, 640x480 or exact:224x224, got {self.resize!r}",
             )
         if self.encode is not None:
-            _check_choice("encode", self.encode, _ENCODINGS)
-        _check_choice("store", self.store, _STORES)
+            _check_choice("encode", self.encode, ENCODINGS)
+        _check_choice("store", self.store, STORES)
         if self.store == "raw" and self.encode is not None:
             raise PolicyError("encode", "--store raw writes pixels, not image files; drop --encode")
 

@@ -1,8 +1,8 @@
 """MkDocs hook: the reference pages, generated from the code each time the site is built.
 
 Nothing here is written twice. The commands' flags come from their argparse parsers, the config
-file's keys from BuildConfig (its fields, defaults and docstrings), manifest.json's fields from
-the TypedDicts build_manifest writes, and the report's vocabulary from entries.Reason (each
+file's keys from the settings table (beam_tfrecord.settings: each key's default and meaning),
+manifest.json's fields from the TypedDicts build_manifest writes, and the report's vocabulary from entries.Reason (each
 code's docstring), ReportEntry and images.NOTE_CODES. Anything declared without a description
 fails the build, so that a new flag, key or reason cannot go undocumented.
 """
@@ -184,18 +184,19 @@ def commands_page() -> str:
 
 
 def _setting_descriptions() -> dict[str, str]:
-    """Each setting's description, from BuildConfig's and ImagePolicy's docstrings."""
-    from beam_tfrecord.config import IMAGE_SETTINGS, BuildConfig
+    """Each setting's meaning: its `about` in the settings table, or for an image setting
+    ImagePolicy's docstring for the field it sets."""
+    from beam_tfrecord.config import BuildConfig
     from beam_tfrecord.images.policy import ImagePolicy
+    from beam_tfrecord.settings import setting
 
-    fields = _attributes(BuildConfig.__doc__)
     policy = _attributes(ImagePolicy.__doc__)
     described = {}
     for name in BuildConfig.setting_names():
-        if name in IMAGE_SETTINGS:
-            described[name] = policy.get(IMAGE_SETTINGS[name], "")
-        else:
-            described[name] = fields.get(name, "")
+        declared = setting(name)
+        described[name] = (
+            policy.get(declared.policy_field, "") if declared.policy_field else declared.about
+        )
     return described
 
 
@@ -205,14 +206,14 @@ def setting_key(name: str) -> str:
 
 
 def _default_text(name: str, value) -> str:
-    from beam_tfrecord.config import format_size
+    from beam_tfrecord.settings import setting
 
     if name in ("inputs", "output"):
         return "required" if name == "output" else "required, or <code>input_list</code>"
     if value is None:
         return "none"
-    if name.endswith("_shard_size"):
-        return f"<code>{html.escape(format_size(value).replace(' ', ''))}</code>"
+    if setting(name).kind == "size":  # as a file or flag writes it: 100MB
+        return f"<code>{html.escape(setting(name).shown_default())}</code>"
     return f"<code>{html.escape(json.dumps(value))}</code>"
 
 
@@ -253,7 +254,7 @@ def config_page() -> str:
             "on the command line wins over the file. Keys may be written with `-` or `_`. "
             "`manifest.json`'s `config` holds every key, resolved, and "
             "`BuildConfig.from_settings` takes the same mapping from Python. Generated from "
-            "`beam_tfrecord.config.BuildConfig` when this site is built.",
+            "`beam_tfrecord.settings`, where each setting is declared, when this site is built.",
             "",
             _table(["key", "default", "flag", "meaning"], rows),
             "",

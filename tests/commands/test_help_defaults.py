@@ -1,4 +1,5 @@
-"""Every option's --help states its default, and a build option's default is BuildConfig's."""
+"""Every option's --help states its default; a build option's, made from the settings table, is
+the default a build takes."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from beam_tfrecord.commands import cli
-from beam_tfrecord.commands.build import _VALUE_FLAGS
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.remote import default_depth
+from beam_tfrecord.settings import SETTINGS
 
 _SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
 COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
@@ -23,17 +24,6 @@ _DEFAULT = re.compile(r"\(default: ([^()]*)\)")
 
 # Build options with no default: the inputs, the output, and where settings come from.
 _NO_DEFAULT = {"--config", "--input", "--input-list", "--output"}
-
-# Settings whose default is None in BuildConfig: what that means, in the help's words.
-_SAID_IN_WORDS = {
-    "name": "the output folder's name",
-    "classes": "the sorted distinct labels",
-    "resize": "off",
-    "encode": "per image, each keeps its own",
-    "split_by": "off",
-    "max_skipped_fraction": "off, never fail for it",
-    "read_ahead": "64 when an input is on an object store, else 16",
-}
 
 
 def _options(command: str) -> list[tuple[argparse.Action, str]]:
@@ -96,29 +86,34 @@ def test_argparse_defaults_are_the_ones_stated(command):
 
 def _build_settings() -> list[tuple[str, str]]:
     """(setting, documented default) for each build option that is a setting of BuildConfig."""
+    settings = {s.key: s.name for s in SETTINGS}
     found = []
     for action, help_text in _options("build"):
-        setting = _VALUE_FLAGS.get(action.dest) or (
-            action.dest if action.dest == "exif_orientation" else None
-        )
         documented = _documented(help_text)
-        if setting is not None and documented is not None:
-            found.append((setting, documented))
+        if action.dest in settings and documented is not None:
+            found.append((settings[action.dest], documented))
     return found
 
 
 def test_the_documented_build_defaults_cover_every_setting_flag():
     documented = {setting for setting, _ in _build_settings()}
-    expected = set(_VALUE_FLAGS.values()) - {"inputs", "input_list", "output"}
+    expected = {s.name for s in SETTINGS} - {"inputs", "input_list", "output"}
+    expected -= {"overwrite", "resume", "dedup"}  # switches, off unless given
     expected -= {"planning_bucket_records"}  # a hidden flag (tests bound planning buckets)
-    assert documented == expected | {"exif_orientation"}
+    assert documented == expected
 
 
 @pytest.mark.parametrize(("setting", "documented"), _build_settings(), ids=lambda v: str(v))
 def test_a_documented_build_default_is_the_config_default(setting, documented):
     default = _minimal()
-    if setting in _SAID_IN_WORDS:
-        assert documented == _SAID_IN_WORDS[setting]
+    declared = next(s for s in SETTINGS if s.name == setting)
+    if declared.kind == "switch":  # said in words: on (exif_orientation) or off
+        assert documented == declared.default_words
+        assert default == _minimal(**{setting: declared.default})
+        assert default != _minimal(**{setting: not declared.default})
+    elif declared.default_words is not None:
+        # Said in words where the value does not say it: a setting left unset, decided later.
+        assert documented == declared.default_words
         if setting == "name":
             assert default.name == "pets"
         else:
@@ -126,10 +121,6 @@ def test_a_documented_build_default_is_the_config_default(setting, documented):
         if setting == "read_ahead":
             assert default_depth(["gs://bucket/photos/**"]) == 64
             assert default_depth(["photos/**"]) == 16
-    elif setting == "exif_orientation":
-        assert documented == "applied"
-        assert default == _minimal(exif_orientation=True)
-        assert default != _minimal(exif_orientation=False)
     else:
         # Given as the flag's value, the documented default changes nothing: a list shown with
         # spaces after its commas is given without them.
