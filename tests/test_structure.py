@@ -24,7 +24,6 @@ TO_SPLIT = {
     "beam/pipeline.py:_build": 85,
     "shard_writer.py:_verify_existing": 83,
     "beam/pipeline.py:ConvertImages.expand": 79,
-    "manifest.py:withdrawn_reason": 73,
     "codec/example.py:_set_feature": 65,
     "manifest.py:build_manifest": 64,
     "config.py:BuildConfig.from_settings": 62,

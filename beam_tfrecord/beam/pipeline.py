@@ -46,15 +46,12 @@ from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, re
 from beam_tfrecord.manifest import (
     MANIFEST_FILE,
     REPORT_FILE,
-    BuildFailed,
     build_manifest,
     discard_manifest,
     read_manifest,
     remove_stale_files,
-    skipped_fraction,
-    too_many_skipped,
     withdraw_build,
-    withdrawn_reason,
+    withdrawn_failure,
     write_build_files,
 )
 from beam_tfrecord.measurement import measures
@@ -66,6 +63,7 @@ from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
 from beam_tfrecord.shard_processes import discard_started, settings_travel, start_early
 from beam_tfrecord.storage import is_store_refusal, store_reason
 from beam_tfrecord.tfds_metadata import tfds_files
+from beam_tfrecord.verdict import BuildFailed, Counts, Verdict, decide, skipped_fraction
 from beam_tfrecord.wording import count
 
 __all__ = [
@@ -149,28 +147,22 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
         )
     compose_report(output_dir, (part for part, _ in parts), REPORT_FILE)
     remove_parts(output_dir)
-    if not manifest["inputs"]["written"]:
-        # An empty dataset published as finished would pass for a build that worked.
-        withdraw_build(output_dir)
-        return manifest["inputs"]
     shard_files = [s["file"] for s in manifest["shards"]]
     shard_files += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     shard_files += [shard_report_name(s["file"]) for s in manifest["shards"]]
     missing = _missing_classes(manifest, config_dict)
-    if (
-        too_many_skipped(manifest["inputs"], config_dict.get("max_skipped_fraction"))
-        or manifest["inputs"]["unaccounted"]
-        or missing
-    ):
-        # Decided here, not by the command line, so that no runner publishes such a build: one
-        # that skipped too many, or whose books do not balance (inputs listed but neither
-        # written nor reported: a runner that lost them between stages), which would pass for
-        # complete wherever manifest.json is what says a build is done. Its finished shards
-        # stay, as an interrupted build's do: --resume publishes them. So is one whose
-        # --classes names a class no input has, most often a typo that dropped its images.
+    verdict = decide(
+        Counts.of(manifest["inputs"]), config_dict.get("max_skipped_fraction"), missing
+    )
+    if not verdict.published:
+        # Decided here, not by the command line, so that no runner publishes such a build,
+        # which would pass for complete wherever manifest.json is what says a build is done.
+        # Its finished shards stay, as an interrupted build's do: --resume publishes them. The
+        # verdict goes to the launcher as a metric, which says why without guessing.
+        beam.metrics.Metrics.string_set(METRICS_NAMESPACE, _VERDICT).add(verdict.to_json())
         for name in missing:
             beam.metrics.Metrics.string_set(METRICS_NAMESPACE, _CLASSES_NOT_FOUND).add(name)
-        withdraw_build(output_dir, keep=shard_files)
+        withdraw_build(output_dir, keep=shard_files if verdict.keeps_shards else ())
         return manifest["inputs"]
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
     tfds = tfds_files(manifest)
@@ -188,6 +180,8 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
 
 # The metric naming the --classes names no input has, in a build withheld for them.
 _CLASSES_NOT_FOUND = "classes_not_found"
+# The metric holding a withdrawn build's verdict (`Verdict.to_json`).
+_VERDICT = "verdict"
 
 
 def _missing_classes(manifest: dict, config_dict: dict) -> list[str]:
@@ -770,23 +764,22 @@ def _build(
             counters[counter.key.metric.name] = (
                 counters.get(counter.key.metric.name, 0) + counter.committed
             )
-        missing_classes = sorted(
-            name
-            for string_set in query.get("string_sets", ())
-            if string_set.key.metric.name == _CLASSES_NOT_FOUND
-            for name in string_set.committed
-        )
+        string_sets = {s.key.metric.name: s.committed for s in query.get("string_sets", ())}
+        missing_classes = sorted(string_sets.get(_CLASSES_NOT_FOUND, ()))
+        verdicts = string_sets.get(_VERDICT, ())
     except (NotImplementedError, AttributeError, KeyError):  # some runners report no metrics
-        missing_classes = []
+        missing_classes, verdicts = [], ()
     fs, path = fsspec.core.url_to_fs(posixpath.join(config.output, MANIFEST_FILE))
     fs.invalidate_cache()  # object store listings are cached for the life of the process
     if not fs.exists(path):
-        raise withdrawn_reason(
+        raise withdrawn_failure(
             config.output,
-            config.max_skipped_fraction,
-            counters.get("images_listed"),
-            classes=config.classes,
+            # One finalize step, one verdict; more would be a retried step's, all alike.
+            Verdict.from_json(min(verdicts), config.max_skipped_fraction) if verdicts else None,
+            max_skipped_fraction=config.max_skipped_fraction,
+            listed=counters.get("images_listed"),
             written=counters.get("images_written"),
+            classes=config.classes,
             missing_classes=missing_classes,
         )
     return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)

@@ -31,8 +31,8 @@ from beam_tfrecord.config import (
     format_size,
     unknown_setting,
 )
-from beam_tfrecord.manifest import BuildFailed
 from beam_tfrecord.progress import Progress
+from beam_tfrecord.verdict import EXIT_CONFIG, BuildFailed, of_published
 from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "config_from_args", "run"]
@@ -597,14 +597,14 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         configure_logging(sys.stderr, verbose)
     except ConfigError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     except BuildFailed as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         if err.resumable:
             print(f"To publish it anyway: {_publish_anyway_command(config)}", file=sys.stderr)
         if err.retry:
             print(f"To go on from them: {resume_command(sys.argv)}", file=sys.stderr)
-        return 1
+        return err.exit_code
     if interruption.signum is not None:
         from beam_tfrecord.output_lock import release_output
 
@@ -641,17 +641,11 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     _print_summary(
         result, config, seconds=time.monotonic() - started, finished_before=finished_before
     )
-    unaccounted = result.manifest["inputs"].get("unaccounted", 0)
-    if unaccounted:
-        print(
-            f"{prog}: error: {unaccounted} of {count(result.manifest['inputs']['listed'], 'listed input')} "
-            f"{'was' if unaccounted == 1 else 'were'} "
-            "neither written nor reported: the runner lost them between stages. The shards are "
-            "incomplete; build again (the DirectRunner's in_memory mode does not lose data)",
-            file=sys.stderr,
-        )
-        return 1
-    return 0
+    verdict = of_published(result.manifest["inputs"])
+    if not verdict.succeeded:
+        report = posixpath.join(config.output, "report.jsonl")
+        print(f"{prog}: error: {verdict.message(report)}", file=sys.stderr)
+    return verdict.exit_code
 
 
 @contextlib.contextmanager
