@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +25,15 @@ from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 
 from beam_tfrecord.beam import callers_logging_kept
+from beam_tfrecord.beam.compat import (
+    BuildOptions,
+    job_id_of,
+    job_of,
+    raised_in,
+    refused_job,
+    run_on_fn_api_runner,
+    without_step_names,
+)
 from beam_tfrecord.beam.measuring import MeasureImages, discard_kept_records
 from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
@@ -38,6 +46,7 @@ from beam_tfrecord.beam.transforms import (
 )
 from beam_tfrecord.beam.writing import PROCESSES_MIN_BYTES, WriteReport, WriteShards
 from beam_tfrecord.checks import preflight
+from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.labels import LabelRule
@@ -327,32 +336,6 @@ class SubmittedBuild:
     job: Any = field(default=None, repr=False, compare=False)  # the runner's own, if it keeps one
 
 
-class BuildOptions(PipelineOptions):
-    """Beam's PipelineOptions for a build: the same flags and values, each view made once.
-
-    Beam asks a pipeline's options for a view (`view_as(TypeOptions)`, ...) several times for
-    every transform it applies, fuses and runs, and each view is a new object that builds an
-    argparse parser and parses the flags again: some 450 views and a fifth of a second of a
-    build's start, before any image is listed. All views of one options object share its
-    values (`_all_options`, which a view's first making fills in), so one view per class serves
-    every later call alike, a value set through it included.
-    """
-
-    def view_as(self, cls):
-        # Not an option, so not through PipelineOptions.__setattr__, which takes options only.
-        views = self.__dict__.setdefault("_views", {})
-        view = views.get(cls)
-        if view is None:
-            view = views[cls] = super().view_as(cls)
-        return view
-
-    def __getstate__(self):
-        # The views are made again where the options are unpickled.
-        state = dict(super().__getstate__())
-        state.pop("_views", None)
-        return state
-
-
 def _runner_name(options: PipelineOptions) -> str:
     return runner_name(options.view_as(StandardOptions)) or "DirectRunner"
 
@@ -366,10 +349,6 @@ _STEPS = (
     ("WriteReport", "writing the report"),
     ("WriteManifest", "writing the manifest"),
 )
-
-
-# What Beam adds to the message of an error a transform raised.
-_BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
@@ -395,9 +374,9 @@ def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
     for seen in _chain(error):
         if isinstance(seen, (KeyboardInterrupt, SystemExit)):
             return None
-        step = step or next((what for name, what in _STEPS if f"/{name}/" in str(seen)), None)
+        step = step or next((what for name, what in _STEPS if raised_in(seen, name)), None)
         if is_store_refusal(seen):
-            reason = _BEAM_STEP.sub("", store_reason(seen))
+            reason = without_step_names(store_reason(seen))
             message = f"{step or 'the build'} failed: {reason}"
             fix = _lasting_fix(seen)
             if fix and step in _BEFORE_WRITING:
@@ -443,15 +422,11 @@ class _NoInterruptTracebacks(logging.Filter):
         return not (kind is not None and issubclass(kind, (KeyboardInterrupt, SystemExit)))
 
 
-# Where Beam logs an error a transform raised, before it raises it again.
-_BEAM_TRANSFORM_LOG = "apache_beam.runners.common"
-
-
 @contextmanager
 def _interrupts_unlogged() -> Iterator[None]:
     """While a build runs, an interrupt is not logged by Beam as a transform's error: the
     caller gets the interrupt, and a Ctrl-C is not a bug to show a traceback for."""
-    beam_log = logging.getLogger(_BEAM_TRANSFORM_LOG)
+    beam_log = logging.getLogger(BEAM_TRANSFORM_ERROR_LOGGER)
     quiet = _NoInterruptTracebacks()
     beam_log.addFilter(quiet)
     try:
@@ -461,43 +436,22 @@ def _interrupts_unlogged() -> Iterator[None]:
 
 
 def _refused_as_config_error(runner, options: PipelineOptions, step: Callable[[], T]) -> T:
-    """`step()`, with a remote runner's refusal of the job (`_refused_job`) as a ConfigError."""
+    """`step()`, with a remote runner's refusal of the job (`refused_job`) as a ConfigError."""
     try:
         return step()
     except (ValueError, RuntimeError) as err:
-        refusal = None if isinstance(runner, LocalRunner) else _refused_job(err)
+        refusal = None if isinstance(runner, LocalRunner) else refused_job(err)
         if refusal is None:
             raise
         raise ConfigError("runner", f"{_runner_name(options)}: {refusal}") from None
 
 
-def _refused_job(error: Exception) -> str | None:
-    """What a remote runner's refusal of the job's options says, on one line; None for any other
-    error. Before it submits anything, DataflowRunner checks its options (project, region,
-    temp_location...) and stages the packages it is given."""
-    message = str(error)
-    if isinstance(error, ValueError) and message.startswith("Pipeline has validations errors"):
-        problems = [line.strip() for line in message.splitlines()[1:] if line.strip()]
-        return "; ".join(problems) or message
-    if isinstance(error, RuntimeError) and "cannot be found" in message:
-        return " ".join(message.split())
-    return None
-
-
 def _submitted(
     result, pipeline, options: PipelineOptions, dry_run: bool, state: str | None = None
 ) -> SubmittedBuild:
-    # DataflowRunner keeps the job it built: on a dry run's result, or on the runner.
-    job = getattr(result, "job", None) or getattr(getattr(result, "_runner", None), "job", None)
+    job = job_of(result)  # DataflowRunner's, which keeps the job it built
     proto = getattr(job, "proto_pipeline", None) or pipeline.to_runner_api()
-    job_id = None
-    if not dry_run:
-        try:
-            job_id = result.job_id()
-        except (AttributeError, NotImplementedError):  # no job (a template), or no ids
-            # The portable runner's result (Flink, Spark, a job service) keeps its id without
-            # a method to ask for it.
-            job_id = getattr(result, "_job_id", None)
+    job_id = None if dry_run else job_id_of(result)
     return SubmittedBuild(
         runner=_runner_name(options),
         state=state or str(result.state),
@@ -521,15 +475,7 @@ class LocalRunner(SwitchingDirectRunner):
     """
 
     def run_pipeline(self, pipeline, options):
-        from apache_beam.portability.api import beam_provision_api_pb2
-        from apache_beam.runners.portability.fn_api_runner import fn_runner
-        from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
-        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-        provision = fn_runner.ExtendedProvisionInfo(
-            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
-        )
-        return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+        return run_on_fn_api_runner(pipeline, options)
 
 
 def shard_processes(config: BuildConfig, options: PipelineOptions) -> int:

@@ -23,6 +23,7 @@ from beam_tfrecord.commands.console import (
     stop_on_signals,
     terminal_stream,
 )
+from beam_tfrecord.compat import option_strings
 from beam_tfrecord.config import (
     COMMAND_LINE,
     DEFAULT_EXTENSIONS,
@@ -545,7 +546,7 @@ def _print_submitted(submitted, config: BuildConfig, out=None, template: str | N
 def _own_flags() -> list[str]:
     parser = argparse.ArgumentParser(add_help=False)
     add_arguments(parser)
-    return [flag for flag in parser._option_string_actions if flag.startswith("--")]
+    return [flag for flag in option_strings(parser) if flag.startswith("--")]
 
 
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
