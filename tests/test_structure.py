@@ -22,7 +22,6 @@ TO_SPLIT = {
     "commands/build.py:run": 91,
     "config.py:BuildConfig.__post_init__": 89,
     "beam/pipeline.py:_build": 85,
-    "shard_writer.py:_verify_existing": 83,
     "beam/pipeline.py:ConvertImages.expand": 79,
     "codec/example.py:_set_feature": 65,
     "manifest.py:build_manifest": 64,
