@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from beam_tfrecord.build_folder import shard_names
 from beam_tfrecord.checks import refuse_placeholders
@@ -33,7 +33,7 @@ from beam_tfrecord.config import (
     unknown_setting,
 )
 from beam_tfrecord.progress import Progress
-from beam_tfrecord.verdict import EXIT_CONFIG, BuildFailed, of_published
+from beam_tfrecord.verdict import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, BuildFailed, of_published
 from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "config_from_args", "run"]
@@ -288,103 +288,149 @@ def _own_flags() -> list[str]:
     return [flag for flag in option_strings(parser) if flag.startswith("--")]
 
 
+_PROG = "beam-tfrecord build"
+
+
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     started = time.monotonic()
-    prog = "beam-tfrecord build"
     verbose = bool(getattr(args, "verbose", False))
     configure_logging(sys.stderr, verbose)
     extra = [*extra, *(f"--labels={label}" for label in split_labels(args.labels)[1])]
+    config = None
     try:
-        try:
-            config = config_from_args(args)
-        except ConfigError:
-            if any(arg.startswith("-") for arg in extra):
-                # A mistyped flag (`--inptu`) often leaves a required setting unset: the typo,
-                # named with the flag meant, says more than "--input is required".
-                from beam_tfrecord.beam.options import check_beam_args
-
-                check_beam_args(extra, _own_flags())
-            raise
-        refuse_placeholders(config)  # at once: before Beam is imported
-        # Beam is imported only once the config is sound.
-        from beam_tfrecord.beam.options import check_beam_args, local_defaults, runs_here
-
-        options = check_beam_args(extra, _own_flags())
-        beam_args = local_defaults(extra, options)
-        if verbose and not any(a.startswith("--sdk_harness_log_level_overrides") for a in extra):
-            # Worker processes log at INFO; our per-shard lines are DEBUG.
-            beam_args.append('--sdk_harness_log_level_overrides={"beam_tfrecord": "DEBUG"}')
-        _LOG.debug("Beam options: %s", " ".join(beam_args) or "(none)")
-        from beam_tfrecord.beam.pipeline import SubmittedBuild, build
-
+        config, options, beam_args = _settings(args, extra, verbose)
         finished_before = _finished_shard_names(config.output) if config.resume else None
-        with (
-            terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
-            stop_on_signals() as interruption,
-            _naming_flags(),
-        ):
-            configure_logging(terminal, verbose)
-            try:
-                if runs_here(options):
-                    with Progress(terminal):
-                        result = build(config, beam_args, wait=args.wait)
-                else:
-                    result = build(config, beam_args, wait=args.wait)
-            except BaseException:
-                if interruption.signum is None:
-                    raise
-                end_child_processes()
+        result, interruption = _run_build(config, options, beam_args, args.wait, verbose)
         configure_logging(sys.stderr, verbose)
     except ConfigError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{_PROG}: error: {err}", file=sys.stderr)
         return EXIT_CONFIG
     except BuildFailed as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        print(f"{_PROG}: error: {err}", file=sys.stderr)
         if err.resumable:
             print(f"To publish it anyway: {_publish_anyway_command(config)}", file=sys.stderr)
         if err.retry:
             print(f"To go on from them: {resume_command(sys.argv)}", file=sys.stderr)
         return err.exit_code
     if interruption.signum is not None:
-        from beam_tfrecord.output_lock import release_output
+        _end_interrupted(config, interruption, started)
+    return _finished(result, config, options, args.wait, started, finished_before)
 
-        # Tidying up and counting share one wait for a store that stopped answering.
-        deadline = time.monotonic() + _TIDY_SECONDS
-        answered = not _owns_output(config.output) or _within(
-            _TIDY_SECONDS, lambda: _discard_partial_files(config.output)
+
+def _settings(
+    args: argparse.Namespace, extra: list[str], verbose: bool
+) -> tuple[BuildConfig, argparse.Namespace, list[str]]:
+    """The build's config, Beam's options as parsed, and the flags to give Beam, all checked:
+    a bad one raises ConfigError before anything is written."""
+    try:
+        config = config_from_args(args)
+    except ConfigError:
+        if any(arg.startswith("-") for arg in extra):
+            # A mistyped flag (`--inptu`) often leaves a required setting unset: the typo,
+            # named with the flag meant, says more than "--input is required".
+            from beam_tfrecord.beam.options import check_beam_args
+
+            check_beam_args(extra, _own_flags())
+        raise
+    refuse_placeholders(config)  # at once: before Beam is imported
+    # Beam is imported only once the config is sound.
+    from beam_tfrecord.beam.options import check_beam_args, local_defaults
+
+    options = check_beam_args(extra, _own_flags())
+    beam_args = local_defaults(extra, options)
+    if verbose and not any(a.startswith("--sdk_harness_log_level_overrides") for a in extra):
+        # Worker processes log at INFO; our per-shard lines are DEBUG.
+        beam_args.append('--sdk_harness_log_level_overrides={"beam_tfrecord": "DEBUG"}')
+    _LOG.debug("Beam options: %s", " ".join(beam_args) or "(none)")
+    return config, options, beam_args
+
+
+def _run_build(
+    config: BuildConfig,
+    options: argparse.Namespace,
+    beam_args: list[str],
+    wait: bool,
+    verbose: bool,
+):
+    """Runs the build, quiet unless verbose, with progress where it runs here; its result (None
+    if it was interrupted) and the interruption (whose `signum` is None if there was none)."""
+    from beam_tfrecord.beam.options import runs_here
+    from beam_tfrecord.beam.pipeline import build
+
+    result = None
+    with (
+        terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
+        stop_on_signals() as interruption,
+        _naming_flags(),
+    ):
+        configure_logging(terminal, verbose)
+        try:
+            if runs_here(options):
+                with Progress(terminal):
+                    result = build(config, beam_args, wait=wait)
+            else:
+                result = build(config, beam_args, wait=wait)
+        except BaseException:
+            if interruption.signum is None:
+                raise
+            end_child_processes()
+    return result, interruption
+
+
+def _end_interrupted(config: BuildConfig, interruption, started: float) -> NoReturn:
+    """Tidies up after an interrupted build, says what it finished, and ends the process."""
+    from beam_tfrecord.output_lock import release_output
+
+    # Tidying up and counting share one wait for a store that stopped answering.
+    deadline = time.monotonic() + _TIDY_SECONDS
+    answered = not _owns_output(config.output) or _within(
+        _TIDY_SECONDS, lambda: _discard_partial_files(config.output)
+    )
+    if not answered:
+        print(
+            f"{_PROG}: the store did not answer in {_TIDY_SECONDS:g} s; what the build was "
+            f"writing in {config.output} may be left (--resume removes it)",
+            file=sys.stderr,
         )
-        if not answered:
-            print(
-                f"{prog}: the store did not answer in {_TIDY_SECONDS:g} s; what the build was "
-                f"writing in {config.output} may be left (--resume removes it)",
-                file=sys.stderr,
-            )
-        # The interrupted build kept the output locked until its workers and partial files
-        # were gone (build()); the lock file goes too, for the next build to start clean.
-        release_output(config.output)
-        _report_interruption(
-            prog,
-            config,
-            interruption,
-            (interruption.at or time.monotonic()) - started,
-            until=deadline if answered else None,
-        )
-        # Beam's threads (and a worker stuck in a read) must not hold the exit up.
-        os._exit(interruption.exit_status)
+    # The interrupted build kept the output locked until its workers and partial files
+    # were gone (build()); the lock file goes too, for the next build to start clean.
+    release_output(config.output)
+    _report_interruption(
+        _PROG,
+        config,
+        interruption,
+        (interruption.at or time.monotonic()) - started,
+        until=deadline if answered else None,
+    )
+    # Beam's threads (and a worker stuck in a read) must not hold the exit up.
+    os._exit(interruption.exit_status)
+
+
+def _finished(
+    result,
+    config: BuildConfig,
+    options: argparse.Namespace,
+    wait: bool,
+    started: float,
+    finished_before: list[str] | None,
+) -> int:
+    """Prints what became of a build that ended (or was submitted); its exit status."""
+    from beam_tfrecord.beam.pipeline import SubmittedBuild
+
     if isinstance(result, SubmittedBuild):  # not finished: there is no manifest to read yet
-        if args.wait and not result.dry_run and result.state != "TEMPLATE_WRITTEN":
+        if wait and not result.dry_run and result.state != "TEMPLATE_WRITTEN":
             # Waited for, and ended otherwise than done (cancelled, say).
-            print(f"{prog}: error: the job ended {result.state}", file=sys.stderr)
-            return 1
+            print(f"{_PROG}: error: the job ended {result.state}", file=sys.stderr)
+            return EXIT_FAILED
         print_submitted(result, config, template=getattr(options, "template_location", None))
-        return 0
+        return EXIT_OK
     print_summary(
         result, config, seconds=time.monotonic() - started, finished_before=finished_before
     )
     verdict = of_published(result.manifest["inputs"])
     if not verdict.succeeded:
         report = posixpath.join(config.output, "report.jsonl")
-        print(f"{prog}: error: {verdict.message(report)}", file=sys.stderr)
+        print(f"{_PROG}: error: {verdict.message(report)}", file=sys.stderr)
     return verdict.exit_code
 
 
