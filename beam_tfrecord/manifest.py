@@ -240,24 +240,7 @@ def build_manifest(
     """
     order = {name: i for i, name in enumerate(split_names)}
     shards = sorted(shards, key=lambda r: (order.get(r.split, len(order)), r.split, r.index))
-    splits: dict[str, Any] = {
-        name: {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}} for name in split_names
-    }
-    for shard in shards:
-        split = splits.setdefault(
-            shard.split, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
-        )
-        split["examples"] += shard.examples
-        split["bytes"] += shard.bytes
-        split["shards"] += 1
-        counts = Counter(split["class_counts"])
-        counts.update(dict(shard.class_counts))
-        split["class_counts"] = {name: counts[name] for name in classes.names if counts[name]}
-    for name, counts in (class_counts or {}).items():
-        split = splits.setdefault(
-            name, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
-        )
-        split["class_counts"] = {c: counts[c] for c in classes.names if counts.get(c)}
+    splits = _split_summaries(shards, split_names, classes, class_counts)
     tally = report if isinstance(report, ReportTally) else ReportTally.of(report)
     written = sum(s["examples"] for s in splits.values())
     return {
@@ -296,6 +279,35 @@ def build_manifest(
             for s in shards
         ],
     }
+
+
+def _split_summaries(
+    shards: Sequence[ShardResult],
+    split_names: Sequence[str],
+    classes: ClassMap,
+    class_counts: Mapping[str, Mapping[str, int]] | None,
+) -> dict[str, Any]:
+    """Each split's totals over its shards (`shards` in order), splits without a shard included;
+    `class_counts`, per split, replaces the shards' own."""
+    splits: dict[str, Any] = {
+        name: {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}} for name in split_names
+    }
+    for shard in shards:
+        split = splits.setdefault(
+            shard.split, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
+        )
+        split["examples"] += shard.examples
+        split["bytes"] += shard.bytes
+        split["shards"] += 1
+        counts = Counter(split["class_counts"])
+        counts.update(dict(shard.class_counts))
+        split["class_counts"] = {name: counts[name] for name in classes.names if counts[name]}
+    for name, counts in (class_counts or {}).items():
+        split = splits.setdefault(
+            name, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
+        )
+        split["class_counts"] = {c: counts[c] for c in classes.names if counts.get(c)}
+    return splits
 
 
 def publish_text(url: str, text: str) -> None:

@@ -21,7 +21,6 @@ TO_SPLIT = {
     "beam/pipeline.py:_build": 85,
     "beam/pipeline.py:ConvertImages.expand": 79,
     "codec/example.py:_set_feature": 65,
-    "manifest.py:build_manifest": 64,
     "config.py:BuildConfig.from_settings": 62,
     "codec/reader.py:TFRecordReader._frames": 62,
     "verification.py:verify_file": 61,
