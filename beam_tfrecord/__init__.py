@@ -28,7 +28,7 @@ __all__ = [
 # Each public name -> the module that defines it.
 _HOMES = {
     "BuildConfig": "beam_tfrecord.config",
-    "BuildFailed": "beam_tfrecord.manifest",
+    "BuildFailed": "beam_tfrecord.verdict",
     "BuildResult": "beam_tfrecord.beam.pipeline",
     "ConfigError": "beam_tfrecord.config",
     "Dataset": "beam_tfrecord.reader",
@@ -40,9 +40,9 @@ _HOMES = {
 if TYPE_CHECKING:
     from beam_tfrecord.beam.pipeline import BuildResult, build
     from beam_tfrecord.config import BuildConfig, ConfigError
-    from beam_tfrecord.manifest import BuildFailed
     from beam_tfrecord.output_lock import release_output
     from beam_tfrecord.reader import Dataset, list_shards
+    from beam_tfrecord.verdict import BuildFailed
 
 
 def __getattr__(name: str):

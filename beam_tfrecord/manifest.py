@@ -24,7 +24,15 @@ from beam_tfrecord.report import SHARD_REPORT_SUFFIX, SHARD_REPORTS_DIR, ReportT
 from beam_tfrecord.shard_names import is_shard_name
 from beam_tfrecord.storage import is_temporary, publish
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
-from beam_tfrecord.wording import count, nearest
+from beam_tfrecord.verdict import (  # BuildFailed and the skip bound's: imported from here too
+    BuildFailed,
+    Counts,
+    Verdict,
+    decide,
+    left_out_labels,
+    skipped_fraction,
+    too_many_skipped,
+)
 
 __all__ = [
     "BUILD_FILES",
@@ -49,7 +57,7 @@ __all__ = [
     "skipped_fraction",
     "too_many_skipped",
     "withdraw_build",
-    "withdrawn_reason",
+    "withdrawn_failure",
     "write_build_files",
 ]
 
@@ -232,24 +240,7 @@ def build_manifest(
     """
     order = {name: i for i, name in enumerate(split_names)}
     shards = sorted(shards, key=lambda r: (order.get(r.split, len(order)), r.split, r.index))
-    splits: dict[str, Any] = {
-        name: {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}} for name in split_names
-    }
-    for shard in shards:
-        split = splits.setdefault(
-            shard.split, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
-        )
-        split["examples"] += shard.examples
-        split["bytes"] += shard.bytes
-        split["shards"] += 1
-        counts = Counter(split["class_counts"])
-        counts.update(dict(shard.class_counts))
-        split["class_counts"] = {name: counts[name] for name in classes.names if counts[name]}
-    for name, counts in (class_counts or {}).items():
-        split = splits.setdefault(
-            name, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
-        )
-        split["class_counts"] = {c: counts[c] for c in classes.names if counts.get(c)}
+    splits = _split_summaries(shards, split_names, classes, class_counts)
     tally = report if isinstance(report, ReportTally) else ReportTally.of(report)
     written = sum(s["examples"] for s in splits.values())
     return {
@@ -288,6 +279,35 @@ def build_manifest(
             for s in shards
         ],
     }
+
+
+def _split_summaries(
+    shards: Sequence[ShardResult],
+    split_names: Sequence[str],
+    classes: ClassMap,
+    class_counts: Mapping[str, Mapping[str, int]] | None,
+) -> dict[str, Any]:
+    """Each split's totals over its shards (`shards` in order), splits without a shard included;
+    `class_counts`, per split, replaces the shards' own."""
+    splits: dict[str, Any] = {
+        name: {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}} for name in split_names
+    }
+    for shard in shards:
+        split = splits.setdefault(
+            shard.split, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
+        )
+        split["examples"] += shard.examples
+        split["bytes"] += shard.bytes
+        split["shards"] += 1
+        counts = Counter(split["class_counts"])
+        counts.update(dict(shard.class_counts))
+        split["class_counts"] = {name: counts[name] for name in classes.names if counts[name]}
+    for name, counts in (class_counts or {}).items():
+        split = splits.setdefault(
+            name, {"examples": 0, "bytes": 0, "shards": 0, "class_counts": {}}
+        )
+        split["class_counts"] = {c: counts[c] for c in classes.names if counts.get(c)}
+    return splits
 
 
 def publish_text(url: str, text: str) -> None:
@@ -329,21 +349,6 @@ def write_build_files(
     )
 
 
-class BuildFailed(Exception):
-    """A build that ran but must not be published: its one-line reason, for the command line.
-
-    `resumable`: the build's finished shards are kept, and `--resume` (with settings that let it
-    pass) publishes them without writing them again. `retry`: it stopped on a file or object it
-    could not read or write, a store's trouble that may pass; the same build with `--resume`
-    goes on from the shards it finished.
-    """
-
-    def __init__(self, message: str, *, resumable: bool = False, retry: bool = False):
-        super().__init__(message)
-        self.resumable = resumable
-        self.retry = retry
-
-
 def withdraw_build(
     output_dir: str, report: Iterable[ReportEntry] | None = None, keep: Iterable[str] = ()
 ) -> None:
@@ -371,16 +376,6 @@ def withdraw_build(
                 fs.rmdir(path)
 
 
-def skipped_fraction(inputs: Mapping[str, int]) -> float:
-    """The share of a build's inputs (the manifest's `inputs`) it skipped; 0 when none listed."""
-    return inputs["skipped"] / inputs["listed"] if inputs["listed"] else 0.0
-
-
-def too_many_skipped(inputs: Mapping[str, int], max_skipped_fraction: float | None) -> bool:
-    """Whether a build skipped more of its inputs (the manifest's `inputs`) than it may."""
-    return max_skipped_fraction is not None and skipped_fraction(inputs) > max_skipped_fraction
-
-
 def _holds_shards(output_dir: str) -> bool:
     fs, path = fsspec.core.url_to_fs(output_dir)
     fs.invalidate_cache(path)
@@ -392,28 +387,44 @@ def _holds_shards(output_dir: str) -> bool:
     return any(is_shard_name(n, suffix="") for n in names)
 
 
-def withdrawn_reason(
+def withdrawn_failure(
     output_dir: str,
+    carried: Verdict | None,
+    *,
     max_skipped_fraction: float | None = None,
     listed: int | None = None,
-    classes: Sequence[str] | None = None,
     written: int | None = None,
+    classes: Sequence[str] | None = None,
     missing_classes: Sequence[str] = (),
 ) -> BuildFailed:
-    """Why a build was withdrawn, in one line, from the report.jsonl `withdraw_build` wrote:
-    the BuildFailed to raise.
+    """The BuildFailed of a build withdrawn by its finalize step, which left report.jsonl.
 
-    A build that wrote images and was withdrawn skipped more than `max_skipped_fraction` of its
-    inputs, or its books did not balance (inputs listed but neither written nor reported): its
-    finished shards stay. `listed` and `written`, when known (a runner's counters), give the
-    share and the count lost.
+    `carried`: the verdict the finalize step decided, as the runner's metrics brought it. A
+    runner that reports none leaves only the folder to go by: the verdict is then decided
+    again, by the same rules (`decide`), from the report's lines, its finished shards (none
+    stay when no image was written) and `listed` and `written`, when known (a runner's
+    counters), and `missing_classes`.
     `classes`, the build's --classes, if any: inputs skipped as unknown_class are then named by
     their labels, with the --classes name each most likely mistypes (a withdrawn build has no
     summary to say it).
-    `missing_classes`: the --classes names no input has, when the build was withheld for them
-    (`allow_missing_classes` off).
     """
     url = posixpath.join(output_dir, REPORT_FILE)
+    reasons, unknown = _skipped_in_report(url)
+    hint = left_out_labels(unknown, classes) if classes is not None else ""
+    if carried is None:
+        if written is None and not _holds_shards(output_dir):
+            written = 0
+        counts = Counts(listed, written, reasons)
+        carried = decide(counts, max_skipped_fraction, missing_classes, withdrawn=True)
+    return carried.failure(url, hint)
+
+
+# Distinct unknown_class labels a withdrawn build's reason counts (a bound on what it holds).
+_UNKNOWN_LABELS_KEPT = 10_000
+
+
+def _skipped_in_report(url: str) -> tuple[Counter[str], Counter[str]]:
+    """The report's skipped inputs by reason, and those skipped as unknown_class by label."""
     reasons: Counter[str] = Counter()
     unknown: Counter[str] = Counter()  # labels --classes does not name, and their inputs
     with fsspec.open(url, "r", encoding="utf-8") as f:
@@ -428,100 +439,7 @@ def withdrawn_reason(
                     and (label in unknown or len(unknown) < _UNKNOWN_LABELS_KEPT)
                 ):
                     unknown[label] += 1
-    counts = ", ".join(f"{reason}: {n}" for reason, n in sorted(reasons.items()))
-    hint = _left_out_labels(unknown, classes) if classes is not None else ""
-    skipped = reasons.total()
-    holds_shards = _holds_shards(output_dir)
-    skipped_too_many = (
-        max_skipped_fraction is not None
-        and bool(listed)
-        and too_many_skipped({"listed": listed, "skipped": skipped}, max_skipped_fraction)
-    )
-    if missing_classes and holds_shards and not skipped_too_many:
-        return _missing_classes_failure(missing_classes, url, hint)
-    # A withdrawn build that wrote images and did not skip too many (or that no bound limits)
-    # had books that did not balance.
-    if holds_shards and (
-        max_skipped_fraction is None
-        or (
-            listed
-            and not too_many_skipped({"listed": listed, "skipped": skipped}, max_skipped_fraction)
-        )
-    ):
-        lost = (listed or 0) - (written or 0) - skipped
-        how_many = (
-            f"{lost} of {count(listed or 0, 'listed input')} {'was' if lost == 1 else 'were'}"
-            if lost > 0 and written
-            else "inputs were"
-        )
-        return BuildFailed(
-            f"{how_many} neither written nor reported: the runner lost them between stages; "
-            f"nothing was published (the finished shards are kept), see {url}. Build again "
-            "with --resume (the DirectRunner's in_memory mode, a local build's default, does "
-            "not lose data)",
-            retry=True,
-        )
-    if max_skipped_fraction is not None and holds_shards:
-        share = f" ({skipped / listed:.1%})" if listed else ""
-        of = f" of {listed}" if listed else ""
-        return BuildFailed(
-            f"{skipped}{of} inputs{share} {'was' if skipped == 1 else 'were'} skipped ({counts}), "
-            "more than "
-            f"--max-skipped-fraction {max_skipped_fraction:g} allows; nothing was published "
-            f"(the finished shards are kept), see {url}{hint}",
-            resumable=True,
-        )
-    if not reasons:
-        return BuildFailed(
-            "no image was written and no input was reported: none was listed, or the runner "
-            "lost them between stages; nothing was published"
-        )
-    return BuildFailed(
-        f"no image was written: {reasons.total()} inputs were reported ({counts}); "
-        f"nothing was published, see {url}{hint}"
-    )
-
-
-def _missing_classes_failure(missing: Sequence[str], url: str, hint: str) -> BuildFailed:
-    """Why a build whose --classes names classes no input has was withheld, with the labels
-    --classes left out (`hint`): most often the names are typos of them."""
-    one = len(missing) == 1
-    named = ", ".join(repr(name) for name in missing[:5])
-    more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-    return BuildFailed(
-        f"--classes names {count(len(missing), 'class', 'classes')} no input is labelled with: "
-        f"{named}{more}; nothing was published (the finished shards are kept), see {url}{hint}. "
-        f"Correct --classes, or pass --allow-missing-classes to publish "
-        f"{'it' if one else 'them'} with no image (--resume keeps the finished shards)"
-    )
-
-
-# Distinct unknown_class labels a withdrawn build's reason counts (a bound on what it holds).
-_UNKNOWN_LABELS_KEPT = 10_000
-# Labels it names.
-_UNKNOWN_LABELS_NAMED = 5
-
-
-def _left_out_labels(unknown: Counter[str], classes: Sequence[str]) -> str:
-    """`; --classes left out the labels 'banana' (31 inputs, did you mean it for 'banan'?)...`:
-    the most common labels of the inputs skipped as unknown_class, each with the --classes name
-    that mistypes it, if one is close."""
-    if not unknown:
-        return ""
-    named = []
-    unused = [name for name in classes if name not in unknown]  # the names a label may mistype
-    for label, inputs in sorted(unknown.items(), key=lambda item: (-item[1], item[0])):
-        if len(named) == _UNKNOWN_LABELS_NAMED:
-            break
-        meant = nearest(label, unused)
-        typo = f"; --classes has {meant!r}: a typo?" if meant else ""
-        named.append(f"{label!r} ({count(inputs, 'input')}{typo})")
-    more = len(unknown) - len(named)
-    return (
-        f"; --classes left out the label{'s' if len(unknown) > 1 else ''} "
-        + ", ".join(named)
-        + (f" and {more} more" if more else "")
-    )
+    return reasons, unknown
 
 
 def discard_manifest(output_dir: str) -> None:

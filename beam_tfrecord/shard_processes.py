@@ -20,16 +20,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import multiprocessing
 import os
 import pickle
 import posixpath
 import signal
-import sys
 import tempfile
 import threading
 import time
-import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -40,6 +37,7 @@ import fsspec.config
 
 from beam_tfrecord import progress
 from beam_tfrecord.codec.record_index import index_file_name
+from beam_tfrecord.compat import SpawnWithoutMain
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.head_start import HeadStart, plan_digest, plan_shards
 from beam_tfrecord.images.decode import quiet_pillow_for_good
@@ -93,7 +91,7 @@ class ShardProcesses:
         log_level = logging.getLogger("beam_tfrecord").getEffectiveLevel()
         self._pool = ProcessPoolExecutor(
             processes,
-            mp_context=_SpawnWithoutMain(),
+            mp_context=SpawnWithoutMain(),
             initializer=_start_worker,
             # Settings a program gave fsspec (credentials, endpoints), which a spawned process
             # would not have; the environment it inherits.
@@ -441,23 +439,6 @@ def discard_started() -> None:
     head start's shards): the build they were started for has ended, or failed."""
     while _started:
         _started.pop().close(cancel=True)
-
-
-class _ProcessWithoutMain(multiprocessing.context.SpawnProcess):
-    @staticmethod
-    def _Popen(process_obj):
-        # What a spawned process imports is read from sys.modules["__main__"] as it starts:
-        # a bare module there names nothing to import.
-        main = sys.modules["__main__"]
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
-            return multiprocessing.context.SpawnProcess._Popen(process_obj)
-        finally:
-            sys.modules["__main__"] = main
-
-
-class _SpawnWithoutMain(multiprocessing.context.SpawnContext):
-    Process = _ProcessWithoutMain
 
 
 @contextlib.contextmanager

@@ -7,9 +7,7 @@ import logging
 import sys
 from collections.abc import Iterator
 
-# What Beam logs to the root logger as it is imported without its Google Cloud extras (this
-# package's own install): the BigQuery client it does not need here cannot be loaded.
-_IMPORT_NOISE = "apitools not found"
+from beam_tfrecord.compat import BEAM_IMPORT_NOISE
 
 
 @contextlib.contextmanager
@@ -28,7 +26,7 @@ def callers_logging_kept() -> Iterator[None]:
     placeholder = logging.lastResort if not root.handlers else None
 
     def noise(record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(_IMPORT_NOISE)
+        return not str(record.msg).startswith(BEAM_IMPORT_NOISE)
 
     root.addFilter(noise)
     if placeholder is not None:

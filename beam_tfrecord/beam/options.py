@@ -9,19 +9,16 @@ folder was created.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import posixpath
 from collections.abc import Iterable, Sequence
 
+from beam_tfrecord.beam.compat import OptionRefused, beam_flags, beam_option_parser
+from beam_tfrecord.compat import option_strings
 from beam_tfrecord.config import ConfigError
 from beam_tfrecord.wording import nearest
 
 __all__ = ["FlagError", "beam_flag_names", "check_beam_args", "runner_name"]
-
-
-class _Refused(Exception):
-    pass
 
 
 class FlagError(ConfigError):
@@ -32,38 +29,9 @@ class FlagError(ConfigError):
         self.setting = setting
 
 
-def _option_classes() -> list[type]:
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    found: dict[str, type] = {}
-    pending = list(PipelineOptions.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        found.setdefault(f"{cls.__module__}.{cls.__qualname__}", cls)
-        pending.extend(cls.__subclasses__())
-    return list(found.values())
-
-
-def _beam_parser() -> argparse.ArgumentParser:
-    """A parser of every option any PipelineOptions class registers, raising instead of exiting."""
-    from apache_beam.options.pipeline_options import _BeamArgumentParser
-
-    class Parser(_BeamArgumentParser):
-        def error(self, message):
-            raise _Refused(message)
-
-    parser = Parser(allow_abbrev=False, add_help=False)
-    for cls in _option_classes():
-        # A class may re-declare an option another already declared.
-        with contextlib.suppress(argparse.ArgumentError):
-            cls._add_argparse_args(parser)
-    return parser
-
-
 def beam_flag_names() -> list[str]:
     """Every `--flag` Beam's pipeline options know."""
-    parser = _beam_parser()
-    return sorted(s for s in parser._option_string_actions if s.startswith("--"))
+    return sorted(beam_flags())
 
 
 def _suggest(flag: str, candidates: Iterable[str]) -> str:
@@ -88,10 +56,10 @@ def check_beam_args(
     Raises:
         ConfigError: naming the flag, with the nearest valid flag for an unknown one.
     """
-    parser = _beam_parser()
+    parser = beam_option_parser()
     try:
         known, unknown = parser.parse_known_args(list(extra))
-    except _Refused as err:
+    except OptionRefused as err:
         raise FlagError("beam_options", str(err).replace("argument ", "", 1)) from None
     for arg in unknown:
         flag = arg.split("=", 1)[0]
@@ -104,7 +72,7 @@ def check_beam_args(
                 f"{flag} is a setting of the build, not a Beam option: give it in the "
                 f"build's config (BuildConfig.from_settings({{{setting!r}: ...}}))",
             )
-        candidates = [*own_flags, *(s for s in parser._option_string_actions if s.startswith("--"))]
+        candidates = [*own_flags, *(s for s in option_strings(parser) if s.startswith("--"))]
         raise _unknown_flag(flag, candidates)
     name = runner_name(known)
     if name is not None:

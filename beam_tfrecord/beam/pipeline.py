@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +25,15 @@ from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 
 from beam_tfrecord.beam import callers_logging_kept
+from beam_tfrecord.beam.compat import (
+    BuildOptions,
+    job_id_of,
+    job_of,
+    raised_in,
+    refused_job,
+    run_on_fn_api_runner,
+    without_step_names,
+)
 from beam_tfrecord.beam.measuring import MeasureImages, discard_kept_records
 from beam_tfrecord.beam.options import check_beam_args, runner_name
 from beam_tfrecord.beam.transforms import (
@@ -37,6 +45,7 @@ from beam_tfrecord.beam.transforms import (
     PlanShards,
 )
 from beam_tfrecord.beam.writing import WriteReport, WriteShards
+from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
 from beam_tfrecord.early_start import head_start, preflight_once
 from beam_tfrecord.entries import ShardResult
@@ -45,15 +54,12 @@ from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, re
 from beam_tfrecord.manifest import (
     MANIFEST_FILE,
     REPORT_FILE,
-    BuildFailed,
     build_manifest,
     discard_manifest,
     read_manifest,
     remove_stale_files,
-    skipped_fraction,
-    too_many_skipped,
     withdraw_build,
-    withdrawn_reason,
+    withdrawn_failure,
     write_build_files,
 )
 from beam_tfrecord.measurement import measures
@@ -70,6 +76,7 @@ from beam_tfrecord.shard_processes import (
 )
 from beam_tfrecord.storage import is_store_refusal, store_reason
 from beam_tfrecord.tfds_metadata import tfds_files
+from beam_tfrecord.verdict import BuildFailed, Counts, Verdict, decide, skipped_fraction
 from beam_tfrecord.wording import count
 
 __all__ = [
@@ -131,28 +138,22 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
         )
     compose_report(output_dir, (part for part, _ in parts), REPORT_FILE)
     remove_parts(output_dir)
-    if not manifest["inputs"]["written"]:
-        # An empty dataset published as finished would pass for a build that worked.
-        withdraw_build(output_dir)
-        return manifest["inputs"]
     shard_files = [s["file"] for s in manifest["shards"]]
     shard_files += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     shard_files += [shard_report_name(s["file"]) for s in manifest["shards"]]
     missing = _missing_classes(manifest, config_dict)
-    if (
-        too_many_skipped(manifest["inputs"], config_dict.get("max_skipped_fraction"))
-        or manifest["inputs"]["unaccounted"]
-        or missing
-    ):
-        # Decided here, not by the command line, so that no runner publishes such a build: one
-        # that skipped too many, or whose books do not balance (inputs listed but neither
-        # written nor reported: a runner that lost them between stages), which would pass for
-        # complete wherever manifest.json is what says a build is done. Its finished shards
-        # stay, as an interrupted build's do: --resume publishes them. So is one whose
-        # --classes names a class no input has, most often a typo that dropped its images.
+    verdict = decide(
+        Counts.of(manifest["inputs"]), config_dict.get("max_skipped_fraction"), missing
+    )
+    if not verdict.published:
+        # Decided here, not by the command line, so that no runner publishes such a build,
+        # which would pass for complete wherever manifest.json is what says a build is done.
+        # Its finished shards stay, as an interrupted build's do: --resume publishes them. The
+        # verdict goes to the launcher as a metric, which says why without guessing.
+        beam.metrics.Metrics.string_set(METRICS_NAMESPACE, _VERDICT).add(verdict.to_json())
         for name in missing:
             beam.metrics.Metrics.string_set(METRICS_NAMESPACE, _CLASSES_NOT_FOUND).add(name)
-        withdraw_build(output_dir, keep=shard_files)
+        withdraw_build(output_dir, keep=shard_files if verdict.keeps_shards else ())
         return manifest["inputs"]
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
     tfds = tfds_files(manifest)
@@ -170,6 +171,8 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
 
 # The metric naming the --classes names no input has, in a build withheld for them.
 _CLASSES_NOT_FOUND = "classes_not_found"
+# The metric holding a withdrawn build's verdict (`Verdict.to_json`).
+_VERDICT = "verdict"
 
 
 def _missing_classes(manifest: dict, config_dict: dict) -> list[str]:
@@ -315,32 +318,6 @@ class SubmittedBuild:
     job: Any = field(default=None, repr=False, compare=False)  # the runner's own, if it keeps one
 
 
-class BuildOptions(PipelineOptions):
-    """Beam's PipelineOptions for a build: the same flags and values, each view made once.
-
-    Beam asks a pipeline's options for a view (`view_as(TypeOptions)`, ...) several times for
-    every transform it applies, fuses and runs, and each view is a new object that builds an
-    argparse parser and parses the flags again: some 450 views and a fifth of a second of a
-    build's start, before any image is listed. All views of one options object share its
-    values (`_all_options`, which a view's first making fills in), so one view per class serves
-    every later call alike, a value set through it included.
-    """
-
-    def view_as(self, cls):
-        # Not an option, so not through PipelineOptions.__setattr__, which takes options only.
-        views = self.__dict__.setdefault("_views", {})
-        view = views.get(cls)
-        if view is None:
-            view = views[cls] = super().view_as(cls)
-        return view
-
-    def __getstate__(self):
-        # The views are made again where the options are unpickled.
-        state = dict(super().__getstate__())
-        state.pop("_views", None)
-        return state
-
-
 def _runner_name(options: PipelineOptions) -> str:
     return runner_name(options.view_as(StandardOptions)) or "DirectRunner"
 
@@ -354,10 +331,6 @@ _STEPS = (
     ("WriteReport", "writing the report"),
     ("WriteManifest", "writing the manifest"),
 )
-
-
-# What Beam adds to the message of an error a transform raised.
-_BEAM_STEP = re.compile(r"\s*\[while running '[^']*'\]")
 
 
 def _chain(error: BaseException) -> Iterator[BaseException]:
@@ -383,9 +356,9 @@ def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
     for seen in _chain(error):
         if isinstance(seen, (KeyboardInterrupt, SystemExit)):
             return None
-        step = step or next((what for name, what in _STEPS if f"/{name}/" in str(seen)), None)
+        step = step or next((what for name, what in _STEPS if raised_in(seen, name)), None)
         if is_store_refusal(seen):
-            reason = _BEAM_STEP.sub("", store_reason(seen))
+            reason = without_step_names(store_reason(seen))
             message = f"{step or 'the build'} failed: {reason}"
             fix = _lasting_fix(seen)
             if fix and step in _BEFORE_WRITING:
@@ -431,15 +404,11 @@ class _NoInterruptTracebacks(logging.Filter):
         return not (kind is not None and issubclass(kind, (KeyboardInterrupt, SystemExit)))
 
 
-# Where Beam logs an error a transform raised, before it raises it again.
-_BEAM_TRANSFORM_LOG = "apache_beam.runners.common"
-
-
 @contextmanager
 def _interrupts_unlogged() -> Iterator[None]:
     """While a build runs, an interrupt is not logged by Beam as a transform's error: the
     caller gets the interrupt, and a Ctrl-C is not a bug to show a traceback for."""
-    beam_log = logging.getLogger(_BEAM_TRANSFORM_LOG)
+    beam_log = logging.getLogger(BEAM_TRANSFORM_ERROR_LOGGER)
     quiet = _NoInterruptTracebacks()
     beam_log.addFilter(quiet)
     try:
@@ -449,43 +418,22 @@ def _interrupts_unlogged() -> Iterator[None]:
 
 
 def _refused_as_config_error(runner, options: PipelineOptions, step: Callable[[], T]) -> T:
-    """`step()`, with a remote runner's refusal of the job (`_refused_job`) as a ConfigError."""
+    """`step()`, with a remote runner's refusal of the job (`refused_job`) as a ConfigError."""
     try:
         return step()
     except (ValueError, RuntimeError) as err:
-        refusal = None if isinstance(runner, LocalRunner) else _refused_job(err)
+        refusal = None if isinstance(runner, LocalRunner) else refused_job(err)
         if refusal is None:
             raise
         raise ConfigError("runner", f"{_runner_name(options)}: {refusal}") from None
 
 
-def _refused_job(error: Exception) -> str | None:
-    """What a remote runner's refusal of the job's options says, on one line; None for any other
-    error. Before it submits anything, DataflowRunner checks its options (project, region,
-    temp_location...) and stages the packages it is given."""
-    message = str(error)
-    if isinstance(error, ValueError) and message.startswith("Pipeline has validations errors"):
-        problems = [line.strip() for line in message.splitlines()[1:] if line.strip()]
-        return "; ".join(problems) or message
-    if isinstance(error, RuntimeError) and "cannot be found" in message:
-        return " ".join(message.split())
-    return None
-
-
 def _submitted(
     result, pipeline, options: PipelineOptions, dry_run: bool, state: str | None = None
 ) -> SubmittedBuild:
-    # DataflowRunner keeps the job it built: on a dry run's result, or on the runner.
-    job = getattr(result, "job", None) or getattr(getattr(result, "_runner", None), "job", None)
+    job = job_of(result)  # DataflowRunner's, which keeps the job it built
     proto = getattr(job, "proto_pipeline", None) or pipeline.to_runner_api()
-    job_id = None
-    if not dry_run:
-        try:
-            job_id = result.job_id()
-        except (AttributeError, NotImplementedError):  # no job (a template), or no ids
-            # The portable runner's result (Flink, Spark, a job service) keeps its id without
-            # a method to ask for it.
-            job_id = getattr(result, "_job_id", None)
+    job_id = None if dry_run else job_id_of(result)
     return SubmittedBuild(
         runner=_runner_name(options),
         state=state or str(result.state),
@@ -509,15 +457,7 @@ class LocalRunner(SwitchingDirectRunner):
     """
 
     def run_pipeline(self, pipeline, options):
-        from apache_beam.portability.api import beam_provision_api_pb2
-        from apache_beam.runners.portability.fn_api_runner import fn_runner
-        from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
-        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-        provision = fn_runner.ExtendedProvisionInfo(
-            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
-        )
-        return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+        return run_on_fn_api_runner(pipeline, options)
 
 
 def shard_processes(config: BuildConfig, options: PipelineOptions) -> int:
@@ -752,23 +692,22 @@ def _build(
             counters[counter.key.metric.name] = (
                 counters.get(counter.key.metric.name, 0) + counter.committed
             )
-        missing_classes = sorted(
-            name
-            for string_set in query.get("string_sets", ())
-            if string_set.key.metric.name == _CLASSES_NOT_FOUND
-            for name in string_set.committed
-        )
+        string_sets = {s.key.metric.name: s.committed for s in query.get("string_sets", ())}
+        missing_classes = sorted(string_sets.get(_CLASSES_NOT_FOUND, ()))
+        verdicts = string_sets.get(_VERDICT, ())
     except (NotImplementedError, AttributeError, KeyError):  # some runners report no metrics
-        missing_classes = []
+        missing_classes, verdicts = [], ()
     fs, path = fsspec.core.url_to_fs(posixpath.join(config.output, MANIFEST_FILE))
     fs.invalidate_cache()  # object store listings are cached for the life of the process
     if not fs.exists(path):
-        raise withdrawn_reason(
+        raise withdrawn_failure(
             config.output,
-            config.max_skipped_fraction,
-            counters.get("images_listed"),
-            classes=config.classes,
+            # One finalize step, one verdict; more would be a retried step's, all alike.
+            Verdict.from_json(min(verdicts), config.max_skipped_fraction) if verdicts else None,
+            max_skipped_fraction=config.max_skipped_fraction,
+            listed=counters.get("images_listed"),
             written=counters.get("images_written"),
+            classes=config.classes,
             missing_classes=missing_classes,
         )
     return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import importlib
 import os
@@ -14,6 +13,7 @@ from collections.abc import Sequence
 
 from beam_tfrecord.commands.console import quiet_libraries, stop_on_signals
 from beam_tfrecord.commands.starting import started
+from beam_tfrecord.compat import option_strings, run_exit_handlers, subcommand_parsers
 from beam_tfrecord.wording import nearest
 
 # Subcommand name -> module exposing `add_arguments(parser)` and `run(args, extra) -> int`.
@@ -62,15 +62,14 @@ def command_parsers() -> dict[str, argparse.ArgumentParser]:
     parsers: dict[str, argparse.ArgumentParser] = {"": _parser([])}
     for name in _COMMANDS:
         top = _parser([name])
-        (sub,) = (a for a in top._actions if isinstance(a, argparse._SubParsersAction))
-        parsers[name] = sub.choices[name]
+        parsers[name] = subcommand_parsers(top)[name]
     return parsers
 
 
 def _unrecognized(extra: Sequence[str], parser: argparse.ArgumentParser) -> str:
     """Why a command refuses the arguments it does not know: each unknown flag, with the flag
     a typo of it meant; other arguments as argparse names them."""
-    flags = list(parser._option_string_actions)
+    flags = option_strings(parser)
     unknown = [arg.split("=", 1)[0] for arg in extra if arg.startswith("-") and arg != "-"]
     if not unknown:
         return f"unrecognized arguments: {' '.join(extra)}"
@@ -146,7 +145,7 @@ def exit_process(status: int) -> None:
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     if any(t.is_alive() and not t.daemon for t in others):
         sys.exit(status)
-    atexit._run_exitfuncs()
+    run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
         # A closed pipe or stream has no one left to read what it holds.
         with contextlib.suppress(OSError, ValueError):

@@ -14,6 +14,12 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
+from beam_tfrecord.compat import (
+    BEAM_DATAFLOW_JOB_LOGGER,
+    BEAM_TYPE_HINT_LOGGER,
+    BEAM_WORKER_RECORDS_LOGGER,
+)
+
 __all__ = [
     "Interruption",
     "configure_logging",
@@ -25,9 +31,7 @@ __all__ = [
 ]
 
 
-_DATAFLOW_JOB_LOGGER = "apache_beam.runners.dataflow.internal.apiclient"
-_WORKER_RECORDS_LOGGER = "apache_beam.runners.portability.local_job_service"
-_SHOWN = ("beam_tfrecord", _DATAFLOW_JOB_LOGGER)
+_SHOWN = ("beam_tfrecord", BEAM_DATAFLOW_JOB_LOGGER)
 
 
 def configure_logging(stream: TextIO, verbose: bool) -> None:
@@ -49,15 +53,15 @@ def configure_logging(stream: TextIO, verbose: bool) -> None:
     logging.getLogger("apache_beam").setLevel(logging.INFO if verbose else logging.CRITICAL)
     # ...but for the line that names a submitted Dataflow job ("Created job with id: [...]"),
     # by which schedulers (Airflow's Beam provider) find the job.
-    logging.getLogger(_DATAFLOW_JOB_LOGGER).setLevel(logging.INFO)
+    logging.getLogger(BEAM_DATAFLOW_JOB_LOGGER).setLevel(logging.INFO)
     # Worker processes send their records to the launcher, which logs them again under this
     # logger at their own level: verbose shows our workers' per-shard lines (DEBUG) too.
-    logging.getLogger(_WORKER_RECORDS_LOGGER).setLevel(
+    logging.getLogger(BEAM_WORKER_RECORDS_LOGGER).setLevel(
         logging.DEBUG if verbose else logging.CRITICAL
     )
     # A line per string annotation of ours ("Converting string literal type hint to Any"), 30
     # of them before a build starts: Beam's bookkeeping, no help to the reader of `-v`.
-    logging.getLogger("apache_beam.typehints.native_type_compatibility").setLevel(logging.WARNING)
+    logging.getLogger(BEAM_TYPE_HINT_LOGGER).setLevel(logging.WARNING)
 
 
 def quiet_libraries(stream: TextIO) -> None:

@@ -185,19 +185,7 @@ def _process_open(
     if width < 1 or height < 1:
         raise ImageError("corrupt", f"the {fmt} header declares a {width}x{height} image")
     check_pixels(width, height, policy)
-    # The header walks find facts that decide whether TensorFlow may get the original bytes (the
-    # JPEG frame type, an APNG's acTL), so they run in every mode; "decode" continues them to the
-    # end of the file, and only "none" skips the PNG CRCs.
-    whole = policy.validate == "decode"
-    jpeg_sof = None
-    png_chunks: frozenset[bytes] = frozenset()
-    if fmt == "jpeg":
-        jpeg_sof = walk_jpeg(data, whole=whole, complete=complete)
-    elif fmt == "png":
-        png_chunks = walk_png(
-            data, whole=whole, complete=complete, verify_crc=policy.validate != "none"
-        )
-
+    jpeg_sof, png_chunks = _walk_headers(data, fmt, complete, policy)
     notes: list[str] = []
     orientation = _orientation(im, notes)
     rotate = orientation != 1 and policy.apply_exif_orientation
@@ -233,32 +221,52 @@ def _process_open(
             decoded=policy.validate == "decode",
         )
         return (data if want_bytes else None), info
+    payload, info = _reencoded(
+        im, data, fmt, complete, policy, notes, orientation if rotate else None, shown
+    )
+    return (payload if want_bytes else None), info
 
+
+def _walk_headers(
+    data: bytes, fmt: str, complete: bool, policy: ImagePolicy
+) -> tuple[int | None, frozenset[bytes]]:
+    """The JPEG's frame header, or the PNG's chunk types, from a walk of the file's headers.
+
+    The header walks find facts that decide whether TensorFlow may get the original bytes (the
+    JPEG frame type, an APNG's acTL), so they run in every mode; "decode" continues them to the
+    end of the file, and only "none" skips the PNG CRCs.
+    """
+    whole = policy.validate == "decode"
+    if fmt == "jpeg":
+        return walk_jpeg(data, whole=whole, complete=complete), frozenset()
+    if fmt == "png":
+        chunks = walk_png(
+            data, whole=whole, complete=complete, verify_crc=policy.validate != "none"
+        )
+        return None, chunks
+    return None, frozenset()
+
+
+def _reencoded(
+    im: ImageFile.ImageFile,
+    data: bytes,
+    fmt: str,
+    complete: bool,
+    policy: ImagePolicy,
+    notes: list[str],
+    orientation: int | None,
+    shown: tuple[int, int],
+) -> tuple[bytes, ImageInfo]:
+    """The image decoded, normalized, turned upright (`orientation`, None to leave it),
+    transformed and encoded as the policy asks, with its notes."""
     if not complete:
         raise NeedFullData(f"this {fmt} image must be re-encoded, which needs the whole file")
     if fmt != "jpeg" and getattr(im, "is_animated", False):
         # MPO (camera stereo pairs) counts as jpeg: TensorFlow decodes its primary image.
         notes.append("first_frame_of_animation")
     notes.extend(_source_depth_notes(im, data, fmt))
-    with _pillow_allows(width * height):
-        if policy.resize is not None and fmt == "jpeg":
-            # A JPEG that will be shrunk is decoded at the smallest 1/2, 1/4 or 1/8 scale that is
-            # still at least the size it is scaled to: most of the IDCT work is skipped.
-            target = policy.resize.scaled_size(*shown)
-            try:
-                im.draft(None, target[::-1] if swapped else target)
-            except Exception as exc:
-                raise _as_image_error(exc, fmt, "decode", True) from exc
-        _decode(im, fmt, draft=False)
-        if im.width * im.height > policy.max_pixels:  # a frame larger than its container said
-            raise ImageError(
-                "too_many_pixels",
-                f"the decoded {im.width}x{im.height} image is larger than its header said",
-            )
-        image = _normalize(im, policy, notes)
-        if rotate:
-            image = image.transpose(_TRANSPOSE[orientation])
-            notes.append("exif_rotated")
+    with _pillow_allows(im.size[0] * im.size[1]):
+        image = _decoded_upright(im, fmt, policy, notes, orientation, shown)
         if policy.resize is not None:
             image = _resize(image, policy.resize, policy.background)
             if image.size != shown:  # compared with the source: a draft decode may have shrunk it
@@ -290,7 +298,39 @@ def _process_open(
         encoded_size=len(payload),
         decoded=True,
     )
-    return (payload if want_bytes else None), info
+    return payload, info
+
+
+def _decoded_upright(
+    im: ImageFile.ImageFile,
+    fmt: str,
+    policy: ImagePolicy,
+    notes: list[str],
+    orientation: int | None,
+    shown: tuple[int, int],
+) -> Image.Image:
+    """The image decoded (a JPEG to be shrunk, at a reduced scale), in the policy's colors, and
+    turned upright by its EXIF `orientation` (None: left as it is)."""
+    if policy.resize is not None and fmt == "jpeg":
+        # A JPEG that will be shrunk is decoded at the smallest 1/2, 1/4 or 1/8 scale that is
+        # still at least the size it is scaled to: most of the IDCT work is skipped.
+        target = policy.resize.scaled_size(*shown)
+        swapped = orientation in (5, 6, 7, 8)
+        try:
+            im.draft(None, target[::-1] if swapped else target)
+        except Exception as exc:
+            raise _as_image_error(exc, fmt, "decode", True) from exc
+    _decode(im, fmt, draft=False)
+    if im.width * im.height > policy.max_pixels:  # a frame larger than its container said
+        raise ImageError(
+            "too_many_pixels",
+            f"the decoded {im.width}x{im.height} image is larger than its header said",
+        )
+    image = _normalize(im, policy, notes)
+    if orientation is not None:
+        image = image.transpose(_TRANSPOSE[orientation])
+        notes.append("exif_rotated")
+    return image
 
 
 @contextlib.contextmanager

@@ -71,12 +71,12 @@ def test_ending_child_processes_leaves_the_resource_tracker_and_does_not_wait_fo
 def test_a_written_template_is_not_called_submitted(capsys):
     """--template_location: DataflowRunner writes the job to a file and submits nothing."""
     from beam_tfrecord.beam.pipeline import SubmittedBuild
-    from beam_tfrecord.commands.build import _print_submitted
+    from beam_tfrecord.commands.summary import print_submitted
     from beam_tfrecord.config import BuildConfig
 
     written = SubmittedBuild("DataflowRunner", "TEMPLATE_WRITTEN", None, False, 116, 171_000)
     config = BuildConfig(inputs=("gs://b/src/**",), output="gs://b/ds/pets", name="pets")
-    _print_submitted(written, config, template="gs://b/templates/pets.json")
+    print_submitted(written, config, template="gs://b/templates/pets.json")
     out = capsys.readouterr().out
     assert out.startswith(
         "Wrote the job for 'pets' (116 transforms, a 171.0 KB graph) as a template to "

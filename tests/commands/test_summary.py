@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from beam_tfrecord.commands.build import _print_summary
+from beam_tfrecord.commands.summary import print_summary
 from beam_tfrecord.config import BuildConfig
 
 
@@ -20,7 +20,7 @@ def _summary(modified: int, **settings) -> str:
     }
     config = BuildConfig.from_settings(dict(inputs=("src/**",), output="out", **settings))
     out = io.StringIO()
-    _print_summary(SimpleNamespace(manifest=manifest, seconds=1.0), config, out)
+    print_summary(SimpleNamespace(manifest=manifest, seconds=1.0), config, out)
     return out.getvalue()
 
 
@@ -45,10 +45,10 @@ def test_images_transformed_as_asked_are_not_blamed_on_tensorflow(settings, flag
 
 
 def _resumed(counters: dict[str, int], found: int) -> list[str]:
-    from beam_tfrecord.commands.build import _print_resumed
+    from beam_tfrecord.commands.summary import print_resumed
 
     out = io.StringIO()
-    _print_resumed(counters, found, "out/pets", out)
+    print_resumed(counters, found, "out/pets", out)
     return out.getvalue().splitlines()
 
 

@@ -1,0 +1,164 @@
+"""Every reliance on a private or version-specific part of Beam's objects, each checked on the
+versions `beam_tfrecord.compat.BEAM_CHECKED` names; tests/test_compat.py fails when one breaks.
+
+Beam's names and texts matched as strings (logger names, an import's log line) are in
+`beam_tfrecord.compat`, which the command line imports before Beam.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+from typing import Any
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_tfrecord.compat import option_strings
+
+__all__ = [
+    "BuildOptions",
+    "OptionRefused",
+    "beam_flags",
+    "beam_option_parser",
+    "job_id_of",
+    "job_of",
+    "raised_in",
+    "refused_job",
+    "run_on_fn_api_runner",
+    "without_step_names",
+]
+
+
+class BuildOptions(PipelineOptions):
+    """Beam's PipelineOptions for a build: the same flags and values, each view made once.
+
+    Beam asks a pipeline's options for a view (`view_as(TypeOptions)`, ...) several times for
+    every transform it applies, fuses and runs, and each view is a new object that builds an
+    argparse parser and parses the flags again: some 450 views and a fifth of a second of a
+    build's start, before any image is listed. All views of one options object share its
+    values (the private `_all_options`, which a view's first making fills in), so one view per
+    class serves every later call alike, a value set through it included.
+    """
+
+    def view_as(self, cls):
+        # Not an option, so not through PipelineOptions.__setattr__, which takes options only.
+        views = self.__dict__.setdefault("_views", {})
+        view = views.get(cls)
+        if view is None:
+            view = views[cls] = super().view_as(cls)
+        return view
+
+    def __getstate__(self):
+        # The views are made again where the options are unpickled.
+        state = dict(super().__getstate__())
+        state.pop("_views", None)
+        return state
+
+
+def run_on_fn_api_runner(pipeline, options: PipelineOptions):
+    """Runs `pipeline` on the DirectRunner's batch engine, the FnApiRunner, built as the
+    DirectRunner builds it: with the options, encoded as a job service encodes them, in its
+    provision info (where DoFns' `setup` finds them).
+
+    `fn_runner.FnApiRunner`, `ExtendedProvisionInfo` and `JobServiceHandle` are Beam's
+    internals, not its API.
+    """
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    provision = fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+    )
+    return fn_runner.FnApiRunner(provision_info=provision).run_pipeline(pipeline, options)
+
+
+def job_of(result) -> Any:
+    """The job DataflowRunner built, kept on a dry run's result (`job`) or on the runner, which
+    the result holds in its private `_runner`; None from other runners."""
+    return getattr(result, "job", None) or getattr(getattr(result, "_runner", None), "job", None)
+
+
+def job_id_of(result) -> str | None:
+    """The id of a submitted job; None if it has none (a template, a runner without ids).
+
+    The portable runner's result (Flink, Spark, a job service) keeps its id in the private
+    `_job_id`, without a method to ask for it.
+    """
+    try:
+        return result.job_id()
+    except (AttributeError, NotImplementedError):
+        return getattr(result, "_job_id", None)
+
+
+def refused_job(error: Exception) -> str | None:
+    """What a remote runner's refusal of the job's options says, on one line; None for any other
+    error. Before it submits anything, DataflowRunner checks its options (project, region,
+    temp_location...) and stages the packages it is given: matched by the texts of Beam's
+    messages, which have no types of their own."""
+    message = str(error)
+    if isinstance(error, ValueError) and message.startswith("Pipeline has validations errors"):
+        problems = [line.strip() for line in message.splitlines()[1:] if line.strip()]
+        return "; ".join(problems) or message
+    if isinstance(error, RuntimeError) and "cannot be found" in message:
+        return " ".join(message.split())
+    return None
+
+
+# What Beam adds to the message of an error a transform raised: the transform's full label.
+_STEP_NAMES = re.compile(r"\s*\[while running '[^']*'\]")
+
+
+def without_step_names(message: str) -> str:
+    """`message` without the `[while running 'ConvertImages/WriteShards/...']` Beam adds to an
+    error a transform raised (whose label path, `/WriteShards/`, names the step that failed)."""
+    return _STEP_NAMES.sub("", message)
+
+
+def raised_in(error: BaseException, step: str) -> bool:
+    """Whether `error` is Beam's for an error a transform labelled `step` raised (or one of
+    the transforms within it): the message names the transform's full label."""
+    return f"/{step}/" in str(error)
+
+
+class OptionRefused(Exception):
+    """What `beam_option_parser` raises for a flag or value argparse would exit on."""
+
+
+def beam_option_parser() -> argparse.ArgumentParser:
+    """A parser of every option any PipelineOptions class registers, raising `OptionRefused`
+    instead of exiting.
+
+    Built as Beam builds its own: `_BeamArgumentParser` (which takes Beam's value providers),
+    and each options class's `_add_argparse_args`, both private; the classes found as
+    PipelineOptions' subclasses, loaded ones only.
+    """
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+
+    class Parser(_BeamArgumentParser):
+        def error(self, message):
+            raise OptionRefused(message)
+
+    parser = Parser(allow_abbrev=False, add_help=False)
+    for cls in _option_classes():
+        # A class may re-declare an option another already declared.
+        with contextlib.suppress(argparse.ArgumentError):
+            cls._add_argparse_args(parser)
+    return parser
+
+
+def _option_classes() -> list[type]:
+    found: dict[str, type] = {}
+    pending = list(PipelineOptions.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        found.setdefault(f"{cls.__module__}.{cls.__qualname__}", cls)
+        pending.extend(cls.__subclasses__())
+    return list(found.values())
+
+
+def beam_flags() -> list[str]:
+    """Every `--flag` Beam's pipeline options know, in declaration order."""
+    return [s for s in option_strings(beam_option_parser()) if s.startswith("--")]

@@ -1,0 +1,292 @@
+"""What `beam-tfrecord build` prints of a build: the summary of a finished one, with its warnings
+and notes, and the job of one submitted."""
+
+from __future__ import annotations
+
+import posixpath
+import sys
+from collections.abc import Sequence
+
+from beam_tfrecord.config import BuildConfig, format_size
+from beam_tfrecord.wording import count
+
+__all__ = ["print_resumed", "print_submitted", "print_summary"]
+
+
+def print_summary(
+    result,
+    config: BuildConfig,
+    out=None,
+    seconds: float | None = None,
+    finished_before: int | Sequence[str] | None = None,
+) -> None:
+    """The summary of a finished build; `finished_before` is the finished shards the output
+    held when a --resume build started, by name or counted (None: not resuming, or not known)."""
+    out = out or sys.stdout
+    manifest = result.manifest
+    inputs = manifest["inputs"]
+    seconds = result.seconds if seconds is None else seconds
+    print(
+        f"Built {manifest['name']!r} in {config.output}: {inputs['written']} of "
+        f"{count(inputs['listed'], 'image')} in {seconds:.1f} s",
+        file=out,
+    )
+    width = max((len(name) for name in manifest["splits"]), default=5)
+    for name, split in manifest["splits"].items():
+        examples, shards = split["examples"], split["shards"]
+        print(
+            f"  {name:<{width}}  {examples:>9} example{'s' if examples != 1 else ' '}"
+            f"  {shards:>5} shard{'s' if shards != 1 else ' '}  {format_size(split['bytes']):>10}",
+            file=out,
+        )
+    print(f"  classes: {len(manifest['classes'])} (labels.txt)", file=out)
+    if config.resume and finished_before is not None:
+        _print_resume_outcome(result, config, finished_before, out)
+    if inputs["modified"]:
+        _print_modified(inputs["modified"], config, out)
+    _warn_out_of_bounds(manifest.get("shards", ()), config, out)
+    _warn_folder_class(manifest["classes"], config, out)
+    _note_other_extensions(getattr(result, "counters", None) or {}, config, out)
+    if config.image.validate == "header":
+        # Documented, but a user who wrote a truncated download without a word should hear it.
+        print(
+            "NOTE: images were checked by header only (--validate header): truncated or corrupt "
+            "image data is not detected; --validate decode finds it",
+            file=out,
+        )
+    for name, split in manifest["splits"].items():
+        if not split["examples"]:
+            print(
+                f"WARNING: split {name!r} received no images; it is left out of TFDS's "
+                "dataset_info.json",
+                file=out,
+            )
+    _warn_empty_classes(manifest, out)
+    if inputs["skipped"]:
+        skipped = inputs["skipped"]
+        reasons = ", ".join(f"{reason}: {n}" for reason, n in inputs["skipped_by_reason"].items())
+        print(
+            f"WARNING: {skipped} of {count(inputs['listed'], 'input')} "
+            f"{'was' if skipped == 1 else 'were'} NOT written ({reasons}); "
+            f"see {config.output.rstrip('/')}/report.jsonl",
+            file=out,
+        )
+
+
+def _print_resume_outcome(
+    result, config: BuildConfig, finished_before: int | Sequence[str], out
+) -> None:
+    """What --resume did with the finished shards the output held: kept, replaced, or removed
+    as another plan's."""
+    stale = 0
+    if not isinstance(finished_before, int):
+        # Shards under names this build does not write (another seed, split or size moved
+        # its plan) were neither kept nor replaced: the build removed them as stale.
+        planned = {s["file"] for s in result.manifest.get("shards", ())}
+        stale = sum(1 for name in finished_before if name not in planned)
+        finished_before = len(finished_before) - stale
+    if finished_before or not stale:
+        print_resumed(result.counters, finished_before, config.output, out)
+    if stale:
+        # All of them stale: "the output held no finished shards" would contradict this.
+        kept_none = "" if finished_before else "kept none: "
+        print(
+            f"  resumed: {kept_none}removed {count(stale, 'finished shard')} of another plan, under "
+            "names this build does not write (seed, splits or shard sizes changed, or "
+            "left by another build)",
+            file=out,
+        )
+
+
+def _print_modified(modified: int, config: BuildConfig, out) -> None:
+    """One line: how many images were re-encoded, and why."""
+    asked = [
+        flag
+        for flag, given in (
+            ("--resize", config.image.resize),
+            ("--encode", config.image.encode),
+            ("--store raw", config.image.store != "encoded"),
+        )
+        if given
+    ]
+    why = (
+        f"as {'/'.join(asked)} asked, or so that TensorFlow decodes "
+        f"{'it' if modified == 1 else 'them'}"
+        if asked
+        else f"so TensorFlow decodes {'it' if modified == 1 else 'them'}"
+    )
+    print(
+        f"  {count(modified, 'image')} {'was' if modified == 1 else 'were'} re-encoded "
+        f"{why} (report.jsonl)",
+        file=out,
+    )
+
+
+def _warn_empty_classes(manifest, out) -> None:
+    """A warning for the classes of labels.txt no image was written for, when others got some."""
+    written = {c for split in manifest["splits"].values() for c in split.get("class_counts", {})}
+    empty = [name for name in manifest["classes"] if name not in written]
+    if not (empty and written):
+        return
+    # Its ids stay as listed (labels.txt), so a class whose images come back later moves no
+    # other class; but a model trained on this split has never seen it.
+    given = manifest.get("given_classes") or {}
+    unlabelled = set(given.get("not_found", ()))
+    _warn_classes(
+        [name for name in empty if name in unlabelled],
+        "of --classes {has} no input labelled with {it}, so no image",
+        lambda name: _meant(name, given.get("meant", {})),
+        out,
+    )
+    _warn_classes(
+        [name for name in empty if name not in unlabelled],
+        "in labels.txt got no image written",
+        lambda name: "",
+        out,
+        after=" ({their} inputs are in report.jsonl)",
+    )
+
+
+def _note_other_extensions(counters: dict[str, int], config: BuildConfig, out) -> None:
+    """One line counting the images of other kinds --extensions left out of the listing: they
+    are not inputs (not in report.jsonl), but a user leaving a folder's PNGs out should know."""
+    from beam_tfrecord.beam.transforms import OTHER_EXTENSIONS
+
+    by_suffix = {
+        name[len(OTHER_EXTENSIONS) :]: n
+        for name, n in sorted(counters.items())
+        if name.startswith(OTHER_EXTENSIONS) and n
+    }
+    if by_suffix:
+        files = count(sum(by_suffix.values()), "image file")
+        kinds = ", ".join(f"{suffix}: {n}" for suffix, n in by_suffix.items())
+        print(
+            f"NOTE: {files} of other kinds were not taken ({kinds}): --extensions "
+            f"{','.join(e.lstrip('.') for e in config.extensions)} leaves them out",
+            file=out,
+        )
+
+
+def _warn_folder_class(classes, config: BuildConfig, out) -> None:
+    """One line when `--labels dir` gave every image the name of the --input folder it is
+    right in: a flat folder, whose classes are most often in the file names.
+
+    A warning, not a refusal: the build is sound, and a one-class build of a folder given as
+    --input (positives only, a class built alone) is meant so; the line shows the fix.
+    """
+    if config.labels != "dir" or config.classes is not None or len(classes) != 1:
+        return
+    from beam_tfrecord.listing import pattern_base
+
+    (name,) = classes
+    folders = {posixpath.basename(pattern_base(p).rstrip("/")) for p in config.inputs}
+    if name in folders:
+        print(
+            f"WARNING: the images are right in the --input folder {name!r}, so --labels dir "
+            f"(the default) gave them all one class, {name!r}; if the class is in the file "
+            "names (apple01.jpg), build with --labels 'regex:^([a-z]+)'",
+            file=out,
+        )
+
+
+def _warn_out_of_bounds(shards, config: BuildConfig, out) -> None:
+    """A warning for each reason shards are outside the size bounds, naming up to five."""
+    from beam_tfrecord.measurement import measures
+    from beam_tfrecord.shard_bounds import shards_out_of_bounds
+
+    estimated = config.transformed_sizes == "estimate" and measures(config.image, "measure")
+    low, high = config.min_shard_size, config.max_shard_size
+    by_why: dict[str, list] = {}
+    for shard in shards_out_of_bounds(shards, low, high, estimated=estimated):
+        by_why.setdefault(shard.why, []).append(shard)
+    for why, found in by_why.items():
+        named = ", ".join(shard.describe(low, high) for shard in found[:5])
+        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+        print(
+            f"WARNING: {count(len(found), 'shard')} outside --min-shard-size "
+            f"{format_size(low)} .. --max-shard-size {format_size(high)}, {why}: {named}{more}",
+            file=out,
+        )
+
+
+def _meant(name: str, meant_by: dict[str, str]) -> str:
+    """For a --classes name no input has: the label its inputs have, if it is a typo of one."""
+    meant = meant_by.get(name)
+    if meant is None:
+        return ""
+    return f" (did you mean {meant!r}? its inputs were skipped as unknown_class)"
+
+
+def _warn_classes(names, what: str, note, out, after: str = "") -> None:
+    """One warning naming up to five classes `what` says of, each with its `note`."""
+    if not names:
+        return
+    one = len(names) == 1
+    shown = ", ".join(f"{name!r}{note(name)}" for name in names[:5])
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    words = {"has": "has" if one else "have", "it": "it" if one else "them"}
+    print(
+        f"WARNING: {count(len(names), 'class', 'classes')} {what.format(**words)}: "
+        f"{shown}{more}{after.format(their='its' if one else 'their')}",
+        file=out,
+    )
+
+
+def print_resumed(counters: dict[str, int], found: int, output: str, out) -> None:
+    """One line: how many of the finished shards --resume kept, and why not the others."""
+    if not found:
+        print("  resumed: the output held no finished shards to keep", file=out)
+        return
+    if not counters:  # the runner reported no metrics at all
+        print(
+            f"  resumed: {count(found, 'finished shard')} found; the runner did not say how "
+            "many were kept",
+            file=out,
+        )
+        return
+    kept = min(counters.get("shards_kept", 0), found)
+    if kept == found:
+        print(f"  resumed: kept {kept} of {count(found, 'finished shard')}", file=out)
+        return
+    # A shard is kept only if it holds exactly what this build plans for it: another seed,
+    # split, size bound, image setting or input moves images between shards; other class ids
+    # or image settings change its records; an image it could not read is tried again.
+    one = found - kept == 1
+    others = f"the other {found - kept}" if kept else ("it" if one else "they")
+    print(
+        f"WARNING: --resume kept {kept or 'none'} of the {count(found, 'finished shard')} in "
+        f"{output}: {others} did not match this build's plan (settings or inputs changed "
+        f"since {'it was' if one else 'they were'} written, or {'it was' if one else 'one was'} "
+        "damaged or held an image that could not be read, to be tried again) and "
+        f"{'was' if one else 'were'} replaced; the build's log names {'it' if one else 'each'}, "
+        "with why",
+        file=out,
+    )
+
+
+def print_submitted(submitted, config: BuildConfig, out=None, template: str | None = None) -> None:
+    out = out or sys.stdout
+    graph = f"{submitted.transforms} transforms, a {format_size(submitted.graph_bytes)} graph"
+    if submitted.state == "TEMPLATE_WRITTEN":
+        print(
+            f"Wrote the job for {config.name!r} ({graph}) as a template to "
+            f"{template or 'its --template_location'}; nothing was submitted. A job launched "
+            f"from it is done when {config.output.rstrip('/')}/manifest.json exists; then check "
+            f"it with:\n  beam-tfrecord verify {config.output}",
+            file=out,
+        )
+        return
+    if submitted.dry_run:
+        print(
+            f"Dry run: {submitted.runner} built the job for {config.name!r} ({graph}) and did not "
+            f"submit it; nothing was written to {config.output}",
+            file=out,
+        )
+        return
+    job = f"job {submitted.job_id}" if submitted.job_id else "the job"
+    print(
+        f"Submitted {config.name!r} to {submitted.runner}: {job} ({graph}), {submitted.state}.\n"
+        f"The build is done when {config.output.rstrip('/')}/manifest.json exists; then check it "
+        f"with:\n  beam-tfrecord verify {config.output}",
+        file=out,
+    )

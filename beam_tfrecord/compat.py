@@ -1,0 +1,123 @@
+"""Every reliance on a private or version-specific part of Python or Beam that needs no Beam
+import, each with the versions it was checked on; tests/test_compat.py fails when one breaks.
+
+The reliances that need Beam's objects are in `beam_tfrecord.beam.compat`, which imports Beam.
+What is here is imported by the command line before Beam is (or without it): Python's own
+privates, and the names and texts of Beam's that the package matches as strings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import sys
+import types
+
+__all__ = [
+    "BEAM_CHECKED",
+    "BEAM_DATAFLOW_JOB_LOGGER",
+    "BEAM_IMPORT_NOISE",
+    "BEAM_TRANSFORM_ERROR_LOGGER",
+    "BEAM_TYPE_HINT_LOGGER",
+    "BEAM_WORKER_RECORDS_LOGGER",
+    "PYTHON_CHECKED",
+    "SpawnWithoutMain",  # noqa: F822 (defined when first asked for)
+    "option_strings",
+    "run_exit_handlers",
+    "subcommand_parsers",
+]
+
+# The versions each reliance here and in `beam.compat` was checked on, from the first release
+# it was seen on to the last (tests/test_compat.py checks them again on whatever is installed).
+# pyproject.toml allows apache-beam 2.60 and later, Python 3.10 and later: releases outside
+# these ranges are unchecked until that test has passed on them.
+BEAM_CHECKED = ("2.77.0", "2.77.0")
+PYTHON_CHECKED = ("3.11", "3.11")
+
+
+# --- Python's standard library -------------------------------------------------------------
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every option string `parser` takes (`-v`, `--verbose`, ...), in declaration order.
+
+    argparse keeps them in the private `_option_string_actions`; there is no public way to ask
+    (checked: PYTHON_CHECKED). Used for "did you mean" suggestions, ours and Beam's flags alike.
+    """
+    return list(parser._option_string_actions)
+
+
+def subcommand_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The parsers of `parser`'s subcommands, by name (`add_subparsers`' choices).
+
+    argparse keeps its actions in the private `_actions`, and the subcommands' action is the
+    private `_SubParsersAction` (checked: PYTHON_CHECKED).
+    """
+    (sub,) = (a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def run_exit_handlers() -> None:
+    """Runs the atexit handlers now, as the interpreter would at its exit (each once).
+
+    `atexit._run_exitfuncs` is private (checked: PYTHON_CHECKED); a process ended by `os._exit`,
+    to skip the interpreter's teardown, runs its handlers through it.
+    """
+    atexit._run_exitfuncs()
+
+
+def _spawn_without_main() -> None:
+    """Defines `SpawnWithoutMain`, a spawn context whose processes do not import the launcher's
+    `__main__` again, and its process class, as this module's own (a spawned process finds the
+    class by its name here).
+
+    Spawn runs the launcher's main module again in each process (a notebook's, a test
+    runner's, a program's), which may be slow, fail, or start work of its own; processes that
+    run only this package's functions need none of it. It overrides `SpawnProcess._Popen`,
+    the private hook that starts the process (checked: PYTHON_CHECKED). Defined when first
+    asked for: multiprocessing costs the command line's start some 12 ms it mostly does not use.
+    """
+    import multiprocessing.context
+
+    class _ProcessWithoutMain(multiprocessing.context.SpawnProcess):
+        @staticmethod
+        def _Popen(process_obj):
+            # What a spawned process imports is read from sys.modules["__main__"] as it
+            # starts: a bare module there names nothing to import.
+            main = sys.modules["__main__"]
+            sys.modules["__main__"] = types.ModuleType("__main__")
+            try:
+                return multiprocessing.context.SpawnProcess._Popen(process_obj)
+            finally:
+                sys.modules["__main__"] = main
+
+    class SpawnWithoutMain(multiprocessing.context.SpawnContext):
+        Process = _ProcessWithoutMain
+
+    for cls in (_ProcessWithoutMain, SpawnWithoutMain):
+        cls.__qualname__ = cls.__name__
+        globals()[cls.__name__] = cls
+
+
+def __getattr__(name: str):
+    if name in ("SpawnWithoutMain", "_ProcessWithoutMain"):
+        _spawn_without_main()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# --- Beam's names and texts, matched as strings ----------------------------------------------
+
+# The logger of Beam's Dataflow client: its "Created job with id: [...]" line is how
+# schedulers (Airflow's Beam provider) find a submitted job.
+BEAM_DATAFLOW_JOB_LOGGER = "apache_beam.runners.dataflow.internal.apiclient"
+# The logger under which the DirectRunner's job service logs its worker processes' records
+# again, at their own level.
+BEAM_WORKER_RECORDS_LOGGER = "apache_beam.runners.portability.local_job_service"
+# The logger of Beam's notes on string type hints ("Converting string literal type hint").
+BEAM_TYPE_HINT_LOGGER = "apache_beam.typehints.native_type_compatibility"
+# Where Beam logs an error a transform raised, before it raises it again.
+BEAM_TRANSFORM_ERROR_LOGGER = "apache_beam.runners.common"
+# What Beam logs to the root logger as it is imported without its Google Cloud extras: the
+# BigQuery client it does not need here cannot be loaded.
+BEAM_IMPORT_NOISE = "apitools not found"

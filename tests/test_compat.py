@@ -1,0 +1,223 @@
+"""Each private or version-specific part of Python and Beam the package relies on, gathered in
+`compat` and `beam.compat`, still there and behaving as relied on: a test per entry, failing on
+the release that changes it."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+
+import pytest
+
+from beam_tfrecord import compat
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+
+
+def test_the_ranges_checked_hold_the_versions_these_tests_ran_on():
+    """Bump BEAM_CHECKED or PYTHON_CHECKED when this file passes on a release outside them."""
+    beam = _release(metadata.version("apache-beam"))
+    low, high = (_release(v) for v in compat.BEAM_CHECKED)
+    python = sys.version_info[:2]
+    py_low, py_high = (_release(v) for v in compat.PYTHON_CHECKED)
+    if not (low <= beam <= high and py_low <= python <= py_high):
+        pytest.skip(f"apache-beam {beam} / Python {python}: outside the ranges checked")
+    assert low <= beam <= high
+
+
+# --- Python ----------------------------------------------------------------------------------
+
+
+def test_option_strings_are_argparses_every_flag_in_order():
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    group = parser.add_argument_group("g")
+    group.add_argument("--input-list")
+    assert compat.option_strings(parser) == ["-v", "--verbose", "--input-list"]
+
+
+def test_subcommand_parsers_are_found_by_name():
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    build = sub.add_parser("build")
+    verify = sub.add_parser("verify")
+    assert compat.subcommand_parsers(parser) == {"build": build, "verify": verify}
+
+
+def test_run_exit_handlers_runs_each_once_before_a_hard_exit():
+    code = textwrap.dedent(
+        """
+        import atexit, os, sys
+        from beam_tfrecord.compat import run_exit_handlers
+        atexit.register(lambda: sys.stdout.write("ran\\n"))
+        run_exit_handlers()
+        sys.stdout.flush()
+        os._exit(0)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "ran\n"
+
+
+def test_spawned_processes_do_not_import_the_launchers_main_again(tmp_path):
+    script = tmp_path / "launcher.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os
+            from concurrent.futures import ProcessPoolExecutor
+
+            if __name__ != "__main__":
+                raise SystemExit("the launcher's __main__ was imported again")
+
+            from beam_tfrecord.compat import SpawnWithoutMain
+
+            with ProcessPoolExecutor(1, mp_context=SpawnWithoutMain()) as pool:
+                child = pool.submit(os.getpid).result(timeout=60)
+            print(child != os.getpid())
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+
+
+# --- Beam's names and texts ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        compat.BEAM_DATAFLOW_JOB_LOGGER,
+        compat.BEAM_WORKER_RECORDS_LOGGER,
+        compat.BEAM_TYPE_HINT_LOGGER,
+        compat.BEAM_TRANSFORM_ERROR_LOGGER,
+    ],
+)
+def test_beams_loggers_are_where_they_are_named(name):
+    module = importlib.import_module(name)
+    assert module._LOGGER.name == name
+
+
+def test_beams_import_noise_is_the_text_its_bigquery_client_logs():
+    import inspect
+
+    from apache_beam.io.gcp.internal.clients import bigquery
+
+    assert compat.BEAM_IMPORT_NOISE in inspect.getsource(bigquery)
+
+
+# --- Beam's objects --------------------------------------------------------------------------
+
+
+def test_views_of_beams_options_share_their_values():
+    """What BuildOptions' one view per class relies on."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    options = PipelineOptions(["--runner=DirectRunner"])
+    first = options.view_as(StandardOptions)
+    assert first._all_options is options._all_options
+    first.runner = "DataflowRunner"
+    assert options.view_as(StandardOptions).runner == "DataflowRunner"
+
+
+def test_the_fn_api_runner_runs_a_pipeline_with_its_options():
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.runner import PipelineState
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_tfrecord.beam.pipeline import LocalRunner
+
+    pipeline = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions([]))
+    assert_that(pipeline | beam.Create([1, 2]) | beam.Map(lambda x: x * 10), equal_to([10, 20]))
+    assert pipeline.run().state == PipelineState.DONE
+
+
+def test_a_portable_runners_job_id_is_found():
+    from apache_beam.runners.portability.portable_runner import PipelineResult
+
+    from beam_tfrecord.beam.compat import job_id_of
+
+    result = PipelineResult(None, "job-7", None, None)
+    assert job_id_of(result) == "job-7"
+
+
+def test_dataflows_job_is_found_on_its_result_or_runner():
+    from apache_beam.runners.dataflow.dataflow_runner import DataflowPipelineResult
+
+    from beam_tfrecord.beam.compat import job_of
+
+    class Runner:
+        job = "the job"
+
+    assert job_of(DataflowPipelineResult(None, Runner())) == "the job"
+
+
+def test_a_refused_job_is_recognised_by_beams_texts(tmp_path):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.stager import Stager
+
+    from beam_tfrecord.beam.compat import refused_job
+
+    options = PipelineOptions(["--runner=DataflowRunner"])  # no project, region, temp_location
+    with pytest.raises(ValueError) as invalid:
+        beam.Pipeline(options=options)
+    assert refused_job(invalid.value) and "\n" not in refused_job(invalid.value)
+    missing = str(tmp_path / "requirements.txt")
+    staging = PipelineOptions([f"--requirements_file={missing}"])
+    with pytest.raises(RuntimeError) as not_found:
+        Stager.create_job_resources(staging, str(tmp_path))
+    assert refused_job(not_found.value) == " ".join(str(not_found.value).split())
+    assert refused_job(RuntimeError("anything else")) is None
+
+
+def test_a_transforms_error_names_its_step_and_is_logged_where_named(caplog):
+    import apache_beam as beam
+
+    from beam_tfrecord.beam.compat import raised_in, without_step_names
+    from beam_tfrecord.beam.pipeline import LocalRunner
+
+    def fail(_):
+        raise OSError("the store said no")
+
+    class WriteShards(beam.PTransform):  # a composite, as the build's steps are
+        def expand(self, items):
+            return items | "Write" >> beam.ParDo(fail)
+
+    pipeline = beam.Pipeline(runner=LocalRunner())
+    _ = pipeline | "Outer" >> (beam.Create([1]) | "WriteShards" >> WriteShards())
+    errors = caplog.at_level(logging.ERROR, logger=compat.BEAM_TRANSFORM_ERROR_LOGGER)
+    with errors, pytest.raises(Exception) as failed:
+        pipeline.run().wait_until_finish()
+    chain, seen = [], failed.value
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    assert any(raised_in(error, "WriteShards") for error in chain)
+    refused = next(e for e in chain if isinstance(e, OSError))
+    assert without_step_names(str(refused)) == "the store said no"
+    assert any(r.name == compat.BEAM_TRANSFORM_ERROR_LOGGER for r in caplog.records)
+
+
+def test_beams_option_parser_knows_every_options_class_and_raises():
+    from beam_tfrecord.beam.compat import OptionRefused, beam_flags, beam_option_parser
+
+    flags = beam_flags()
+    assert {"--runner", "--direct_num_workers", "--project", "--temp_location"} <= set(flags)
+    parser = beam_option_parser()
+    known, unknown = parser.parse_known_args(["--direct_num_workers=2", "--nope"])
+    assert known.direct_num_workers == 2 and unknown == ["--nope"]
+    with pytest.raises(OptionRefused):
+        parser.parse_known_args(["--direct_num_workers=two"])
