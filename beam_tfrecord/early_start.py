@@ -48,6 +48,7 @@ def head_start_for(config: BuildConfig) -> HeadStart | None:
         or measures(config.image, config.transformed_sizes)
         or not is_local_url(config.inputs[0])
         or not is_local_url(config.output)
+        or not _large_images(config)
     ):
         return None
     return HeadStart(
@@ -61,6 +62,21 @@ def head_start_for(config: BuildConfig) -> HeadStart | None:
         name=config.name,
         min_bytes=PROCESSES_MIN_BYTES,
         min_mean_bytes=MIN_MEAN_BYTES,
+    )
+
+
+# The files a build's first folders are sampled by, for the mean size of its images.
+_SAMPLE_FILES = 1000
+
+
+def _large_images(config: BuildConfig) -> bool:
+    """Whether the first images below the input average MIN_MEAN_BYTES or more: a walk of a
+    folder or two, where a head start's listing of small images would cost a second or more of
+    a process for nothing (it plans no shard of them)."""
+    if MIN_MEAN_BYTES <= 0:
+        return True
+    return local_bytes_reach(
+        config.inputs, config.extensions, _SAMPLE_FILES * MIN_MEAN_BYTES, most_files=_SAMPLE_FILES
     )
 
 

@@ -8,6 +8,7 @@ import multiprocessing
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -119,14 +120,14 @@ def test_a_build_whose_images_are_small_or_many_has_no_head_start(tmp_path, monk
 
     src = tmp_path / "src"
     _collection(src)
+    assert early_start.head_start_for(_config(src, tmp_path / "out")) is None, "small images"
+    monkeypatch.setattr(early_start, "MIN_MEAN_BYTES", 0)
     start = early_start.head_start_for(_config(src, tmp_path / "out"))
     assert start is not None
-    assert head_start.plan_shards(start) == [], "images far below the mean it asks"
-    from dataclasses import replace
-
-    assert len(head_start.plan_shards(replace(start, min_bytes=1, min_mean_bytes=0))) > 4
+    assert head_start.plan_shards(replace(start, min_bytes=1, min_mean_bytes=10**6)) == []
+    assert len(head_start.plan_shards(replace(start, min_bytes=1))) > 4
     monkeypatch.setattr(head_start, "MAX_IMAGES", 10)
-    assert head_start.plan_shards(replace(start, min_bytes=1, min_mean_bytes=0)) == []
+    assert head_start.plan_shards(replace(start, min_bytes=1)) == []
 
 
 @pytest.mark.parametrize(
