@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import functools
 import os
 import posixpath
 import re
@@ -194,17 +195,7 @@ def _split(
         # `**` matches no folder (the rest applies right here) or one folder and then `**` again.
         here = join(prefix, tail) if tail else join(prefix, "*")
 
-    def part(folder: str) -> ListingTask | None:
-        if here is not None:
-            glob = (
-                join(_as_pattern(folder), "**", tail) if tail else join(_as_pattern(folder), "**")
-            )
-        elif fnmatch.fnmatchcase(posixpath.basename(folder), first):
-            glob = join(_as_pattern(folder), tail)
-        else:
-            return None
-        return ListingTask(to_url(fs, glob), task.base)
-
+    part = functools.partial(_part, fs, task, recursive=here is not None, first=first, tail=tail)
     folder = prefix or "/"
     if isinstance(fs, LocalFileSystem):
         try:
@@ -237,6 +228,26 @@ def _split(
         return
     if here is not None and not answered:
         yield ListingTask(to_url(fs, here), task.base)
+
+
+def _part(
+    fs: fsspec.AbstractFileSystem,
+    task: ListingTask,
+    folder: str,
+    *,
+    recursive: bool,
+    first: str,
+    tail: str,
+) -> ListingTask | None:
+    """The task listing what `task`'s pattern matches below one of its base's subfolders: all
+    of its `**`, or the `tail` after its first part `first`; None if `first` does not match it."""
+    if recursive:
+        glob = posixpath.join(_as_pattern(folder), "**", *([tail] if tail else []))
+    elif fnmatch.fnmatchcase(posixpath.basename(folder), first):
+        glob = posixpath.join(_as_pattern(folder), tail)
+    else:
+        return None
+    return ListingTask(to_url(fs, glob), task.base)
 
 
 _GLOB_CHAR = re.compile(r"([*?[])")

@@ -117,8 +117,6 @@ def verify_file(
     if index == "auto":
         index = next((c for c in index_candidates(url) if _exists(c, **storage_options)), None)
     problems: list[tuple[int, str]] = []
-    not_examples = 0
-    parse = Example.FromString
     with contextlib.ExitStack() as stack:
         # The file's CRC32C is taken in the same pass as its records: the manifest's check
         # needs it, and a second pass would download a shard on an object store twice.
@@ -138,24 +136,11 @@ def verify_file(
                 index, stack.enter_context(fsspec.open(index, "r", **storage_options))
             )
             report.index = index
-        noted = 0  # reader.damage already given to the index check
-        for offset, record in reader:
-            if check is not None:
-                noted = _note_damaged(check, reader.damage, noted)
-                check.record(offset, framed_size(len(record)))
-            if examples:
-                try:
-                    parse(record)
-                except DecodeError:
-                    not_examples += 1
-                    if not_examples <= _MAX_ERRORS:
-                        message = f"{url}: record at byte offset {offset} is not a tf.train.Example"
-                        problems.append((offset, message))
+        not_examples = _read_through(reader, check, examples, url, problems)
         # Framing damage ends reading: the index lines past it cannot be checked, and the rest
         # of the file may be anything, gigabytes of a file that is no TFRecord file at all.
         read_to_the_end = all(_frame_is_whole(d) for d in reader.damage)
         if check is not None:
-            _note_damaged(check, reader.damage, noted)
             check.finish(complete=read_to_the_end)
         if read_to_the_end:
             # At most a compressed stream's trailer is left. Otherwise the file is read again
@@ -171,6 +156,36 @@ def verify_file(
             f"{url}: {not_examples - _MAX_ERRORS} more records are not tf.train.Examples"
         )
     return report
+
+
+def _read_through(
+    reader: TFRecordReader,
+    check: IndexCheck | None,
+    examples: bool,
+    url: str,
+    problems: list[tuple[int, str]],
+) -> int:
+    """Reads every record: each checked against the index (when there is one) and, with
+    `examples`, parsed as an Example; the first `_MAX_ERRORS` that are not go to `problems`.
+    Returns how many records are not Examples."""
+    parse = Example.FromString
+    not_examples = 0
+    noted = 0  # reader.damage already given to the index check
+    for offset, record in reader:
+        if check is not None:
+            noted = _note_damaged(check, reader.damage, noted)
+            check.record(offset, framed_size(len(record)))
+        if examples:
+            try:
+                parse(record)
+            except DecodeError:
+                not_examples += 1
+                if not_examples <= _MAX_ERRORS:
+                    message = f"{url}: record at byte offset {offset} is not a tf.train.Example"
+                    problems.append((offset, message))
+    if check is not None:
+        _note_damaged(check, reader.damage, noted)
+    return not_examples
 
 
 def check_against_manifest(

@@ -195,6 +195,8 @@ class ConvertImages(beam.PTransform):
         self._shard_processes = shard_processes
 
     def expand(self, pbegin):
+        """The pipeline graph, in one piece: its steps read top to bottom as the build runs
+        them, each a line or a few, with why it is there."""
         config = self._config
         prep = preparer(config)
         read_ahead = read_depth(config)
@@ -648,6 +650,30 @@ def _build(
         )
     ):
         head_start(start_early(processes), config)
+    result = _run(pipeline, config, processes, options, runner, dry_run=dry_run, wait=wait)
+    if dry_run:
+        return _submitted(result, pipeline, options, dry_run=True)
+    if getattr(result, "has_job", True) is False:
+        # DataflowRunner wrote the job to --template_location instead of submitting it (this is
+        # how a Flex Template launches): the service runs it later, and its result says DONE.
+        return _submitted(result, pipeline, options, dry_run=False, state="TEMPLATE_WRITTEN")
+    if result.state != PipelineState.DONE:
+        return _submitted(result, pipeline, options, dry_run=False)
+    return _finished(result, config, started)
+
+
+def _run(
+    pipeline: beam.Pipeline,
+    config: BuildConfig,
+    processes: int,
+    options: PipelineOptions,
+    runner: str | PipelineRunner,
+    *,
+    dry_run: bool,
+    wait: bool,
+):
+    """Runs the build's graph (and waits for it, unless told not to); Beam's errors translated:
+    an interrupt re-raised as it was, an output that cannot be written as BuildFailed."""
     try:
         _ = pipeline | "ConvertImages" >> ConvertImages(config, processes)
         with _interrupts_unlogged():
@@ -675,14 +701,12 @@ def _build(
     finally:
         discard_started()  # started, and not taken: the plan was too small after all
         discard_kept_records()  # no shard copies a measured record now
-    if dry_run:
-        return _submitted(result, pipeline, options, dry_run=True)
-    if getattr(result, "has_job", True) is False:
-        # DataflowRunner wrote the job to --template_location instead of submitting it (this is
-        # how a Flex Template launches): the service runs it later, and its result says DONE.
-        return _submitted(result, pipeline, options, dry_run=False, state="TEMPLATE_WRITTEN")
-    if result.state != PipelineState.DONE:
-        return _submitted(result, pipeline, options, dry_run=False)
+    return result
+
+
+def _finished(result, config: BuildConfig, started: float) -> BuildResult:
+    """A finished pipeline's BuildResult: its manifest and counters; BuildFailed, with the
+    verdict its last step reached, if it published no manifest."""
     counters = {}
     try:
         query = result.metrics().query(

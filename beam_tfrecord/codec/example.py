@@ -145,48 +145,10 @@ def _plain(value: Any) -> Any:
 
 def _set_feature(feature: Any, name: str, value: Any) -> None:
     if isinstance(value, Message):
-        type_name = value.DESCRIPTOR.name
-        # Wire-compatible messages (ours, or TensorFlow's own tf.train.Feature) are taken by
-        # their bytes, since protobuf refuses to CopyFrom a message of another descriptor.
-        if type_name == "Feature":
-            feature.MergeFromString(value.SerializeToString())
-            return
-        if type_name in _LIST_FIELDS:
-            field = getattr(feature, _LIST_FIELDS[type_name])
-            field.SetInParent()  # an empty list must still record its kind
-            field.MergeFromString(value.SerializeToString())
-            return
-        raise TypeError(f"feature {name!r}: cannot store a {value.DESCRIPTOR.full_name} message")
-    value = _plain(value)
-    if isinstance(value, (list, tuple)):
-        values = [_plain(item) for item in value]
-    elif _kind_of(value) is not None:
-        values = [value]
-    else:
-        raise TypeError(
-            f"feature {name!r}: expected int, float, bytes, str, a list or tuple of one of "
-            f"those, a numpy array or a Feature/BytesList/FloatList/Int64List, "
-            f"got {type(value).__name__} {_show(value)}"
-        )
-    if not values:
-        raise ValueError(
-            f"feature {name!r}: cannot tell the kind of an empty list; pass "
-            f"BytesList(), FloatList() or Int64List() instead"
-        )
-    kinds = set(map(_kind_of, values))
-    if None in kinds:
-        bad = next(item for item in values if _kind_of(item) is None)
-        nested = " (features are flat lists: flatten it)" if isinstance(bad, (list, tuple)) else ""
-        raise TypeError(
-            f"feature {name!r}: cannot store {type(bad).__name__} {_show(bad)}{nested} "
-            f"in {_show(value)}"
-        )
-    if len(kinds) > 1:
-        raise TypeError(
-            f"feature {name!r}: mixes {' and '.join(sorted(kinds))} values in {_show(value)}; "
-            f"a feature holds one kind (convert, e.g. ints to float)"
-        )
-    kind = kinds.pop()
+        _set_message(feature, name, value)
+        return
+    value, values = _values_of(name, value)
+    kind = _one_kind(name, value, values)
     if kind == "int64":
         for bound in (min(values), max(values)):
             if not _INT64_MIN <= bound <= _INT64_MAX:
@@ -211,6 +173,63 @@ def _set_feature(feature: Any, name: str, value: Any) -> None:
                 for item in values
             ]
         )
+
+
+def _set_message(feature: Any, name: str, value: Any) -> None:
+    """Stores a protobuf message given as a feature's value: a Feature, or one of its lists."""
+    type_name = value.DESCRIPTOR.name
+    # Wire-compatible messages (ours, or TensorFlow's own tf.train.Feature) are taken by
+    # their bytes, since protobuf refuses to CopyFrom a message of another descriptor.
+    if type_name == "Feature":
+        feature.MergeFromString(value.SerializeToString())
+        return
+    if type_name in _LIST_FIELDS:
+        field = getattr(feature, _LIST_FIELDS[type_name])
+        field.SetInParent()  # an empty list must still record its kind
+        field.MergeFromString(value.SerializeToString())
+        return
+    raise TypeError(f"feature {name!r}: cannot store a {value.DESCRIPTOR.full_name} message")
+
+
+def _values_of(name: str, value: Any) -> tuple[Any, list]:
+    """A feature's value made plain (a numpy array a list, ...), and as a list of plain values
+    (itself, or those of its list)."""
+    value = _plain(value)
+    if isinstance(value, (list, tuple)):
+        values = [_plain(item) for item in value]
+    elif _kind_of(value) is not None:
+        values = [value]
+    else:
+        raise TypeError(
+            f"feature {name!r}: expected int, float, bytes, str, a list or tuple of one of "
+            f"those, a numpy array or a Feature/BytesList/FloatList/Int64List, "
+            f"got {type(value).__name__} {_show(value)}"
+        )
+    if not values:
+        raise ValueError(
+            f"feature {name!r}: cannot tell the kind of an empty list; pass "
+            f"BytesList(), FloatList() or Int64List() instead"
+        )
+    return value, values
+
+
+def _one_kind(name: str, value: Any, values: list) -> str:
+    """The one kind (int64, float, bytes) of a feature's values; TypeError if they mix kinds or
+    one has none."""
+    kinds = set(map(_kind_of, values))
+    if None in kinds:
+        bad = next(item for item in values if _kind_of(item) is None)
+        nested = " (features are flat lists: flatten it)" if isinstance(bad, (list, tuple)) else ""
+        raise TypeError(
+            f"feature {name!r}: cannot store {type(bad).__name__} {_show(bad)}{nested} "
+            f"in {_show(value)}"
+        )
+    if len(kinds) > 1:
+        raise TypeError(
+            f"feature {name!r}: mixes {' and '.join(sorted(kinds))} values in {_show(value)}; "
+            f"a feature holds one kind (convert, e.g. ints to float)"
+        )
+    return kinds.pop()
 
 
 def make_example(features: Mapping[str, Any]) -> Any:

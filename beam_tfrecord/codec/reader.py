@@ -6,7 +6,7 @@ import gzip
 import io
 import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 import fsspec
@@ -137,22 +137,7 @@ class TFRecordReader:
         def read_exact(size: int, what: str) -> bytes:
             # Compressed streams report damage as their own exception types; name the file.
             try:
-                if size <= _MAX_SINGLE_READ:
-                    data = read(size)
-                    while 0 < len(data) < size:  # pipes and network streams may return less
-                        more = read(size - len(data))
-                        if not more:
-                            break
-                        data += more
-                    return data
-                pieces, missing = [], size
-                while missing:
-                    piece = read(min(missing, _MAX_SINGLE_READ))
-                    if not piece:
-                        break
-                    pieces.append(piece)
-                    missing -= len(piece)
-                return b"".join(pieces)
+                return _read_up_to(read, size)
             except (EOFError, zlib.error, gzip.BadGzipFile) as error:
                 raise CorruptRecordError(
                     path, offset, f"bad {codec} stream while reading the {what}: {error}"
@@ -197,6 +182,27 @@ class TFRecordReader:
                 continue
             self.records_read += 1
             yield (start, data) if self._with_offsets else data
+
+
+def _read_up_to(read: Callable[[int], bytes], size: int) -> bytes:
+    """`size` bytes from `read`, or fewer where the stream ends: pipes and network streams may
+    return less than asked before their end, and a large record is read in pieces."""
+    if size <= _MAX_SINGLE_READ:
+        data = read(size)
+        while 0 < len(data) < size:
+            more = read(size - len(data))
+            if not more:
+                break
+            data += more
+        return data
+    pieces, missing = [], size
+    while missing:
+        piece = read(min(missing, _MAX_SINGLE_READ))
+        if not piece:
+            break
+        pieces.append(piece)
+        missing -= len(piece)
+    return b"".join(pieces)
 
 
 def read_records(
