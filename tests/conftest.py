@@ -68,3 +68,17 @@ def link():
     yield use
     for proxy, delay, fault in used:
         proxy.delay, proxy.fault = delay, fault
+
+
+@pytest.fixture
+def runner_loses_an_input(monkeypatch):
+    """A runner that lost an input between listing and writing: the finalize step counts one
+    more listed input than were written or reported."""
+    from beam_tfrecord.beam import pipeline
+
+    real_manifest = pipeline.build_manifest
+
+    def one_more_listed(**fields):
+        return real_manifest(**{**fields, "listed": fields["listed"] + 1})
+
+    monkeypatch.setattr(pipeline, "build_manifest", one_more_listed)
