@@ -28,12 +28,20 @@ from beam_tfrecord.shard_processes import (
     start_early,
 )
 
-__all__ = ["head_start", "head_start_for", "preflight_once", "start_before_beam"]
+__all__ = [
+    "head_start",
+    "head_start_for",
+    "preflight_once",
+    "start_before_beam",
+    "started_before_beam",
+]
 
 _LOG = logging.getLogger(__name__)
 
-# The builds checked (and their outputs locked) before Beam was imported.
+# The builds checked (and their outputs locked) before Beam was imported, and the one whose
+# worker processes were started then.
 _checked: list[BuildConfig] = []
+_started_for: list[BuildConfig] = []
 
 
 def head_start_for(config: BuildConfig) -> HeadStart | None:
@@ -80,9 +88,9 @@ def _large_images(config: BuildConfig) -> bool:
     )
 
 
-def head_start(pool: ShardProcesses | None, config: BuildConfig) -> None:
+def head_start(pool: ShardProcesses | None, config: BuildConfig, *, here: bool = False) -> None:
     """Gives `pool` the build's head start, if it may have one (once: a pool given one before
-    Beam was imported keeps it)."""
+    Beam was imported keeps it); `here`: planned in this thread (`ShardProcesses.head_start`)."""
     start = head_start_for(config)
     if pool is None or start is None:
         return
@@ -92,6 +100,7 @@ def head_start(pool: ShardProcesses | None, config: BuildConfig) -> None:
         max_record_size=config.max_shard_size,
         resume=config.resume,
         read_ahead=read_depth(config),
+        here=here,
     )
 
 
@@ -103,7 +112,6 @@ def start_before_beam(config: BuildConfig) -> bool:
     Raises:
         ConfigError: as `checks.preflight`, before anything is written.
     """
-    from beam_tfrecord import progress
     from beam_tfrecord.checks import preflight
     from beam_tfrecord.manifest import discard_manifest
     from beam_tfrecord.output_lock import is_lockable, release_output
@@ -125,9 +133,10 @@ def start_before_beam(config: BuildConfig) -> bool:
     if config.overwrite:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
-    # The processes count what they write into the folder the progress line will show.
-    progress.reserve_folder()
-    head_start(start_early(processes), config)
+    # Planned here, while the processes start (half a second: Python, Pillow, fsspec): the
+    # first shards go to them as soon as they can take them, and Beam's import comes after.
+    head_start(start_early(processes), config, here=True)
+    _started_for.append(config)
     _LOG.debug("checked, locked and started %d worker processes before Beam's import", processes)
     return True
 
@@ -139,3 +148,9 @@ def preflight_once(config: BuildConfig, *, lock: bool) -> None:
 
     if config not in _checked:
         preflight(config, lock=lock)
+
+
+def started_before_beam(config: BuildConfig) -> bool:
+    """Whether the worker processes started now are the ones `start_before_beam` started for
+    this build (and gave its head start), for the pipeline to keep (`start_early`)."""
+    return bool(_started_for) and _started_for[-1] == config

@@ -124,16 +124,21 @@ class ShardProcesses:
         max_record_size: int | None,
         resume: bool,
         read_ahead: int,
+        here: bool = False,
     ) -> None:
-        """Lists and plans the build in a worker process (`head_start.plan_shards`) while the
-        pipeline starts, and writes the shards of that plan, each for `submit` to hand over
-        when the pipeline asks for the very same shard."""
+        """Lists and plans the build (`head_start.plan_shards`) while the pipeline starts, and
+        writes the shards of that plan, each for `submit` to hand over when the pipeline asks
+        for the very same shard. `here`: planned in this thread, before this returns (a
+        launcher whose worker processes are still starting, and which imports Beam after),
+        else in a worker process."""
         if self._heading:  # started before Beam was imported (`early_start`)
             return
         how = (max_record_size, resume, read_ahead)
         self._heading = True
         with _signals_blocked():
-            planned = self._head_planned = self._pool.submit(_plan_head_start, start, policy, how)
+            planned = self._head_planned = (
+                Future() if here else self._pool.submit(_plan_head_start, start, policy, how)
+            )
             self._head_thread = threading.Thread(
                 target=self._start_head_shards,
                 args=(planned, policy, how),
@@ -141,6 +146,12 @@ class ShardProcesses:
                 daemon=True,
             )
             self._head_thread.start()
+        if here:
+            try:
+                planned.set_result(_planned_into_file(start, policy, how))
+            except BaseException as err:  # an interrupt: the caller's to handle
+                planned.set_exception(err)
+                raise
 
     def _start_head_shards(self, planned: Future, policy: ImagePolicy, how: tuple) -> None:
         try:
@@ -403,13 +414,17 @@ def settings_travel() -> bool:
     return True
 
 
-def start_early(processes: int) -> ShardProcesses:
+def start_early(processes: int, *, keep: bool = False) -> ShardProcesses:
     """Starts `processes` worker processes now, for this process's next shard writer to take
     (`take_started`): each takes about half a second to start (Python, Pillow, fsspec), which
-    a build spends on one core listing and planning; they start on the others meanwhile."""
+    a build spends on one core listing and planning; they start on the others meanwhile.
+
+    `keep`: the processes already started for this very build (before Beam was imported,
+    `early_start`) are kept, if as many; any others end (they were started for another build,
+    with its settings)."""
     pool = started()
-    if pool is not None and pool.processes == processes:
-        return pool  # started before Beam was imported (`early_start`)
+    if keep and pool is not None and pool.processes == processes:
+        return pool
     discard_started()
     with _signals_blocked():  # an interrupt now finds the processes where it can end them
         pool = ShardProcesses(processes)
@@ -525,14 +540,18 @@ def _plan_head_start(start: HeadStart, policy: ImagePolicy, how: tuple) -> str:
     whole would leave the executor waiting forever for its end, should the process be ended
     while sending it; a path is sent at once."""
     with _ended_by_sigterm():
-        planned = []
-        for spec, entries in plan_shards(start):
-            packed = _packed(entries)
-            planned.append((spec, packed, plan_digest(spec, packed, policy, how)))
-        fd, path = tempfile.mkstemp(prefix="beam-tfrecord-head-start-")
-        with os.fdopen(fd, "wb") as file:
-            pickle.dump(planned, file, protocol=pickle.HIGHEST_PROTOCOL)
-        return path
+        return _planned_into_file(start, policy, how)
+
+
+def _planned_into_file(start: HeadStart, policy: ImagePolicy, how: tuple) -> str:
+    planned = []
+    for spec, entries in plan_shards(start):
+        packed = _packed(entries)
+        planned.append((spec, packed, plan_digest(spec, packed, policy, how)))
+    fd, path = tempfile.mkstemp(prefix="beam-tfrecord-head-start-")
+    with os.fdopen(fd, "wb") as file:
+        pickle.dump(planned, file, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
 
 
 def _head_shards(path: str) -> list[tuple[ShardSpec, list[bytes], bytes]]:

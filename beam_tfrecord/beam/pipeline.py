@@ -47,7 +47,7 @@ from beam_tfrecord.beam.transforms import (
 from beam_tfrecord.beam.writing import WriteReport, WriteShards
 from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
-from beam_tfrecord.early_start import head_start, preflight_once
+from beam_tfrecord.early_start import head_start, preflight_once, started_before_beam
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, reached_alike
@@ -649,7 +649,7 @@ def _build(
             and local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
         )
     ):
-        head_start(start_early(processes), config)
+        head_start(start_early(processes, keep=started_before_beam(config)), config)
     result = _run(pipeline, config, processes, options, runner, dry_run=dry_run, wait=wait)
     if dry_run:
         return _submitted(result, pipeline, options, dry_run=True)

@@ -158,9 +158,13 @@ def _start_before_beam(config: BuildConfig, extra: Sequence[str], started: float
     refuse_placeholders(config)
     if extra:
         return
+    from beam_tfrecord import progress
     from beam_tfrecord.early_start import start_before_beam
     from beam_tfrecord.shard_processes import discard_started
 
+    # The build's progress line is drawn once Beam is imported; worker processes started before
+    # count into its folder from their start, as they find it in their environment.
+    progress.reserve_folder()
     with stop_on_signals() as interruption:
         try:
             if start_before_beam(config):
