@@ -275,15 +275,19 @@ def noise(tmp_path_factory) -> Path:
     for i in range(160):
         folder = root / ("a" if i % 2 == 0 else "b")
         folder.mkdir(exist_ok=True)
-        pixels = rng.integers(0, 256, (240, 320, 3), np.uint8)
+        # Noise: its resized records are larger than planning estimates. Large enough that
+        # writing them outlasts a progress frame or two (under 64 MB: no shard processes).
+        pixels = rng.integers(0, 256, (480, 640, 3), np.uint8)
         Image.fromarray(pixels).save(folder / f"{i:04d}.jpg", quality=90)
     return root
 
 
 def test_7_the_eta_of_a_resized_build_stays_until_every_image_is_written(noise, tmp_path):
     args = ["build", "--input", str(noise), "--output", "out", "--resize", "160"]
-    status, output = _run_in_pty([*args, "--min-shard-size", "1MB", "--max-shard-size", "3MB"],
-                                 tmp_path)  # fmt: skip
+    # One image at a time (no read-ahead threads): an idle machine wrote them all between two
+    # frames of the progress line, which redraws twice a second.
+    args += ["--read-ahead", "0", "--min-shard-size", "1MB", "--max-shard-size", "3MB"]
+    status, output = _run_in_pty(args, tmp_path)
     assert status == 0, output
     writing = [f for f in _frames(output) if 0 < f[0] < f[2]]
     assert writing, output
