@@ -31,17 +31,14 @@ from beam_tfrecord.shard_processes import (
 __all__ = [
     "head_start",
     "head_start_for",
-    "preflight_once",
     "start_before_beam",
-    "started_before_beam",
+    "taken_before_beam",
 ]
 
 _LOG = logging.getLogger(__name__)
 
-# The builds checked (and their outputs locked) before Beam was imported, and the one whose
-# worker processes were started then.
-_checked: list[BuildConfig] = []
-_started_for: list[BuildConfig] = []
+# The build `start_before_beam` checked, locked and started, until its pipeline takes it.
+_early: list[BuildConfig] = []
 
 
 def head_start_for(config: BuildConfig) -> HeadStart | None:
@@ -88,11 +85,20 @@ def _large_images(config: BuildConfig) -> bool:
     )
 
 
-def head_start(pool: ShardProcesses | None, config: BuildConfig, *, here: bool = False) -> None:
-    """Gives `pool` the build's head start, if it may have one (once: a pool given one before
-    Beam was imported keeps it); `here`: planned in this thread (`ShardProcesses.head_start`)."""
-    start = head_start_for(config)
-    if pool is None or start is None:
+def head_start(
+    pool: ShardProcesses | None,
+    config: BuildConfig,
+    *,
+    start: HeadStart | None = None,
+    here: bool = False,
+) -> None:
+    """Gives `pool` the build's head start (`start`, else `head_start_for`'s), if it may have
+    one and has none yet (a pool given one before Beam was imported keeps it); `here`: planned
+    in this thread (`ShardProcesses.head_start`)."""
+    if pool is None or pool.heading:
+        return
+    start = start or head_start_for(config)
+    if start is None:
         return
     pool.head_start(
         start,
@@ -117,9 +123,9 @@ def start_before_beam(config: BuildConfig) -> bool:
     from beam_tfrecord.output_lock import is_lockable, release_output
 
     processes = usable_cores()
+    start = head_start_for(config) if processes > 1 else None
     if (
-        processes < 2
-        or head_start_for(config) is None
+        start is None
         or not is_lockable(config.output)
         or not local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
     ):
@@ -129,28 +135,22 @@ def start_before_beam(config: BuildConfig) -> bool:
     except BaseException:
         release_output(config.output)
         raise
-    _checked.append(config)
+    _early[:] = [config]
     if config.overwrite:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
     # Planned here, while the processes start (half a second: Python, Pillow, fsspec): the
     # first shards go to them as soon as they can take them, and Beam's import comes after.
-    head_start(start_early(processes), config, here=True)
-    _started_for.append(config)
+    head_start(start_early(processes), config, start=start, here=True)
     _LOG.debug("checked, locked and started %d worker processes before Beam's import", processes)
     return True
 
 
-def preflight_once(config: BuildConfig, *, lock: bool) -> None:
-    """`checks.preflight`, unless `start_before_beam` checked this build already (and holds its
-    output's lock): its own shards, written since, are no earlier build's."""
-    from beam_tfrecord.checks import preflight
-
-    if config not in _checked:
-        preflight(config, lock=lock)
-
-
-def started_before_beam(config: BuildConfig) -> bool:
-    """Whether the worker processes started now are the ones `start_before_beam` started for
-    this build (and gave its head start), for the pipeline to keep (`start_early`)."""
-    return bool(_started_for) and _started_for[-1] == config
+def taken_before_beam(config: BuildConfig) -> bool:
+    """Whether `start_before_beam` checked this build (and holds its output's lock) and started
+    its worker processes, for its pipeline to skip the checks (its own shards, written since,
+    are no earlier build's) and keep the processes (`start_early`). Once: the pipeline takes
+    it, and any other build checks for itself."""
+    early = _early == [config]
+    _early.clear()
+    return early

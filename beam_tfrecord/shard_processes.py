@@ -174,6 +174,11 @@ class ShardProcesses:
                     return
                 self._head[spec.file_name] = (digest, future)
 
+    @property
+    def heading(self) -> bool:
+        """Whether these processes were given a head start."""
+        return self._heading
+
     def head_start_shards(self) -> list[str]:
         """The file names of the shards the head start planned, once it has (none without one)."""
         if self._head_planned is None:

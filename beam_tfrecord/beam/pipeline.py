@@ -45,9 +45,10 @@ from beam_tfrecord.beam.transforms import (
     PlanShards,
 )
 from beam_tfrecord.beam.writing import WriteReport, WriteShards
+from beam_tfrecord.checks import preflight
 from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
-from beam_tfrecord.early_start import head_start, preflight_once, started_before_beam
+from beam_tfrecord.early_start import head_start, taken_before_beam
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, reached_alike
@@ -631,8 +632,10 @@ def _build(
     pipeline = _refused_as_config_error(
         runner, options, lambda: beam.Pipeline(runner=runner, options=options)
     )
+    early = taken_before_beam(config)
     try:
-        preflight_once(config, lock=lock)
+        if not early:
+            preflight(config, lock=lock)
     except ConfigError as err:
         if COMMAND_LINE.get():
             raise
@@ -649,7 +652,7 @@ def _build(
             and local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
         )
     ):
-        head_start(start_early(processes, keep=started_before_beam(config)), config)
+        head_start(start_early(processes, keep=early), config)
     result = _run(pipeline, config, processes, options, runner, dry_run=dry_run, wait=wait)
     if dry_run:
         return _submitted(result, pipeline, options, dry_run=True)
