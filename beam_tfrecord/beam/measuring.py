@@ -16,7 +16,13 @@ from apache_beam import pvalue
 
 from beam_tfrecord import progress
 from beam_tfrecord.batches import EntryBatch
-from beam_tfrecord.beam.transforms import REPORT, Batched, in_global_window, metric_counter
+from beam_tfrecord.beam.transforms import (
+    REPORT,
+    Batched,
+    SpreadBatches,
+    in_global_window,
+    metric_counter,
+)
 from beam_tfrecord.entries import ImageEntry, ReportEntry
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.measurement import measured, needs_measuring
@@ -204,7 +210,7 @@ class MeasureImages(beam.PTransform):
     def expand(self, entries):
         results = (
             entries
-            | "Spread" >> beam.Reshuffle()
+            | "Spread" >> SpreadBatches(EntryBatch)
             | "Measure"
             >> beam.ParDo(self._fn)
             .with_output_types(ImageEntry)

@@ -63,9 +63,12 @@ def test_the_encoding_is_compact():
     assert len(entry.to_bytes()) < 120
 
 
-def test_the_planning_shuffles_carry_entries_in_their_compact_coder():
+def test_the_planning_shuffles_carry_entries_as_compressed_batch_bytes():
+    """An in-process runner holds a shuffle's values as its coder decodes them, all at once:
+    planning's chunks cross as bytes, never as a batch of ImageEntry objects."""
     pipeline = beam.Pipeline()
-    _ = pipeline | ConvertImages(BuildConfig(inputs=("samples/fruits/**",), output="unused"))
+    config = BuildConfig(inputs=("samples/fruits/**",), output="unused", dedup=True)
+    _ = pipeline | ConvertImages(config)
     proto = pipeline.to_runner_api()
     context = pipeline_context.PipelineContext(proto.components)
     coders = {}
@@ -73,11 +76,14 @@ def test_the_planning_shuffles_carry_entries_in_their_compact_coder():
         if transform.spec.urn == "beam:transform:group_by_key:v1":
             (pcollection,) = transform.inputs.values()
             coder_id = proto.components.pcollections[pcollection].coder_id
-            coders[transform.unique_name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
-    for step in ("GroupBuckets", "GroupShards"):
-        # Entries cross in batches: many to an element, coded as one piece.
-        assert coders[step].endswith("_EntryBatchCoder]"), coders[step]
-        assert "Pickle" not in coders[step] and "FastPrimitives" not in coders[step]
+            coders[transform.unique_name] = repr(context.coders.get_by_id(coder_id))
+    for step in ("GroupBuckets/Group", "GroupShards/Group", "GroupCopies/Group"):
+        (coder,) = (c for name, c in coders.items() if name.endswith(step))
+        assert coder.endswith(", BytesCoder]"), coder
+        assert "Pickle" not in coder and "FastPrimitives" not in coder
+    # The reshuffles before reading images move batches as bytes too.
+    (spread,) = (c for name, c in coders.items() if "HashImages/Spread" in name)
+    assert "BytesCoder" in spread and "Pickle" not in spread, spread
 
 
 def test_listed_files_cross_in_their_compact_coder_too():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import pickle
 import re
 import shutil
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +19,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from imagegen import make_collection
 
+from beam_tfrecord.batches import EntryBatch
 from beam_tfrecord.beam.pipeline import ConvertImages, build
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
@@ -381,11 +384,15 @@ def test_importing_the_library_leaves_the_callers_logging_alone(tmp_path):
 
 def _largest_record(kv) -> int:
     """A GroupByKey input's size: of the whole element, or of its largest entry with the key
-    when it holds a chunk of entries (a list of them, as planning moves them; inside a combine,
-    the chunk keyed again)."""
+    when it holds a chunk of entries (a list of them, or a batch's compressed bytes, as planning
+    moves them; inside a combine, the chunk keyed again). Bytes that are not a batch's are
+    measured whole: an image's would be."""
     key, value = kv
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], list):
         key, value = (key, value[0]), value[1]
+    if isinstance(value, bytes):
+        with contextlib.suppress(zlib.error):
+            value = EntryBatch.from_bytes(value)
     if isinstance(value, list):
         return max((len(pickle.dumps((key, entry))) for entry in value), default=0)
     return len(pickle.dumps(kv))
