@@ -4,10 +4,12 @@
 
 Uploads `--images` of the bench_build.py JPEGs (~100 KB) to fake-gcs-server behind
 tests/latency_proxy.py (no delay), then reads every one of them three times with each client, on
-CPU 0 while the server and the proxy run on CPU 1, and prints the wall time and the CPU time of
-this process per read:
+CPU 0 while the server and the proxy run on CPU 1, and prints the wall time and the CPU time per
+read of this process, less the proxy's thread (which runs in it, on CPU 1, and costs some 200 us
+a read of its own):
 
-- gcsfs's `_cat_file` (what a build's shard writer awaits), 64 at once on fsspec's event loop;
+- `remote.fetch_in_order`, 64 deep: a build's reads, as its shard writer makes them;
+- gcsfs's `_cat_file` alone (what `fetch_in_order` awaits), 64 at once on fsspec's event loop;
 - the same GETs (`/download/storage/v1/b/{bucket}/o/{key}?alt=media`) sent with one aiohttp
   session, 64 at once: the floor under gcsfs, the HTTP client it runs on;
 - google-cloud-storage's `Blob.download_as_bytes` on 16 threads (it is a blocking client).
@@ -31,7 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from bench_bucket import _Store  # noqa: E402
+from bench_bucket import _stat_cpu, _Store  # noqa: E402
 from collection import ensure_collection  # noqa: E402
 
 
@@ -53,15 +55,18 @@ def main(argv: list[str] | None = None) -> int:
         keys = [p.relative_to(source).as_posix() for p in files]
         os.sched_setaffinity(0, {0})  # the clients, from now on
         contenders = {
+            "fetch_in_order, 64 deep": lambda: _fetch_in_order(keys),
             "gcsfs _cat_file, 64 at once": lambda: _gcsfs(store.fs, keys),
             "aiohttp alone, 64 at once": lambda: asyncio.run(_aiohttp(store.proxy.url, keys)),
             "google-cloud-storage, 16 threads": lambda: _google(store.proxy.url, keys),
         }
         for name, read in contenders.items():
             for _ in range(3):
+                proxy = _thread_cpu(store.proxy.native_id)
                 wall, cpu = time.perf_counter(), time.process_time()
                 total = read()
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                cpu -= _thread_cpu(store.proxy.native_id) - proxy
                 print(
                     f"{name}: {len(keys)} reads, {total / 1e6:.0f} MB, {wall:.2f} s, "
                     f"{cpu / len(keys) * 1e6:.0f} us CPU per read",
@@ -70,6 +75,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         store.close()
     return 0
+
+
+def _thread_cpu(native_id: int) -> float:
+    return _stat_cpu(f"/proc/self/task/{native_id}/stat")
+
+
+def _fetch_in_order(keys: list[str]) -> int:
+    from beam_tfrecord.remote import fetch_in_order
+
+    items = ((key, f"gs://reads/{key}", 100_000) for key in keys)
+    return sum(len(data) for _, data in fetch_in_order(items, depth=64))
 
 
 def _gcsfs(fs, keys: list[str]) -> int:
