@@ -1,6 +1,7 @@
 """The CPU a read of an object costs through gcsfs, through aiohttp alone, and through Google's client.
 
     python benchmarks/bench_store_clients.py --images 1500
+    python benchmarks/bench_store_clients.py --store s3 --images 600 --delay 20 --connections 64
 
 Uploads `--images` of the bench_build.py JPEGs (~100 KB) to fake-gcs-server behind
 tests/latency_proxy.py (no delay), then reads every one of them three times with each client, on
@@ -15,6 +16,11 @@ a read of its own):
 - google-cloud-storage's `Blob.download_as_bytes` on 16 threads (it is a blocking client).
 
 The build stays on fsspec's interfaces unless gcsfs costs much more than the floor.
+
+With `--store s3` the store is moto's server and the contenders are fetch_in_order and s3fs's
+`_cat_file`; `--connections` sets s3fs's connection cap (botocore's `max_pool_connections`,
+10 unless set). Each line also gives the server's CPU per read (on CPU 1), the requests most
+in flight, and `--delay` holds each request back that many ms at the proxy.
 """
 
 from __future__ import annotations
@@ -41,11 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--images", type=int, default=1500)
     parser.add_argument("--data", type=Path, default=HERE.parent.parent / "bench-data")
+    parser.add_argument("--store", choices=("gs", "s3"), default="gs")
+    parser.add_argument("--delay", type=float, default=0, help="ms per request at the proxy")
+    parser.add_argument("--connections", type=int, help="s3fs's connection cap")
     args = parser.parse_args(argv)
     source = args.data / "c3000"
     ensure_collection(source, 3000)
+    if args.connections:
+        import fsspec.config
+
+        s3 = fsspec.config.conf.setdefault("s3", {})
+        s3.setdefault("config_kwargs", {})["max_pool_connections"] = args.connections
     os.sched_setaffinity(0, {1})  # the server (started now) and the proxy's thread
-    store = _Store("gs", Path(tempfile.mkdtemp()))
+    store = _Store(args.store, Path(tempfile.mkdtemp()))
     try:
         files = sorted(source.rglob("*.jpg"))[: args.images]
         bucket = store.bucket("reads")
@@ -54,22 +68,31 @@ def main(argv: list[str] | None = None) -> int:
         )
         keys = [p.relative_to(source).as_posix() for p in files]
         os.sched_setaffinity(0, {0})  # the clients, from now on
+        store.proxy.delay = args.delay / 1000
         contenders = {
-            "fetch_in_order, 64 deep": lambda: _fetch_in_order(keys),
-            "gcsfs _cat_file, 64 at once": lambda: _gcsfs(store.fs, keys),
-            "aiohttp alone, 64 at once": lambda: asyncio.run(_aiohttp(store.proxy.url, keys)),
-            "google-cloud-storage, 16 threads": lambda: _google(store.proxy.url, keys),
+            "fetch_in_order, 64 deep": lambda: _fetch_in_order(args.store, keys),
+            f"{type(store.fs).__name__} _cat_file, 64 at once": lambda: _cat_files(store.fs, keys),
         }
+        if args.store == "gs":
+            contenders["aiohttp alone, 64 at once"] = lambda: asyncio.run(
+                _aiohttp(store.proxy.url, keys)
+            )
+            contenders["google-cloud-storage, 16 threads"] = lambda: _google(store.proxy.url, keys)
         for name, read in contenders.items():
             for _ in range(3):
-                proxy = _thread_cpu(store.proxy.native_id)
+                proxy, both = _thread_cpu(store.proxy.native_id), store.cpu()
+                store.proxy.reset_counts()
                 wall, cpu = time.perf_counter(), time.process_time()
                 total = read()
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-                cpu -= _thread_cpu(store.proxy.native_id) - proxy
+                proxy = _thread_cpu(store.proxy.native_id) - proxy
+                server = store.cpu() - both - proxy
                 print(
                     f"{name}: {len(keys)} reads, {total / 1e6:.0f} MB, {wall:.2f} s, "
-                    f"{cpu / len(keys) * 1e6:.0f} us CPU per read",
+                    f"{(cpu - proxy) / len(keys) * 1e6:.0f} us CPU per read "
+                    f"(server {server / len(keys) * 1e6:.0f} us, proxy "
+                    f"{proxy / len(keys) * 1e6:.0f} us), at most {store.proxy.max_in_flight} "
+                    "in flight",
                     flush=True,
                 )
     finally:
@@ -81,14 +104,14 @@ def _thread_cpu(native_id: int) -> float:
     return _stat_cpu(f"/proc/self/task/{native_id}/stat")
 
 
-def _fetch_in_order(keys: list[str]) -> int:
+def _fetch_in_order(protocol: str, keys: list[str]) -> int:
     from beam_tfrecord.remote import fetch_in_order
 
-    items = ((key, f"gs://reads/{key}", 100_000) for key in keys)
+    items = ((key, f"{protocol}://reads/{key}", 100_000) for key in keys)
     return sum(len(data) for _, data in fetch_in_order(items, depth=64))
 
 
-def _gcsfs(fs, keys: list[str]) -> int:
+def _cat_files(fs, keys: list[str]) -> int:
     from fsspec.asyn import sync
 
     from beam_tfrecord.storage import whole_read_options
