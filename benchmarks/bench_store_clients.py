@@ -1,18 +1,26 @@
 """The CPU a read of an object costs through gcsfs, through aiohttp alone, and through Google's client.
 
     python benchmarks/bench_store_clients.py --images 1500
+    python benchmarks/bench_store_clients.py --store s3 --images 600 --delay 20 --connections 64
 
 Uploads `--images` of the bench_build.py JPEGs (~100 KB) to fake-gcs-server behind
 tests/latency_proxy.py (no delay), then reads every one of them three times with each client, on
-CPU 0 while the server and the proxy run on CPU 1, and prints the wall time and the CPU time of
-this process per read:
+CPU 0 while the server and the proxy run on CPU 1, and prints the wall time and the CPU time per
+read of this process, less the proxy's thread (which runs in it, on CPU 1, and costs some 200 us
+a read of its own):
 
-- gcsfs's `_cat_file` (what a build's shard writer awaits), 64 at once on fsspec's event loop;
+- `remote.fetch_in_order`, 64 deep: a build's reads, as its shard writer makes them;
+- gcsfs's `_cat_file` alone (what `fetch_in_order` awaits), 64 at once on fsspec's event loop;
 - the same GETs (`/download/storage/v1/b/{bucket}/o/{key}?alt=media`) sent with one aiohttp
   session, 64 at once: the floor under gcsfs, the HTTP client it runs on;
 - google-cloud-storage's `Blob.download_as_bytes` on 16 threads (it is a blocking client).
 
 The build stays on fsspec's interfaces unless gcsfs costs much more than the floor.
+
+With `--store s3` the store is moto's server and the contenders are fetch_in_order and s3fs's
+`_cat_file`; `--connections` sets s3fs's connection cap (botocore's `max_pool_connections`,
+10 unless set). Each line also gives the server's CPU per read (on CPU 1), the requests most
+in flight, and `--delay` holds each request back that many ms at the proxy.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from bench_bucket import _Store  # noqa: E402
+from bench_bucket import _stat_cpu, _Store  # noqa: E402
 from collection import ensure_collection  # noqa: E402
 
 
@@ -39,11 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--images", type=int, default=1500)
     parser.add_argument("--data", type=Path, default=HERE.parent.parent / "bench-data")
+    parser.add_argument("--store", choices=("gs", "s3"), default="gs")
+    parser.add_argument("--delay", type=float, default=0, help="ms per request at the proxy")
+    parser.add_argument("--connections", type=int, help="s3fs's connection cap")
     args = parser.parse_args(argv)
     source = args.data / "c3000"
     ensure_collection(source, 3000)
+    if args.connections:
+        import fsspec.config
+
+        s3 = fsspec.config.conf.setdefault("s3", {})
+        s3.setdefault("config_kwargs", {})["max_pool_connections"] = args.connections
     os.sched_setaffinity(0, {1})  # the server (started now) and the proxy's thread
-    store = _Store("gs", Path(tempfile.mkdtemp()))
+    store = _Store(args.store, Path(tempfile.mkdtemp()))
     try:
         files = sorted(source.rglob("*.jpg"))[: args.images]
         bucket = store.bucket("reads")
@@ -52,19 +68,31 @@ def main(argv: list[str] | None = None) -> int:
         )
         keys = [p.relative_to(source).as_posix() for p in files]
         os.sched_setaffinity(0, {0})  # the clients, from now on
+        store.proxy.delay = args.delay / 1000
         contenders = {
-            "gcsfs _cat_file, 64 at once": lambda: _gcsfs(store.fs, keys),
-            "aiohttp alone, 64 at once": lambda: asyncio.run(_aiohttp(store.proxy.url, keys)),
-            "google-cloud-storage, 16 threads": lambda: _google(store.proxy.url, keys),
+            "fetch_in_order, 64 deep": lambda: _fetch_in_order(args.store, keys),
+            f"{type(store.fs).__name__} _cat_file, 64 at once": lambda: _cat_files(store.fs, keys),
         }
+        if args.store == "gs":
+            contenders["aiohttp alone, 64 at once"] = lambda: asyncio.run(
+                _aiohttp(store.proxy.url, keys)
+            )
+            contenders["google-cloud-storage, 16 threads"] = lambda: _google(store.proxy.url, keys)
         for name, read in contenders.items():
             for _ in range(3):
+                proxy, both = _thread_cpu(store.proxy.native_id), store.cpu()
+                store.proxy.reset_counts()
                 wall, cpu = time.perf_counter(), time.process_time()
                 total = read()
                 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+                proxy = _thread_cpu(store.proxy.native_id) - proxy
+                server = store.cpu() - both - proxy
                 print(
                     f"{name}: {len(keys)} reads, {total / 1e6:.0f} MB, {wall:.2f} s, "
-                    f"{cpu / len(keys) * 1e6:.0f} us CPU per read",
+                    f"{(cpu - proxy) / len(keys) * 1e6:.0f} us CPU per read "
+                    f"(server {server / len(keys) * 1e6:.0f} us, proxy "
+                    f"{proxy / len(keys) * 1e6:.0f} us), at most {store.proxy.max_in_flight} "
+                    "in flight",
                     flush=True,
                 )
     finally:
@@ -72,7 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _gcsfs(fs, keys: list[str]) -> int:
+def _thread_cpu(native_id: int) -> float:
+    return _stat_cpu(f"/proc/self/task/{native_id}/stat")
+
+
+def _fetch_in_order(protocol: str, keys: list[str]) -> int:
+    from beam_tfrecord.remote import fetch_in_order
+
+    items = ((key, f"{protocol}://reads/{key}", 100_000) for key in keys)
+    return sum(len(data) for _, data in fetch_in_order(items, depth=64))
+
+
+def _cat_files(fs, keys: list[str]) -> int:
     from fsspec.asyn import sync
 
     from beam_tfrecord.storage import whole_read_options

@@ -10,6 +10,7 @@ import asyncio
 import errno
 import io
 import threading
+import time
 from collections import Counter
 
 import fsspec
@@ -140,6 +141,67 @@ def test_an_object_that_stays_unreadable_is_an_oserror_in_its_place(request, pro
     assert [data for i, (_, data) in enumerate(got) if i != 4] == [
         data for i, data in enumerate(objects.values()) if i != 4
     ]
+
+
+def test_reads_from_both_stores_and_local_files_in_one_fetch(gcs_store, s3_store, tmp_path):  # noqa: F811
+    # A fetch finds each protocol's filesystem once and reuses it: every URL still reaches its own.
+    objects = {**_objects(gcs_store, 6), **_objects(s3_store, 6)}
+    for i in range(6):
+        path = tmp_path / f"{i}.bin"
+        path.write_bytes(b"local %d" % i)
+        objects[str(path)] = path.read_bytes()
+    mixed = dict(sorted(objects.items(), key=lambda pair: pair[0][::-1]))  # interleaved
+    assert [(url, data) for url, data in _fetch(mixed, depth=8)] == list(mixed.items())
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "gs://bucket/o/1.bin",
+        "gs://bucket/o/1.bin#17",
+        "s3://bucket/o/1.bin",
+        "s3://bucket/o/1.bin?versionId=v2",
+    ],
+)
+def test_a_url_with_options_of_its_own_gets_the_filesystem_it_names(gcs_store, s3_store, url):  # noqa: F811
+    fetches = remote.Fetches(8)
+    fetches._store_of(url.split("/o/")[0] + "/o/first.bin")  # the protocol's filesystem, found
+    fs, path = fetches._store_of(url)
+    expected_fs, expected_path = fsspec.core.url_to_fs(url)
+    assert fs is expected_fs
+    assert path == expected_path
+
+
+def test_a_fetch_closed_with_reads_in_flight_cancels_them_and_can_start_again(gcs_store, link):  # noqa: F811
+    objects = _objects(gcs_store, 6)
+    proxy = link(gcs_store)
+    proxy.fault = lambda method, target: "stall" if request_kind(method, target) == "read" else None
+    fetches = remote.Fetches(8)
+    for url, data in objects.items():
+        fetches.start(url, url, len(data))
+    deadline = time.monotonic() + 10
+    while proxy.counts["read"] < len(objects) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _reads_running(gcs_store.fs.loop) == len(objects)
+    fetches.close()
+    while _reads_running(gcs_store.fs.loop) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _reads_running(gcs_store.fs.loop) == 0
+    assert not fetches.pending
+    proxy.fault = None
+    url, data = next(iter(objects.items()))
+    fetches.start(url, url, len(data))
+    assert fetches.pop() == (url, data)
+    fetches.close()
+
+
+def _reads_running(loop) -> int:
+    """Reads of objects (remote._read_object) running on `loop`, as tasks."""
+
+    async def count() -> int:
+        return sum(1 for task in asyncio.all_tasks() if task.get_coro().__name__ == "_read_object")
+
+    return asyncio.run_coroutine_threadsafe(count(), loop).result(10)
 
 
 class _FlakyStore:
