@@ -31,7 +31,7 @@ import fsspec
 from fsspec.spec import AbstractBufferedFile
 
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.locations import async_store, is_remote
+from beam_tfrecord.locations import AsyncStores, is_remote
 from beam_tfrecord.readahead import DEFAULT_BUDGET
 from beam_tfrecord.storage import read_source, whole_read_options
 
@@ -257,7 +257,7 @@ class Fetches:
         self.pending: deque[tuple[object, Future | _Read, int]] = deque()
         self.bytes = 0
         self._pool: ThreadPoolExecutor | None = None
-        self._stores: dict[str, fsspec.AbstractFileSystem | None] = {}
+        self._stores = AsyncStores()
         self._cond = threading.Condition()
         self._waiting: _Read | None = None
         # Reads started and not yet taken by their loop, by loop; a loop is here from the
@@ -265,7 +265,7 @@ class Fetches:
         self._unlaunched: dict[asyncio.AbstractEventLoop, list[tuple[object, str, _Read]]] = {}
 
     def start(self, item, url: str, size: int) -> None:
-        target = self._store_of(url)
+        target = self._stores(url)
         if target is not None:
             fs, path = target
             future: Future | _Read = _Read(self, fs.loop)
@@ -285,23 +285,6 @@ class Fetches:
         size = max(size, 0)
         self.pending.append((item, future, size))
         self.bytes += size
-
-    def _store_of(self, url: str) -> tuple[fsspec.AbstractFileSystem, str] | None:
-        """`async_store(url)`, with the filesystem found for an earlier URL of the protocol
-        when this one names no options of its own (an object's version, say)."""
-        protocol, sep, _ = url.partition("://")
-        if not sep or "::" in url:
-            return async_store(url)
-        fs = self._stores.get(protocol, False)
-        if fs is False:
-            target = async_store(url)
-            self._stores[protocol] = None if target is None else target[0]
-            return target
-        if fs is None:
-            return None
-        if fs._get_kwargs_from_urls(url):
-            return async_store(url)
-        return fs, fs._strip_protocol(url)
 
     def _launch(self, loop: asyncio.AbstractEventLoop) -> None:
         """On `loop`: starts the reads that wait for it."""

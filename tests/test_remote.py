@@ -21,6 +21,7 @@ from cloud_servers import ObjectStore, gcs_store, s3_store  # noqa: F401
 from latency_proxy import request_kind
 
 from beam_tfrecord import remote
+from beam_tfrecord.locations import AsyncStores
 from beam_tfrecord.remote import (
     BackgroundWriter,
     default_depth,
@@ -164,9 +165,9 @@ def test_reads_from_both_stores_and_local_files_in_one_fetch(gcs_store, s3_store
     ],
 )
 def test_a_url_with_options_of_its_own_gets_the_filesystem_it_names(gcs_store, s3_store, url):  # noqa: F811
-    fetches = remote.Fetches(8)
-    fetches._store_of(url.split("/o/")[0] + "/o/first.bin")  # the protocol's filesystem, found
-    fs, path = fetches._store_of(url)
+    stores = AsyncStores()
+    stores(url.split("/o/")[0] + "/o/first.bin")  # the protocol's filesystem, found
+    fs, path = stores(url)
     expected_fs, expected_path = fsspec.core.url_to_fs(url)
     assert fs is expected_fs
     assert path == expected_path

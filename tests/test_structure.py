@@ -133,6 +133,8 @@ _OTHERS_PRIVATES_ALLOWED = {
     # The store clients' own (fsspec, gcsfs, s3fs), not Beam's or Python's: the listing checks
     # for them (`hasattr`) and falls back to fsspec's public listing.
     "_strip_protocol": "fsspec",
+    # fsspec's, as its own url_to_fs calls it: the options a URL names (an object's version).
+    "_get_kwargs_from_urls": "fsspec",
     "_call": "gcsfs",
     "_call_s3": "s3fs",
 }
