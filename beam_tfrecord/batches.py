@@ -141,6 +141,16 @@ class EntryBatch(list):
     def from_bytes(cls, data: bytes) -> EntryBatch:
         return cls(map(ImageEntry.from_bytes, _decompressed(data)))
 
+    @staticmethod
+    def entries_bytes(data: bytes) -> list[bytes]:
+        """Each entry's own bytes (ImageEntry.to_bytes) of a batch's bytes, none decoded."""
+        return _decompressed(data)
+
+    @staticmethod
+    def from_entries_bytes(entries: list[bytes]) -> bytes:
+        """The bytes of the batch of these entries' bytes (`entries_bytes` reversed)."""
+        return _compressed(entries)
+
 
 # How a label is coded in a LabelledBatch: its kind, then its text.
 _STR, _NO_LABEL, _REPORTED = b"s", b"n", b"r"

@@ -7,10 +7,12 @@ import json
 import posixpath
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from operator import itemgetter
 
-__all__ = ["ImageEntry", "Reason", "ReportEntry", "ShardResult", "ShardSpec"]
+__all__ = ["ImageEntry", "Reason", "ReportEntry", "ShardResult", "ShardSpec", "in_placing_order"]
 
 
 class Reason(str, Enum):
@@ -172,6 +174,13 @@ class ImageEntry:
         )
         return entry
 
+    @staticmethod
+    def placed_by(data: bytes) -> tuple[int, int]:
+        """The shuffle key and record size of the entry `data` encodes (`to_bytes`), read
+        without decoding it: what placing it in a shard needs, but for a tie of keys."""
+        key, _, record_size = _ENTRY_PLACED.unpack_from(data)
+        return key, record_size
+
     @classmethod
     def planned(
         cls,
@@ -216,8 +225,31 @@ class ImageEntry:
         )
 
 
+def in_placing_order(encoded: Iterable[bytes]) -> list[tuple[int, bytes]]:
+    """Entries' bytes (ImageEntry.to_bytes) in their sort-key order, each with its record size.
+
+    Ordered by shuffle key, read from the bytes; only entries whose keys tie are decoded, to be
+    ordered by the rest of their sort key. A planning bucket of a few hundred thousand entries
+    is so placed holding their bytes, not their objects (about a fifth of the memory).
+    """
+    keyed = sorted(((*ImageEntry.placed_by(data), data) for data in encoded), key=itemgetter(0))
+    placed: list[tuple[int, bytes]] = []
+    start = 0
+    while start < len(keyed):
+        end = start + 1
+        while end < len(keyed) and keyed[end][0] == keyed[start][0]:
+            end += 1
+        run = keyed[start:end]
+        if len(run) > 1:
+            run.sort(key=lambda item: ImageEntry.from_bytes(item[2]).sort_key)
+        placed.extend((size, data) for _, size, data in run)
+        start = end
+    return placed
+
+
 # shuffle key, source size, record size, class id (-1: none), then the six texts' lengths.
 _ENTRY_HEAD = struct.Struct("<QqqqIIIIII")
+_ENTRY_PLACED = struct.Struct("<Qqq")  # the head's first three fields
 _NONE = 0xFFFFFFFF
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 

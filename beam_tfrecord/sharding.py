@@ -21,6 +21,7 @@ __all__ = [
     "bucket_offsets",
     "num_buckets",
     "num_shards",
+    "place_in_order",
     "place_records",
     "plan_splits",
     "shard_index",
@@ -123,8 +124,16 @@ def place_records(
     Yields:
         (shard index, payload), in sort-key order.
     """
+    in_order = ((size, payload) for _, size, payload in sorted(records, key=lambda r: r[0]))
+    return place_in_order(in_order, start_offset, total_bytes, shards)
+
+
+def place_in_order(
+    records: Iterable[tuple[int, T]], start_offset: int, total_bytes: int, shards: int
+) -> Iterator[tuple[int, T]]:
+    """`place_records` for records already in sort-key order, each (size in bytes, payload)."""
     offset = start_offset
-    for _, size, payload in sorted(records, key=lambda r: r[0]):
+    for size, payload in records:
         yield shard_index(offset, total_bytes, shards), payload
         offset += size
 
@@ -157,6 +166,12 @@ class SplitPlan:
     ) -> Iterator[tuple[int, T]]:
         """Assigns one bucket's records to shards of this split (see place_records)."""
         return place_records(records, self.bucket_offsets[bucket], self.bytes, self.shards)
+
+    def place_in_order(
+        self, bucket: int, records: Iterable[tuple[int, T]]
+    ) -> Iterator[tuple[int, T]]:
+        """`place` for records already in sort-key order, each (size in bytes, payload)."""
+        return place_in_order(records, self.bucket_offsets[bucket], self.bytes, self.shards)
 
 
 def plan_splits(

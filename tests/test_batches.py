@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import zlib
+from dataclasses import replace
 
 from entry_strategies import entries, sources, texts
 from hypothesis import given
 from hypothesis import strategies as st
 
 from beam_tfrecord.batches import EntryBatch, LabelledBatch, SourceBatch, batched
-from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, in_placing_order
 from beam_tfrecord.listing import SourceFile
 
 reports = st.builds(
@@ -79,3 +80,24 @@ def test_batched_cuts_items_into_consecutive_batches_of_at_most_the_size():
     assert [list(b) for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     assert all(type(b) is SourceBatch for b in batches)
     assert list(batched([], EntryBatch)) == []
+
+
+@given(st.lists(entries, max_size=30), st.integers(1, 4))
+def test_entries_are_placed_from_their_bytes_in_sort_key_order(items, keys):
+    """Placing reads the shuffle key and size from an entry's bytes; entries whose keys tie
+    (few keys here, so many do) are ordered by the rest of their sort key, as objects are."""
+    tied = [replace(entry, shuffle_key=entry.shuffle_key % keys) for entry in items]
+    placed = in_placing_order(entry.to_bytes() for entry in tied)
+    expected = sorted(tied, key=lambda entry: entry.sort_key)
+    assert [ImageEntry.from_bytes(data) for _, data in placed] == expected
+    assert [size for size, _ in placed] == [entry.record_size for entry in expected]
+
+
+def test_a_planned_batch_gives_its_entries_bytes_back_undecoded():
+    planned = [ImageEntry(f"/d/{i}.png", f"{i}.png", 10, "train", i, "c", 0, 99) for i in range(5)]
+    data = EntryBatch(planned).to_bytes()
+    assert EntryBatch.entries_bytes(data) == [entry.to_bytes() for entry in planned]
+    assert (
+        EntryBatch.from_bytes(EntryBatch.from_entries_bytes(EntryBatch.entries_bytes(data)))
+        == planned
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +23,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from beam_tfrecord import progress
 from beam_tfrecord.batches import BATCH, EntryBatch, LabelledBatch, SourceBatch, batched
-from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, in_placing_order
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.listing import (
     ListingTask,
@@ -364,34 +364,36 @@ _HELD_ENTRIES = 8 * _CHUNK_ENTRIES
 _Chunk = tuple[tuple[str, int], EntryBatch]
 
 
+# A chunk as it crosses a shuffle: ((split, bucket or shard), EntryBatch.to_bytes()).
+_Packed = tuple[tuple[str, int], bytes]
+
+
 class GroupChunks(beam.PTransform):
-    """GroupByKey for chunks, which cross it as their bytes (EntryBatch.to_bytes) and come out
-    as (key, iterable of EntryBatch).
+    """GroupByKey for chunks, which cross it as their bytes (EntryBatch.to_bytes): it gives
+    (key, iterable of bytes), each an EntryBatch's (`_chunks` decodes them).
 
     A runner that shuffles in its own process (the DirectRunner) holds every value of a
     shuffle at once, as its coder decodes them: about 700 bytes an image as ImageEntry objects,
-    against about 135 as bytes. Bytes are also what a distributed runner's shuffle moves anyway,
-    so packing costs it nothing but the same encode.
+    against about 22 as a compressed batch's bytes. Bytes are also what a distributed runner's
+    shuffle moves anyway, so packing costs it nothing but the same encode.
     """
 
     def expand(self, chunks):
         return (
             chunks
-            | "Pack" >> beam.Map(_packed).with_output_types(tuple[tuple[str, int], bytes])
+            | "Pack" >> beam.Map(_packed).with_output_types(_Packed)
             | "Group" >> beam.GroupByKey()
-            | "Unpack" >> beam.Map(_unpacked)
         )
 
 
-def _packed(chunk: _Chunk) -> tuple[tuple[str, int], bytes]:
+def _packed(chunk: _Chunk) -> _Packed:
     key, entries = chunk
     return key, entries.to_bytes()
 
 
-def _unpacked(group: tuple[tuple[str, int], Iterable[bytes]]):
-    """The group's chunks, each decoded as it is iterated: one chunk's objects at a time."""
-    key, packed = group
-    return key, map(EntryBatch.from_bytes, packed)
+def _chunks(packed: Iterable[bytes]) -> Iterator[EntryBatch]:
+    """A group's chunks, each decoded as it is reached: one chunk's objects at a time."""
+    return map(EntryBatch.from_bytes, packed)
 
 
 class SpreadBatches(beam.PTransform):
@@ -688,10 +690,10 @@ class _KeepOneCopyFn(beam.DoFn):
         self._skipped = metric_counter("images_skipped")
         self._duplicates = metric_counter("duplicates_dropped")
 
-    def process(self, element: tuple[tuple[str, int], Iterable[EntryBatch]]):
-        _, chunks = element
+    def process(self, element: tuple[tuple[str, int], Iterable[bytes]]):
+        _, packed = element
         by_content: dict[str, list[ImageEntry]] = {}
-        for chunk in chunks:
+        for chunk in _chunks(packed):
             for entry in chunk:
                 by_content.setdefault(entry.source_sha256, []).append(entry)
         kept_ones = EntryBatch()
@@ -847,25 +849,30 @@ class _BucketStatsFn(beam.CombineFn):
 
 
 class _PlanBucketFn(beam.DoFn):
+    """Places one bucket's entries in its split's shards, as their bytes: none is decoded but
+    those whose shuffle keys tie (`in_placing_order`)."""
+
     def process(self, element, plan: Mapping[str, SplitPlan]):
-        (split, bucket), chunks = element
-        records = ((e.sort_key, e.record_size, e) for chunk in chunks for e in chunk)
+        (split, bucket), packed = element
+        records = in_placing_order(
+            data for chunk in packed for data in EntryBatch.entries_bytes(chunk)
+        )
         # Placed in key order, so a shard's entries come in one run: chunks of one shard each.
-        chunk = EntryBatch()
+        chunk: list[bytes] = []
         current = None
-        for shard, entry in plan[split].place(bucket, records):
+        for shard, data in plan[split].place_in_order(bucket, records):
             if shard != current or len(chunk) >= _CHUNK_ENTRIES:
                 if chunk:
-                    yield (split, current), chunk
-                chunk, current = EntryBatch(), shard
-            chunk.append(entry)
+                    yield (split, current), EntryBatch.from_entries_bytes(chunk)
+                chunk, current = [], shard
+            chunk.append(data)
         if chunk:
-            yield (split, current), chunk
+            yield (split, current), EntryBatch.from_entries_bytes(chunk)
 
 
-def _joined(element: tuple[tuple[str, int], Iterable[EntryBatch]]):
-    key, chunks = element
-    return key, EntryBatch(entry for chunk in chunks for entry in chunk)
+def _joined(element: tuple[tuple[str, int], Iterable[bytes]]):
+    key, packed = element
+    return key, EntryBatch(entry for chunk in _chunks(packed) for entry in chunk)
 
 
 class PlanShards(beam.PTransform):
@@ -909,8 +916,8 @@ class PlanShards(beam.PTransform):
             keyed
             | "GroupBuckets" >> GroupChunks()
             | "PlaceInShards"
-            >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan)).with_output_types(_Chunk)
-            | "GroupShards" >> GroupChunks()
+            >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan)).with_output_types(_Packed)
+            | "GroupShards" >> beam.GroupByKey()
             | "JoinChunks" >> beam.Map(_joined).with_output_types(_Chunk)
         )
         return {"shards": shards, "plan": plan}
