@@ -141,21 +141,25 @@ class ShardProcesses:
             )
             self._head_thread = threading.Thread(
                 target=self._start_head_shards,
-                args=(planned, policy, how),
+                args=(planned, policy, how, not here),
                 name="head-start",
                 daemon=True,
             )
             self._head_thread.start()
         if here:
             try:
-                planned.set_result(_planned_into_file(start, policy, how))
+                planned.set_result(_head_plan(start, policy, how))
             except BaseException as err:  # an interrupt: the caller's to handle
                 planned.set_exception(err)
                 raise
 
-    def _start_head_shards(self, planned: Future, policy: ImagePolicy, how: tuple) -> None:
+    def _start_head_shards(
+        self, planned: Future, policy: ImagePolicy, how: tuple, in_file: bool
+    ) -> None:
+        """Writes the head start's shards once `planned` holds them (`_head_plan`'s list, or,
+        `in_file`, the path of the file a worker process put it in)."""
         try:
-            shards = _head_shards(planned.result())
+            shards = _head_shards(planned.result()) if in_file else planned.result()
         except BaseException:  # the pipeline lists and plans, and says what went wrong
             _LOG.debug("no head start: its planning failed", exc_info=True)
             return
@@ -545,18 +549,22 @@ def _plan_head_start(start: HeadStart, policy: ImagePolicy, how: tuple) -> str:
     whole would leave the executor waiting forever for its end, should the process be ended
     while sending it; a path is sent at once."""
     with _ended_by_sigterm():
-        return _planned_into_file(start, policy, how)
+        planned = _head_plan(start, policy, how)
+        fd, path = tempfile.mkstemp(prefix="beam-tfrecord-head-start-")
+        with os.fdopen(fd, "wb") as file:
+            pickle.dump(planned, file, protocol=pickle.HIGHEST_PROTOCOL)
+        return path
 
 
-def _planned_into_file(start: HeadStart, policy: ImagePolicy, how: tuple) -> str:
+def _head_plan(
+    start: HeadStart, policy: ImagePolicy, how: tuple
+) -> list[tuple[ShardSpec, list[bytes], bytes]]:
+    """The head start's shards, each with its entries' compact forms and its plan's digest."""
     planned = []
     for spec, entries in plan_shards(start):
         packed = _packed(entries)
         planned.append((spec, packed, plan_digest(spec, packed, policy, how)))
-    fd, path = tempfile.mkstemp(prefix="beam-tfrecord-head-start-")
-    with os.fdopen(fd, "wb") as file:
-        pickle.dump(planned, file, protocol=pickle.HIGHEST_PROTOCOL)
-    return path
+    return planned
 
 
 def _head_shards(path: str) -> list[tuple[ShardSpec, list[bytes], bytes]]:
