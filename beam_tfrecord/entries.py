@@ -10,6 +10,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from itertools import groupby
 from operator import itemgetter
 
 __all__ = ["ImageEntry", "Reason", "ReportEntry", "ShardResult", "ShardSpec", "in_placing_order"]
@@ -234,16 +235,11 @@ def in_placing_order(encoded: Iterable[bytes]) -> list[tuple[int, bytes]]:
     """
     keyed = sorted(((*ImageEntry.placed_by(data), data) for data in encoded), key=itemgetter(0))
     placed: list[tuple[int, bytes]] = []
-    start = 0
-    while start < len(keyed):
-        end = start + 1
-        while end < len(keyed) and keyed[end][0] == keyed[start][0]:
-            end += 1
-        run = keyed[start:end]
-        if len(run) > 1:
-            run.sort(key=lambda item: ImageEntry.from_bytes(item[2]).sort_key)
-        placed.extend((size, data) for _, size, data in run)
-        start = end
+    for _, run in groupby(keyed, key=itemgetter(0)):
+        tied = list(run)
+        if len(tied) > 1:
+            tied.sort(key=lambda item: ImageEntry.from_bytes(item[2]).sort_key)
+        placed.extend((size, data) for _, size, data in tied)
     return placed
 
 
