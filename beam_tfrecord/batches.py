@@ -22,7 +22,7 @@ from typing import TypeVar
 from beam_tfrecord.entries import ImageEntry, ReportEntry
 from beam_tfrecord.listing import SourceFile
 
-__all__ = ["BATCH", "EntryBatch", "LabelledBatch", "SourceBatch", "batched"]
+__all__ = ["BATCH", "EntryBatch", "LabelledBatch", "PackedEntries", "SourceBatch", "batched"]
 
 # Entries per batch at most: a batch's columns then stay within a few hundred kilobytes.
 BATCH = 2048
@@ -150,6 +150,42 @@ class EntryBatch(list):
     def from_entries_bytes(entries: list[bytes]) -> bytes:
         """The bytes of the batch of these entries' bytes (`entries_bytes` reversed)."""
         return _compressed(entries)
+
+
+class PackedEntries:
+    """Planned images held as the compressed bytes of the batches they came in
+    (EntryBatch.to_bytes), each batch decoded only as it is iterated over.
+
+    What a shard's writer is handed: about 22 bytes an image, against about 700 as ImageEntry
+    objects, in the process that passes the shard on (the launcher, which holds every shard's
+    plan at once on an in-process runner) and on its way to the process that writes it.
+    Iterating gives the entries, batch after batch, in no particular order.
+    """
+
+    __slots__ = ("batches",)
+
+    def __init__(self, batches: Iterable[bytes]):
+        self.batches = list(batches)
+
+    def __iter__(self) -> Iterator[ImageEntry]:
+        for data in self.batches:
+            yield from EntryBatch.from_bytes(data)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, PackedEntries) and self.batches == other.batches
+
+    def __repr__(self) -> str:
+        return f"PackedEntries(<{len(self.batches)} batches>)"
+
+    def to_bytes(self) -> bytes:
+        return _join(self.batches)
+
+    def encoded_size(self) -> int:
+        return _overhead(self.batches) + sum(map(len, self.batches))
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PackedEntries:
+        return cls(_split(data))
 
 
 # How a label is coded in a LabelledBatch: its kind, then its text.

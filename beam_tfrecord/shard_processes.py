@@ -36,6 +36,7 @@ import fsspec
 import fsspec.config
 
 from beam_tfrecord import progress
+from beam_tfrecord.batches import PackedEntries
 from beam_tfrecord.codec.record_index import index_file_name
 from beam_tfrecord.compat import SpawnWithoutMain
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
@@ -239,16 +240,19 @@ class ShardProcesses:
         resume: bool,
         read_ahead: int,
     ) -> Future[tuple[ShardResult, list[ReportEntry]]]:
-        """Writes the shard in a worker process; the future holds what `write_shard` returns."""
-        if self._heading:  # its shards are matched in the order they are written in
-            entries = sorted(entries, key=lambda e: e.sort_key)
-        packed = _packed(entries)
+        """Writes the shard in a worker process; the future holds what `write_shard` returns.
+        Entries already packed (PackedEntries) are sent as they are, and decoded there."""
         how = (max_record_size, resume, read_ahead)
-        head = self._taken_from_head_start(spec, packed, policy, how)
-        if head is not None:
-            return head
+        sent: list[bytes] | PackedEntries
+        if self._heading:  # its shards are matched in the order they are written in
+            sent = _packed(sorted(entries, key=lambda e: e.sort_key))
+            head = self._taken_from_head_start(spec, sent, policy, how)
+            if head is not None:
+                return head
+        else:
+            sent = entries if isinstance(entries, PackedEntries) else _packed(entries)
         with _signals_blocked():  # a process it starts inherits the mask
-            return self._pool.submit(_write, spec, packed, policy, *how)
+            return self._pool.submit(_write, spec, sent, policy, *how)
 
     def submit_in_segments(
         self,
@@ -520,7 +524,7 @@ def _exit_on_term(signum, frame) -> None:
 
 def _write(
     spec: ShardSpec,
-    packed: list[bytes],
+    packed: list[bytes] | PackedEntries,
     policy: ImagePolicy,
     max_record_size: int | None,
     resume: bool,
@@ -530,7 +534,7 @@ def _write(
         with _ended_by_sigterm():
             return write_shard(
                 spec,
-                _unpacked(packed),
+                packed if isinstance(packed, PackedEntries) else _unpacked(packed),
                 policy,
                 max_record_size=max_record_size,
                 resume=resume,

@@ -9,7 +9,7 @@ from entry_strategies import entries, sources, texts
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_tfrecord.batches import EntryBatch, LabelledBatch, SourceBatch, batched
+from beam_tfrecord.batches import EntryBatch, LabelledBatch, PackedEntries, SourceBatch, batched
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, in_placing_order
 from beam_tfrecord.listing import SourceFile
 
@@ -30,6 +30,15 @@ def test_planned_images_survive_their_batch_coding(items):
     batch = EntryBatch(items)
     decoded = EntryBatch.from_bytes(batch.to_bytes())
     assert type(decoded) is EntryBatch and decoded == items
+
+
+@given(st.lists(st.lists(entries, max_size=8), max_size=5))
+def test_packed_entries_give_their_batches_entries_and_survive_their_coding(batches):
+    packed = PackedEntries(EntryBatch(batch).to_bytes() for batch in batches)
+    assert list(packed) == [entry for batch in batches for entry in batch]
+    again = PackedEntries.from_bytes(packed.to_bytes())
+    assert again == packed and list(again) == list(packed)
+    assert packed.encoded_size() == len(packed.to_bytes())
 
 
 @given(st.lists(st.tuples(sources, st.none() | texts | reports), max_size=40))

@@ -22,7 +22,14 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_tfrecord import progress
-from beam_tfrecord.batches import BATCH, EntryBatch, LabelledBatch, SourceBatch, batched
+from beam_tfrecord.batches import (
+    BATCH,
+    EntryBatch,
+    LabelledBatch,
+    PackedEntries,
+    SourceBatch,
+    batched,
+)
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, in_placing_order
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.listing import (
@@ -349,7 +356,11 @@ class _LabelledBatchCoder(_BatchCoder):
     kind = LabelledBatch
 
 
-for _coder in (_SourceBatchCoder, _EntryBatchCoder, _LabelledBatchCoder):
+class _PackedEntriesCoder(_BatchCoder):
+    kind = PackedEntries
+
+
+for _coder in (_SourceBatchCoder, _EntryBatchCoder, _LabelledBatchCoder, _PackedEntriesCoder):
     beam.coders.registry.register_coder(_coder.kind, _coder)
 
 
@@ -362,6 +373,10 @@ _HELD_ENTRIES = 8 * _CHUNK_ENTRIES
 # ((split, bucket or shard), a chunk of its entries): planning moves entries in chunks, as
 # every element costs Beam microseconds of its own at each step and shuffle it crosses.
 _Chunk = tuple[tuple[str, int], EntryBatch]
+
+
+# A shard's planned images: ((split, shard index), its entries, packed).
+_Shard = tuple[tuple[str, int], PackedEntries]
 
 
 # A chunk as it crosses a shuffle: ((split, bucket or shard), EntryBatch.to_bytes()).
@@ -870,9 +885,11 @@ class _PlanBucketFn(beam.DoFn):
             yield (split, current), EntryBatch.from_entries_bytes(chunk)
 
 
-def _joined(element: tuple[tuple[str, int], Iterable[bytes]]):
+def _joined(element: tuple[tuple[str, int], Iterable[bytes]]) -> _Shard:
+    # Left packed: a shard's entries are decoded where it is written, which is another process
+    # for most builds (`ShardProcesses`). Those of every shard not yet written wait here.
     key, packed = element
-    return key, EntryBatch(entry for chunk in _chunks(packed) for entry in chunk)
+    return key, PackedEntries(packed)
 
 
 class PlanShards(beam.PTransform):
@@ -886,7 +903,7 @@ class PlanShards(beam.PTransform):
     chunks (of one bucket, then of one shard), not one element each.
 
     Takes EntryBatch elements (PlanImages' `entries`). Returns a dict: `shards`, ((split, shard
-    index), EntryBatch) pairs, and `plan`, a one-element
+    index), PackedEntries) pairs, and `plan`, a one-element
     PCollection with each split's SplitPlan (sharding.plan_splits).
     """
 
@@ -918,6 +935,6 @@ class PlanShards(beam.PTransform):
             | "PlaceInShards"
             >> beam.ParDo(_PlanBucketFn(), plan=pvalue.AsSingleton(plan)).with_output_types(_Packed)
             | "GroupShards" >> beam.GroupByKey()
-            | "JoinChunks" >> beam.Map(_joined).with_output_types(_Chunk)
+            | "JoinChunks" >> beam.Map(_joined).with_output_types(_Shard)
         )
         return {"shards": shards, "plan": plan}

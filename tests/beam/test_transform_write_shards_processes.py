@@ -7,9 +7,11 @@ import hashlib
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from test_transform_write_shards import _shards
 
 from beam_tfrecord import shard_writer
+from beam_tfrecord.batches import EntryBatch, PackedEntries
 from beam_tfrecord.beam.pipeline import shard_processes
 from beam_tfrecord.beam.writing import WriteShards
 from beam_tfrecord.config import BuildConfig
@@ -108,6 +111,52 @@ def test_worker_processes_write_the_same_shards_results_and_report(
     assert "writing shards in 2 worker processes" in caplog.text
     assert _digests(pooled) == _digests(here)
     assert not [name for name in _digests(pooled) if name.startswith(".") or "/." in name]
+
+
+def _packed_shards(shard_list):
+    """Each shard's entries as PlanShards hands them over: the compressed bytes of the batches
+    they crossed the shuffle in, in no particular order."""
+    return [
+        (key, PackedEntries(EntryBatch(entries[i : i + 2]).to_bytes()
+                            for i in reversed(range(0, len(entries), 2))))  # fmt: skip
+        for key, entries in shard_list
+    ]
+
+
+def test_packed_shards_go_to_their_process_as_bytes_and_make_the_same_shards(
+    pipeline, shards, tmp_path, monkeypatch
+):
+    """The launcher holds every planned shard until it is written, and passes it on: as the
+    batches' compressed bytes, never decoded there, and the shards are the same."""
+    shard_list, plan = shards
+    here = tmp_path / "here"
+    for (split, index), entries in shard_list:
+        name = shard_file_name("ds", split, index, plan[split].shards)
+        spec = ShardSpec(str(here), name, split, index, plan[split].shards)
+        write_shard(spec, entries, POLICY, max_record_size=1 << 20)
+    sent = []
+    real_submit = ProcessPoolExecutor.submit
+
+    def spied(self, fn, *args, **kwargs):
+        sent.extend(arg for arg in args if isinstance(arg, (list, PackedEntries)))
+        return real_submit(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(ProcessPoolExecutor, "submit", spied)
+    decoded = []
+    real_from_bytes = EntryBatch.from_bytes
+    monkeypatch.setattr(
+        EntryBatch, "from_bytes", classmethod(lambda cls, data: decoded.append(data) or
+                                              real_from_bytes(data))  # fmt: skip
+    )
+    pooled = tmp_path / "pooled"
+    with pipeline as p:
+        _written_in_processes(p, _packed_shards(shard_list), plan, pooled)
+    assert _digests(pooled) == _digests(here)
+    assert len(sent) == len(shard_list)
+    assert all(isinstance(shard, PackedEntries) for shard in sent)
+    assert decoded == [], "decoded in the launcher"
+    unpacked = [e.to_bytes() for _, entries in shard_list for e in entries]
+    assert sum(len(pickle.dumps(s)) for s in sent) < len(pickle.dumps(unpacked))
 
 
 def test_a_plan_of_few_shards_has_every_process_prepare_each_shard(
