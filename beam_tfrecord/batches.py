@@ -16,13 +16,21 @@ import struct
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
-from itertools import accumulate, pairwise
+from itertools import accumulate, groupby, pairwise
 from typing import TypeVar
 
 from beam_tfrecord.entries import ImageEntry, ReportEntry
 from beam_tfrecord.listing import SourceFile
 
-__all__ = ["BATCH", "EntryBatch", "LabelledBatch", "PackedEntries", "SourceBatch", "batched"]
+__all__ = [
+    "BATCH",
+    "EntryBatch",
+    "LabelledBatch",
+    "PackedEntries",
+    "SourceBatch",
+    "batched",
+    "in_placing_order",
+]
 
 # Entries per batch at most: a batch's columns then stay within a few hundred kilobytes.
 BATCH = 2048
@@ -150,6 +158,46 @@ class EntryBatch(list):
     def from_entries_bytes(entries: list[bytes]) -> bytes:
         """The bytes of the batch of these entries' bytes (`entries_bytes` reversed)."""
         return _compressed(entries)
+
+
+def in_placing_order(batches: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """The entries of these batches (EntryBatch.to_bytes) in sort-key order, each as (its record
+    size, its bytes, ImageEntry.to_bytes): what placing a planning bucket in shards reads.
+
+    Each entry's shuffle key and size are read in place; only entries whose keys tie are
+    decoded, to be ordered by the rest of their sort key. The entries wait as their bytes back
+    to back in one buffer, ordered as one integer each (key, then position): a bucket of a few
+    hundred thousand takes about half the memory of a bytes object and a tuple per entry, and
+    it is the largest thing planning holds at once.
+    """
+    held = bytearray()
+    starts = array("Q")
+    for data in batches:
+        raw = zlib.decompress(data)
+        (count,) = _COUNT.unpack_from(raw)
+        lengths = array("I")
+        head = _COUNT.size + lengths.itemsize * count
+        lengths.frombytes(raw[_COUNT.size : head])
+        starts.extend(accumulate(lengths[:-1], initial=len(held)) if count else ())
+        held += memoryview(raw)[head:]
+    count = len(starts)
+    starts.append(len(held))
+    view = memoryview(held)
+    placed_by = ImageEntry.placed_by
+    bits = count.bit_length()
+    order = sorted(placed_by(view, at)[0] << bits | i for i, at in enumerate(starts[:-1]))
+
+    def entry_bytes(i: int) -> bytes:
+        return bytes(view[starts[i] : starts[i + 1]])
+
+    position = (1 << bits) - 1
+    for _, run in groupby(order, key=lambda keyed: keyed >> bits):
+        tied = [keyed & position for keyed in run]
+        if len(tied) > 1:
+            tied.sort(key=lambda i: ImageEntry.from_bytes(entry_bytes(i)).sort_key)
+        for i in tied:
+            at = starts[i]
+            yield placed_by(view, at)[1], bytes(view[at : starts[i + 1]])
 
 
 class PackedEntries:

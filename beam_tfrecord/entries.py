@@ -7,13 +7,10 @@ import json
 import posixpath
 import re
 import struct
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from itertools import groupby
-from operator import itemgetter
 
-__all__ = ["ImageEntry", "Reason", "ReportEntry", "ShardResult", "ShardSpec", "in_placing_order"]
+__all__ = ["ImageEntry", "Reason", "ReportEntry", "ShardResult", "ShardSpec"]
 
 
 class Reason(str, Enum):
@@ -176,10 +173,11 @@ class ImageEntry:
         return entry
 
     @staticmethod
-    def placed_by(data: bytes) -> tuple[int, int]:
-        """The shuffle key and record size of the entry `data` encodes (`to_bytes`), read
-        without decoding it: what placing it in a shard needs, but for a tie of keys."""
-        key, _, record_size = _ENTRY_PLACED.unpack_from(data)
+    def placed_by(data: bytes | bytearray, offset: int = 0) -> tuple[int, int]:
+        """The shuffle key and record size of the entry encoded (`to_bytes`) at `offset` in
+        `data`, read without decoding it: what placing it in a shard needs, but for a tie of
+        keys."""
+        key, _, record_size = _ENTRY_PLACED.unpack_from(data, offset)
         return key, record_size
 
     @classmethod
@@ -224,23 +222,6 @@ class ImageEntry:
             + len(self.source_sha256)
             + len(self.prepared)
         )
-
-
-def in_placing_order(encoded: Iterable[bytes]) -> list[tuple[int, bytes]]:
-    """Entries' bytes (ImageEntry.to_bytes) in their sort-key order, each with its record size.
-
-    Ordered by shuffle key, read from the bytes; only entries whose keys tie are decoded, to be
-    ordered by the rest of their sort key. A planning bucket of a few hundred thousand entries
-    is so placed holding their bytes, not their objects (about a fifth of the memory).
-    """
-    keyed = sorted(((*ImageEntry.placed_by(data), data) for data in encoded), key=itemgetter(0))
-    placed: list[tuple[int, bytes]] = []
-    for _, run in groupby(keyed, key=itemgetter(0)):
-        tied = list(run)
-        if len(tied) > 1:
-            tied.sort(key=lambda item: ImageEntry.from_bytes(item[2]).sort_key)
-        placed.extend((size, data) for _, size, data in tied)
-    return placed
 
 
 # shuffle key, source size, record size, class id (-1: none), then the six texts' lengths.

@@ -9,8 +9,15 @@ from entry_strategies import entries, sources, texts
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beam_tfrecord.batches import EntryBatch, LabelledBatch, PackedEntries, SourceBatch, batched
-from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, in_placing_order
+from beam_tfrecord.batches import (
+    EntryBatch,
+    LabelledBatch,
+    PackedEntries,
+    SourceBatch,
+    batched,
+    in_placing_order,
+)
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.listing import SourceFile
 
 reports = st.builds(
@@ -91,12 +98,13 @@ def test_batched_cuts_items_into_consecutive_batches_of_at_most_the_size():
     assert list(batched([], EntryBatch)) == []
 
 
-@given(st.lists(entries, max_size=30), st.integers(1, 4))
-def test_entries_are_placed_from_their_bytes_in_sort_key_order(items, keys):
+@given(st.lists(entries, max_size=30), st.integers(1, 4), st.integers(1, 7))
+def test_entries_are_placed_from_their_bytes_in_sort_key_order(items, keys, per_batch):
     """Placing reads the shuffle key and size from an entry's bytes; entries whose keys tie
     (few keys here, so many do) are ordered by the rest of their sort key, as objects are."""
     tied = [replace(entry, shuffle_key=entry.shuffle_key % keys) for entry in items]
-    placed = in_placing_order(entry.to_bytes() for entry in tied)
+    batches = [EntryBatch(b).to_bytes() for b in batched(tied, EntryBatch, size=per_batch)]
+    placed = list(in_placing_order([*batches, EntryBatch().to_bytes()]))  # an empty one too
     expected = sorted(tied, key=lambda entry: entry.sort_key)
     assert [ImageEntry.from_bytes(data) for _, data in placed] == expected
     assert [size for size, _ in placed] == [entry.record_size for entry in expected]

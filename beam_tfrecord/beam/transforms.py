@@ -29,8 +29,9 @@ from beam_tfrecord.batches import (
     PackedEntries,
     SourceBatch,
     batched,
+    in_placing_order,
 )
-from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, in_placing_order
+from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.labels import ClassMap
 from beam_tfrecord.listing import (
     ListingTask,
@@ -869,9 +870,7 @@ class _PlanBucketFn(beam.DoFn):
 
     def process(self, element, plan: Mapping[str, SplitPlan]):
         (split, bucket), packed = element
-        records = in_placing_order(
-            data for chunk in packed for data in EntryBatch.entries_bytes(chunk)
-        )
+        records = in_placing_order(packed)
         # Placed in key order, so a shard's entries come in one run: chunks of one shard each.
         chunk: list[bytes] = []
         current = None

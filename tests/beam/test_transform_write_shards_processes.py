@@ -116,11 +116,11 @@ def test_worker_processes_write_the_same_shards_results_and_report(
 def _packed_shards(shard_list):
     """Each shard's entries as PlanShards hands them over: the compressed bytes of the batches
     they crossed the shuffle in, in no particular order."""
-    return [
-        (key, PackedEntries(EntryBatch(entries[i : i + 2]).to_bytes()
-                            for i in reversed(range(0, len(entries), 2))))  # fmt: skip
-        for key, entries in shard_list
-    ]
+    packed = []
+    for key, entries in shard_list:
+        batches = [EntryBatch(entries[i : i + 2]).to_bytes() for i in range(0, len(entries), 2)]
+        packed.append((key, PackedEntries(reversed(batches))))
+    return packed
 
 
 def test_packed_shards_go_to_their_process_as_bytes_and_make_the_same_shards(
@@ -144,10 +144,12 @@ def test_packed_shards_go_to_their_process_as_bytes_and_make_the_same_shards(
     monkeypatch.setattr(ProcessPoolExecutor, "submit", spied)
     decoded = []
     real_from_bytes = EntryBatch.from_bytes
-    monkeypatch.setattr(
-        EntryBatch, "from_bytes", classmethod(lambda cls, data: decoded.append(data) or
-                                              real_from_bytes(data))  # fmt: skip
-    )
+
+    def counted(cls, data):
+        decoded.append(data)
+        return real_from_bytes(data)
+
+    monkeypatch.setattr(EntryBatch, "from_bytes", classmethod(counted))
     pooled = tmp_path / "pooled"
     with pipeline as p:
         _written_in_processes(p, _packed_shards(shard_list), plan, pooled)
