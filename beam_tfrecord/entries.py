@@ -173,6 +173,13 @@ class ImageEntry:
         return entry
 
     @staticmethod
+    def sizes_of(data: bytes) -> tuple[int, int]:
+        """The source size and record size of the entry `data` encodes (`to_bytes`), read
+        without decoding it."""
+        _, source_size, record_size = _ENTRY_PLACED.unpack_from(data)
+        return source_size, record_size
+
+    @staticmethod
     def placed_by(data: bytes | bytearray, offset: int = 0) -> tuple[int, int]:
         """The shuffle key and record size of the entry encoded (`to_bytes`) at `offset` in
         `data`, read without decoding it: what placing it in a shard needs, but for a tie of

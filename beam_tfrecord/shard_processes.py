@@ -36,7 +36,7 @@ import fsspec
 import fsspec.config
 
 from beam_tfrecord import progress
-from beam_tfrecord.batches import PackedEntries
+from beam_tfrecord.batches import PackedEntries, in_placing_order
 from beam_tfrecord.codec.record_index import index_file_name
 from beam_tfrecord.compat import SpawnWithoutMain
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
@@ -245,7 +245,7 @@ class ShardProcesses:
         how = (max_record_size, resume, read_ahead)
         sent: list[bytes] | PackedEntries
         if self._heading:  # its shards are matched in the order they are written in
-            sent = _packed(sorted(entries, key=lambda e: e.sort_key))
+            sent = _in_order(entries)
             head = self._taken_from_head_start(spec, sent, policy, how)
             if head is not None:
                 return head
@@ -266,11 +266,13 @@ class ShardProcesses:
     ) -> Future[tuple[ShardResult, list[ReportEntry]]]:
         """Writes the shard from this process, its images prepared by all the worker processes
         (`prepare_segment`, a run of images each): a shard is then not one core's work. The
-        future holds what `write_shard` returns, and the shard is the same bytes."""
-        ordered = sorted(entries, key=lambda e: e.sort_key)
+        future holds what `write_shard` returns, and the shard is the same bytes. Entries
+        already packed (PackedEntries) are ordered and cut into runs as their bytes: none is
+        decoded here but those whose shuffle keys tie."""
+        ordered = _in_order(entries)
         if self._heading:
             head = self._taken_from_head_start(
-                spec, _packed(ordered), policy, (max_record_size, resume, read_ahead)
+                spec, ordered, policy, (max_record_size, resume, read_ahead)
             )
             if head is not None:
                 return head
@@ -283,18 +285,18 @@ class ShardProcesses:
     def _write_in_segments(
         self,
         spec: ShardSpec,
-        entries: Iterable[ImageEntry],
+        ordered: list[bytes],
         policy: ImagePolicy,
         max_record_size: int | None,
         resume: bool,
         read_ahead: int,
         framed: Callable[[], object],
     ) -> tuple[ShardResult, list[ReportEntry]]:
-        ordered = sorted(entries, key=lambda e: e.sort_key)
+        """`ordered`: the shard's entries' bytes (ImageEntry.to_bytes) in sort-key order."""
         replaced = ""
         if resume:
             with _signals_blocked():
-                kept = self._pool.submit(_keep, spec, _packed(ordered), policy).result()
+                kept = self._pool.submit(_keep, spec, ordered, policy).result()
             if isinstance(kept, tuple):
                 return kept
             replaced = kept or ""
@@ -302,12 +304,10 @@ class ShardProcesses:
 
         def segments() -> Iterator[Segment]:
             try:
-                for run in segment_runs(ordered):
+                for run in segment_runs(ordered, _source_size):
                     with _signals_blocked():
                         in_flight.append(
-                            self._pool.submit(
-                                _prepare, _packed(run), policy, max_record_size, read_ahead
-                            )
+                            self._pool.submit(_prepare, run, policy, max_record_size, read_ahead)
                         )
                     # Enough queued that no process waits for work; few segments in memory.
                     while len(in_flight) > 2 * self.processes:
@@ -318,7 +318,8 @@ class ShardProcesses:
                 for future in in_flight:
                     future.cancel()
 
-        return write_segments(spec, ordered, segments(), replaced=replaced, framed=framed)
+        planned_bytes = sum(ImageEntry.sizes_of(data)[1] for data in ordered)
+        return write_segments(spec, planned_bytes, segments(), replaced=replaced, framed=framed)
 
     def submit_measure(
         self, entries: Iterable[ImageEntry], policy: ImagePolicy, max_record_size: int, path: str
@@ -634,6 +635,17 @@ def _packed(entries: Iterable[ImageEntry]) -> list[bytes]:
     """Entries in their compact form, to send to a process: a few dozen bytes each, where a
     pickle takes hundreds."""
     return [entry.to_bytes() for entry in entries]
+
+
+def _in_order(entries: Iterable[ImageEntry]) -> list[bytes]:
+    """The entries' compact forms in sort-key order; packed ones ordered from their bytes."""
+    if isinstance(entries, PackedEntries):
+        return [data for _, data in in_placing_order(entries.batches)]
+    return _packed(sorted(entries, key=lambda e: e.sort_key))
+
+
+def _source_size(data: bytes) -> int:
+    return ImageEntry.sizes_of(data)[0]
 
 
 def _unpacked(packed: list[bytes]) -> list[ImageEntry]:

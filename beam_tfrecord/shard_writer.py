@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from operator import attrgetter
+from typing import TypeVar
 
 import fsspec
 
@@ -43,6 +45,8 @@ from beam_tfrecord.storage import (
     temporary_name,
 )
 from beam_tfrecord.wording import count
+
+T = TypeVar("T")
 
 __all__ = [
     "Segment",
@@ -107,12 +111,12 @@ def write_shard(
         if framed is not None:
             framed()
         output.commit()
-    return output.result(ordered, work, replaced), output.report
+    return output.result(sum(e.record_size for e in ordered), work, replaced), output.report
 
 
 def write_segments(
     spec: ShardSpec,
-    ordered: list[ImageEntry],
+    planned_bytes: int,
     segments: Iterable[Segment],
     *,
     replaced: str = "",
@@ -121,9 +125,9 @@ def write_segments(
     """Writes one shard from its segments (`prepare_segment`), in order; returns what
     `write_shard` returns for the same images, and the shard holds the same bytes.
 
-    `ordered` is the shard's plan in shuffle-key order, the segments its consecutive runs:
-    other processes prepare them while this one writes their bytes as they come. `framed`: as
-    for `write_shard`.
+    The segments are the consecutive runs of the shard's plan in shuffle-key order, whose
+    records come to `planned_bytes` (ImageEntry.record_size, summed): other processes prepare
+    them while this one writes their bytes as they come. `framed`: as for `write_shard`.
     """
     work: Counter[str] = Counter()
     with ShardOutput(spec) as output:
@@ -133,7 +137,7 @@ def write_segments(
         if framed is not None:
             framed()
         output.commit()
-    return output.result(ordered, work, replaced), output.report
+    return output.result(planned_bytes, work, replaced), output.report
 
 
 @dataclass(frozen=True)
@@ -165,16 +169,20 @@ SEGMENT_IMAGES = 2048
 SEGMENT_BYTES = 4 * 1024 * 1024
 
 
-def segment_runs(ordered: list[ImageEntry]) -> Iterator[list[ImageEntry]]:
-    """A shard's images, in order, cut into consecutive runs for `prepare_segment`."""
-    run: list[ImageEntry] = []
+def segment_runs(
+    ordered: Iterable[T], source_size: Callable[[T], int] = attrgetter("source_size")
+) -> Iterator[list[T]]:
+    """A shard's images, in order, cut into consecutive runs for `prepare_segment`: ImageEntry
+    objects, or anything `source_size` gives an image's source size of (entries' bytes)."""
+    run: list[T] = []
     size = 0
     for entry in ordered:
-        if run and (len(run) >= SEGMENT_IMAGES or size + entry.source_size > SEGMENT_BYTES):
+        entry_size = source_size(entry)
+        if run and (len(run) >= SEGMENT_IMAGES or size + entry_size > SEGMENT_BYTES):
             yield run
             run, size = [], 0
         run.append(entry)
-        size += entry.source_size
+        size += entry_size
     if run:
         yield run
 
@@ -329,7 +337,7 @@ class ShardOutput:
             if self._fs.exists(self._temp):
                 self._fs.rm(self._temp)
 
-    def result(self, ordered: list[ImageEntry], work: Counter[str], replaced: str) -> ShardResult:
+    def result(self, planned_bytes: int, work: Counter[str], replaced: str) -> ShardResult:
         """What the committed shard holds (ShardResult)."""
         writer, spec = self.writer, self.spec
         result = ShardResult(
@@ -341,7 +349,7 @@ class ShardOutput:
             crc32c=f"{writer.crc32c:08x}",
             class_counts=tuple(sorted(self._counts.items())),
             index_file=index_file_name(spec.file_name),
-            planned_bytes=sum(e.record_size for e in ordered),
+            planned_bytes=planned_bytes,
             reads=work["reads"],
             bytes_read=work["bytes_read"],
             decodes=work["decodes"],

@@ -49,7 +49,9 @@ def test_segments_make_the_shard_one_writer_makes(hostile, tmp_path, monkeypatch
     runs = list(segment_runs(ordered))
     assert len(runs) > 3 and [e for run in runs for e in run] == ordered
     segments = (prepare_segment(run, POLICY, max_record_size=1 << 20) for run in runs)
-    result, report = write_segments(one_shard(tmp_path / "segments"), ordered, segments)
+    result, report = write_segments(
+        one_shard(tmp_path / "segments"), sum(e.record_size for e in ordered), segments
+    )
     assert result == expected
     assert report == expected_report
     assert file_digests(tmp_path / "segments") == file_digests(tmp_path / "one")
@@ -99,5 +101,5 @@ def test_a_failed_segment_publishes_nothing(hostile, tmp_path, monkeypatch):
         raise OSError("the segment's process died")
 
     with pytest.raises(OSError, match="process died"):
-        write_segments(one_shard(tmp_path / "out"), ordered, segments())
+        write_segments(one_shard(tmp_path / "out"), sum(e.record_size for e in ordered), segments())
     assert file_digests(tmp_path / "out") == {}

@@ -161,11 +161,13 @@ def test_packed_shards_go_to_their_process_as_bytes_and_make_the_same_shards(
     assert sum(len(pickle.dumps(s)) for s in sent) < len(pickle.dumps(unpacked))
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["entries", "packed"])
 def test_a_plan_of_few_shards_has_every_process_prepare_each_shard(
-    pipeline, shards, tmp_path, caplog, monkeypatch
+    pipeline, shards, tmp_path, caplog, monkeypatch, packed
 ):
     """Two shards for two processes: each shard's images are prepared by both, in segments, and
-    the shards are the bytes one writer per shard makes."""
+    the shards are the bytes one writer per shard makes. Packed shards (PlanShards') are
+    ordered and cut into segments from their bytes, none decoded here."""
     shard_list, plan = shards
     by_split: dict[str, list[ImageEntry]] = {}
     for (split, _), entries in shard_list:
@@ -178,6 +180,16 @@ def test_a_plan_of_few_shards_has_every_process_prepare_each_shard(
         write_shard(spec, entries, POLICY, max_record_size=1 << 20)
     monkeypatch.setattr(shard_writer, "SEGMENT_IMAGES", 3)  # several segments a shard
     caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
+    decoded = []
+    if packed:
+        few = _packed_shards(few)
+        real_from_bytes = ImageEntry.from_bytes
+
+        def counted(cls, data):
+            decoded.append(data)
+            return real_from_bytes(data)
+
+        monkeypatch.setattr(ImageEntry, "from_bytes", classmethod(counted))
     pooled = tmp_path / "pooled"
     with pipeline as p:
         written = _written_in_processes(p, few, plan, pooled)
@@ -185,6 +197,7 @@ def test_a_plan_of_few_shards_has_every_process_prepare_each_shard(
         assert_that(counted, equal_to([26]))
     assert "each shard's images prepared in all 2 processes" in caplog.text
     assert _digests(pooled) == _digests(here)
+    assert decoded == [], "decoded in the launcher"
 
 
 def test_a_small_plan_is_written_without_worker_processes(pipeline, shards, tmp_path, caplog):
