@@ -144,6 +144,60 @@ def test_the_fn_api_runner_runs_a_pipeline_with_its_options():
     assert pipeline.run().state == PipelineState.DONE
 
 
+def test_dofn_specs_are_found_once_per_dofn_within_the_block_and_beam_sees_state(monkeypatch):
+    """Beam's callers find `get_dofn_specs` in its module at every call; within the block each
+    DoFn's specs are found once, the same answer, and a stateful DoFn still runs with its
+    state. After the block, Beam's function is back."""
+    import apache_beam as beam
+    from apache_beam.coders import VarIntCoder
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.transforms import userstate
+
+    from beam_tfrecord.beam.compat import dofn_specs_remembered
+    from beam_tfrecord.beam.pipeline import LocalRunner
+
+    asked = []
+    original = userstate.get_dofn_specs
+
+    def counted(dofn):
+        asked.append(type(dofn).__name__)
+        return original(dofn)
+
+    monkeypatch.setattr(userstate, "get_dofn_specs", counted)
+
+    class Totals(beam.DoFn):
+        TOTAL = userstate.ReadModifyWriteStateSpec("total", VarIntCoder())
+
+        def process(self, element, total=beam.DoFn.StateParam(TOTAL)):  # noqa: B008 (Beam's form)
+            key, value = element
+            now = (total.read() or 0) + value
+            total.write(now)
+            yield key, now
+
+    class Plain(beam.DoFn):
+        def process(self, element):
+            yield element
+
+    stateful, plain = Totals(), Plain()
+    with dofn_specs_remembered():
+        assert userstate.get_dofn_specs(stateful) == original(stateful)
+        assert userstate.get_dofn_specs(stateful) == original(stateful)
+        assert userstate.is_stateful_dofn(stateful) and not userstate.is_stateful_dofn(plain)
+        assert asked == ["Totals", "Plain"], "each DoFn's specs found once"
+        pipeline = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions([]))
+        totals = (
+            pipeline
+            | beam.Create([("a", 1), ("a", 2), ("b", 5)])
+            | beam.ParDo(Totals())
+            | beam.ParDo(Plain())
+            | beam.CombinePerKey(max)  # a running total per key, in any order: its last
+        )
+        assert_that(totals, equal_to([("a", 3), ("b", 5)]))
+        pipeline.run().wait_until_finish()
+    assert userstate.get_dofn_specs is counted
+
+
 def test_a_portable_runners_job_id_is_found():
     from apache_beam.runners.portability.portable_runner import PipelineResult
 

@@ -27,6 +27,7 @@ from apache_beam.runners.runner import PipelineRunner, PipelineState
 from beam_tfrecord.beam import callers_logging_kept
 from beam_tfrecord.beam.compat import (
     BuildOptions,
+    dofn_specs_remembered,
     job_id_of,
     job_of,
     raised_in,
@@ -678,18 +679,19 @@ def _run(
     """Runs the build's graph (and waits for it, unless told not to); Beam's errors translated:
     an interrupt re-raised as it was, an output that cannot be written as BuildFailed."""
     try:
-        _ = pipeline | "ConvertImages" >> ConvertImages(config, processes)
-        with _interrupts_unlogged():
-            # Beam first sends a pipeline through its runner-API form and back, as a check,
-            # unless the runner runs from that form anyway; it knows its DirectRunner does, not
-            # this one.
-            result = _refused_as_config_error(
-                runner,
-                options,
-                lambda: pipeline.run(test_runner_api=not isinstance(runner, LocalRunner)),
-            )
-            if not dry_run and wait and getattr(result, "has_job", True) is not False:
-                result.wait_until_finish()
+        with dofn_specs_remembered():
+            _ = pipeline | "ConvertImages" >> ConvertImages(config, processes)
+            with _interrupts_unlogged():
+                # Beam first sends a pipeline through its runner-API form and back, as a check,
+                # unless the runner runs from that form anyway; it knows its DirectRunner does, not
+                # this one.
+                result = _refused_as_config_error(
+                    runner,
+                    options,
+                    lambda: pipeline.run(test_runner_api=not isinstance(runner, LocalRunner)),
+                )
+                if not dry_run and wait and getattr(result, "has_job", True) is not False:
+                    result.wait_until_finish()
     except Exception as err:
         interrupt = _interruption(err)
         if interrupt is not None:
