@@ -123,6 +123,20 @@ def _packed_shards(shard_list):
     return packed
 
 
+def _decodes_here(monkeypatch) -> list[bytes]:
+    """The entries this process decodes from here on (ImageEntry.from_bytes), as a list that
+    fills as they are; the worker processes' own decoding is not seen."""
+    decoded: list[bytes] = []
+    real_from_bytes = ImageEntry.from_bytes
+
+    def counted(cls, data):
+        decoded.append(data)
+        return real_from_bytes(data)
+
+    monkeypatch.setattr(ImageEntry, "from_bytes", classmethod(counted))
+    return decoded
+
+
 def test_packed_shards_go_to_their_process_as_bytes_and_make_the_same_shards(
     pipeline, shards, tmp_path, monkeypatch
 ):
@@ -142,14 +156,7 @@ def test_packed_shards_go_to_their_process_as_bytes_and_make_the_same_shards(
         return real_submit(self, fn, *args, **kwargs)
 
     monkeypatch.setattr(ProcessPoolExecutor, "submit", spied)
-    decoded = []
-    real_from_bytes = EntryBatch.from_bytes
-
-    def counted(cls, data):
-        decoded.append(data)
-        return real_from_bytes(data)
-
-    monkeypatch.setattr(EntryBatch, "from_bytes", classmethod(counted))
+    decoded = _decodes_here(monkeypatch)
     pooled = tmp_path / "pooled"
     with pipeline as p:
         _written_in_processes(p, _packed_shards(shard_list), plan, pooled)
@@ -183,13 +190,7 @@ def test_a_plan_of_few_shards_has_every_process_prepare_each_shard(
     decoded = []
     if packed:
         few = _packed_shards(few)
-        real_from_bytes = ImageEntry.from_bytes
-
-        def counted(cls, data):
-            decoded.append(data)
-            return real_from_bytes(data)
-
-        monkeypatch.setattr(ImageEntry, "from_bytes", classmethod(counted))
+        decoded = _decodes_here(monkeypatch)
     pooled = tmp_path / "pooled"
     with pipeline as p:
         written = _written_in_processes(p, few, plan, pooled)
