@@ -96,12 +96,18 @@ def _labelled_size(item) -> int:
     return source.encoded_size() + 1 + (len(label) if isinstance(label, str) else 0)
 
 
-def _split(data: bytes) -> list[bytes]:
-    """The items' bytes that `_join` joined."""
+def _layout(data: bytes) -> tuple[array, int]:
+    """Of bytes `_join` joined: each item's length, and where the first item starts."""
     (count,) = _COUNT.unpack_from(data)
     lengths = array("I")
     start = _COUNT.size + lengths.itemsize * count
     lengths.frombytes(data[_COUNT.size : start])
+    return lengths, start
+
+
+def _split(data: bytes) -> list[bytes]:
+    """The items' bytes that `_join` joined."""
+    lengths, start = _layout(data)
     ends = list(accumulate(lengths, initial=start))
     return [data[a:b] for a, b in pairwise(ends)]
 
@@ -174,11 +180,8 @@ def in_placing_order(batches: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
     starts = array("Q")
     for data in batches:
         raw = zlib.decompress(data)
-        (count,) = _COUNT.unpack_from(raw)
-        lengths = array("I")
-        head = _COUNT.size + lengths.itemsize * count
-        lengths.frombytes(raw[_COUNT.size : head])
-        starts.extend(accumulate(lengths[:-1], initial=len(held)) if count else ())
+        lengths, head = _layout(raw)
+        starts.extend(accumulate(lengths[:-1], initial=len(held)) if lengths else ())
         held += memoryview(raw)[head:]
     count = len(starts)
     starts.append(len(held))
