@@ -117,6 +117,47 @@ def test_beams_import_noise_is_the_text_its_bigquery_client_logs():
     assert compat.BEAM_IMPORT_NOISE in inspect.getsource(bigquery)
 
 
+_LEAN_IMPORT = """
+import sys
+from beam_tfrecord import compat
+{before}
+compat.import_beam_for_one_local_build()
+import apache_beam as beam
+from apache_beam.testing.util import assert_that, equal_to
+left_out = [m for m in compat.BEAM_UNUSED_BY_A_LOCAL_BUILD if m in sys.modules]
+with beam.Pipeline() as p:
+    assert_that(p | beam.Create([1, 2, 3]) | beam.Map(lambda x: x * 2), equal_to([2, 4, 6]))
+import apache_beam.io.gcp.gcsfilesystem  # importable later, as if never left out
+print(left_out, flush=True)
+"""
+
+
+def _lean_import(before: str = "") -> subprocess.CompletedProcess:
+    code = textwrap.dedent(_LEAN_IMPORT).format(before=before)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+
+def test_beam_is_imported_for_a_local_build_without_what_it_never_uses():
+    """Each module left out exists in this Beam, and Beam's import loads it when not left out:
+    else leaving it out would save nothing and this list would be stale."""
+    done = _lean_import()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert done.stderr == "", "leaving them out makes Beam log nothing"
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, apache_beam; print(sorted(sys.modules))"],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    for name in compat.BEAM_UNUSED_BY_A_LOCAL_BUILD:
+        assert repr(name) in loaded, f"Beam's import no longer loads {name}"
+
+
+def test_a_beam_that_needs_a_module_left_out_is_imported_whole():
+    done = _lean_import('compat.BEAM_UNUSED_BY_A_LOCAL_BUILD += ("apache_beam.coders.coders",)')
+    assert done.returncode == 0, done.stderr
+    assert "apache_beam.io.gcp.gcsfilesystem" in done.stdout, "imported whole, as usual"
+
+
 # --- Beam's objects --------------------------------------------------------------------------
 
 

@@ -144,17 +144,34 @@ def test_builds_that_read_images_to_plan_or_resume_have_no_head_start(tmp_path, 
 
 def test_the_command_line_starts_writing_before_beam_is_imported(tmp_path):
     """A plain `beam-tfrecord build` of 64 MB of photographs: checked, locked and its worker
-    processes started before Beam's import, every shard taken from the head start."""
+    processes started before Beam's import, every shard taken from the head start; Beam
+    imported without what a local build never uses, and the same files as a build in a process
+    that imported all of Beam."""
+    from beam_tfrecord.cli import main
+    from beam_tfrecord.compat import BEAM_UNUSED_BY_A_LOCAL_BUILD
+
     src = tmp_path / "src"
     make_collection(src, {"a": 50, "b": 50, "c": 50}, seed=3, size=(900, 1000))
     assert sum(p.stat().st_size for p in src.rglob("*.jpg")) > 64 * 10**6
     out = tmp_path / "out"
+    flags = ["--input", str(src), "--name", "zoo", "--max-shard-size", "20MB",
+             "--min-shard-size", "5MB"]  # fmt: skip
     done = subprocess.run(
-        [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", str(src), "--output",
-         str(out), "--max-shard-size", "20MB", "--min-shard-size", "5MB", "-v"],
+        [sys.executable, "-X", "importtime", "-m", "beam_tfrecord.cli", "build", *flags,
+         "--output", str(out), "-v"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    # -X importtime lists each import tried; one left out is tried and fails at once, and what
+    # it would have loaded is not there.
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "apache_beam.runners.direct" in imported
+    assert set(BEAM_UNUSED_BY_A_LOCAL_BUILD) <= imported
+    loaded_by_them = {"apache_beam.io.gcp.gcsio", "apache_beam.io.aws.s3io",
+                      "apache_beam.io.gcp.bigquery_tools", "google.cloud.dataflow_v1beta3"}  # fmt: skip
+    assert imported.isdisjoint(loaded_by_them)
+    assert main(["build", *flags, "--output", str(tmp_path / "whole")]) == 0
+    assert _built_files(out) == _built_files(tmp_path / "whole")
     log = done.stderr
     assert "before Beam's import" in log
     import json

@@ -159,6 +159,8 @@ def _start_before_beam(config: BuildConfig, extra: Sequence[str], started: float
     if extra:
         return
     from beam_tfrecord import progress
+    from beam_tfrecord.commands.starting import is_the_command
+    from beam_tfrecord.compat import import_beam_for_one_local_build
     from beam_tfrecord.early_start import start_before_beam
     from beam_tfrecord.shard_processes import discard_started
 
@@ -168,7 +170,12 @@ def _start_before_beam(config: BuildConfig, extra: Sequence[str], started: float
     with stop_on_signals() as interruption:
         try:
             if start_before_beam(config):
-                import apache_beam  # noqa: F401  (the import the worker processes overlap)
+                # The import the worker processes overlap: in the command's own process, which
+                # runs this one local build, without what such a build never uses.
+                if is_the_command():
+                    import_beam_for_one_local_build()
+                else:
+                    import apache_beam  # noqa: F401
         except BaseException:
             if interruption.signum is None:
                 raise

@@ -12,13 +12,15 @@ import os
 import signal
 import sys
 
-__all__ = ["quiet_while_starting", "started"]
+__all__ = ["is_the_command", "quiet_while_starting", "started"]
 
 _COMMANDS = ("build", "inspect", "verify", "spec", "preview")
 _installed: dict[int, object] = {}
 
 
-def _is_the_command() -> bool:
+def is_the_command() -> bool:
+    """Whether this process is the `beam-tfrecord` command (the script, or `python -m
+    beam_tfrecord.cli`), which runs one command and ends: not a program that imported it."""
     program = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     return program.startswith("beam-tfrecord") or sys.argv[0].endswith(
         os.path.join("beam_tfrecord", "cli.py")
@@ -39,7 +41,7 @@ def quiet_while_starting() -> None:
     A signal the process was started ignoring (`cmd &` from a script ignores Ctrl-C) stays
     ignored.
     """
-    if not _is_the_command():
+    if not is_the_command():
         return
     for signum in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(signum) is not signal.SIG_IGN:
