@@ -18,8 +18,8 @@ time per image (user + system of the build's process and every process it waited
 processes; none of the store's or the proxy's), the requests per image by kind, and the most
 requests in flight. Then each goal of issue 30, met or not. With `--timeline DIR`, each bucket
 build's timeline (every 0.1 s: the build's cores busy, reads and uploads in flight at the proxy,
-shards open, from the build's own `-v` lines) goes to DIR/<row>.tsv, and a summary of it, a line
-a second, is printed.
+shards open, from the build's own `-v` lines) goes to DIR/<row>.tsv, its log to DIR/<row>.log,
+and a summary of it, a line a second, is printed.
 
 Then the listing benchmark (`--listing N`, 0 for none): N objects in one flat prefix of a store
 that only lists (benchmarks/listing_server.py: fake-gcs-server cannot hold 200,000 objects in
@@ -297,6 +297,7 @@ def _build(
         tsv, summary = _timeline_text(timeline, _shard_spans(text), started)
         name = row.name.replace("://", "").replace(" ", "_").replace(",", "").replace(">", "")
         (timeline_dir / f"{name}.tsv").write_text(tsv)
+        (timeline_dir / f"{name}.log").write_text(text)  # the build's own -v lines
         print(summary, flush=True)
 
 

@@ -30,9 +30,10 @@ import fsspec
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from cloud_servers import ObjectStore, gcs_store, point_s3_at, s3_store, upload  # noqa: F401
 
 # The fixtures are imported for pytest to find them; tests ask for them by name.
-from cloud_servers import ObjectStore, gcs_store, point_s3_at, s3_store, upload  # noqa: F401
+from command_process import run_command
 from imagegen import jpeg_bytes, make_collection
 from latency_proxy import owner_of_port, request_kind
 
@@ -43,6 +44,7 @@ from beam_tfrecord.beam.transforms import ListImages
 from beam_tfrecord.cli import main
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
+from beam_tfrecord.compat import BEAM_UNUSED_BY_A_LOCAL_BUILD
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.entries import ImageEntry, ShardSpec
 from beam_tfrecord.listing import (
@@ -810,6 +812,26 @@ def test_a_gs_build_reads_in_worker_processes_and_its_shards_equal_the_local_bui
     assert len(readers) == pipeline.shard_processes(
         _config(f"{source}/**", output), PipelineOptions([])
     ), readers
+
+
+def test_the_command_builds_from_a_bucket_with_a_beam_that_leaves_out_what_it_never_uses(
+    gcs_store,  # noqa: F811
+    collection,
+    local_build,
+    tmp_path,
+):
+    """`beam-tfrecord build` from gs:// to gs:// runs on this machine: its Beam is imported
+    without Beam's own object-store file systems (the build uses gcsfs), and its shards are the
+    local build's."""
+    src, _ = collection
+    source, output = _buckets(gcs_store, src, "lean")
+    args = ["build", "--input", f"{source}/**", "--output", output, "--seed", "7",
+            "--min-shard-size", str(MIN), "--max-shard-size", str(MAX)]  # fmt: skip
+    done, modules = run_command(args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "apache_beam.runners.direct" in modules and "gcsfs" in modules
+    assert modules.isdisjoint(BEAM_UNUSED_BY_A_LOCAL_BUILD)
+    assert _shards(_objects(output)) == local_build[1]
 
 
 @_PROCESSES

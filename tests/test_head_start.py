@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from command_process import run_command
 from imagegen import make_collection
 from PIL import Image
 
@@ -157,22 +156,8 @@ def test_the_command_line_starts_writing_before_beam_is_imported(tmp_path):
     out = tmp_path / "out"
     flags = ["--input", str(src), "--name", "zoo", "--max-shard-size", "20MB",
              "--min-shard-size", "5MB"]  # fmt: skip
-    # The command as its script runs it, telling at its exit which modules it had loaded.
-    loaded = tmp_path / "modules.json"
-    command = f"""
-import atexit, json, runpy, sys
-def loaded():
-    names = sorted(n for n, m in sys.modules.items() if m is not None)
-    open({str(loaded)!r}, "w").write(json.dumps(names))
-atexit.register(loaded)
-sys.argv = ["beam-tfrecord", "build", *{flags!r}, "--output", {str(out)!r}, "-v"]
-runpy.run_module("beam_tfrecord.cli", run_name="__main__", alter_sys=True)
-"""
-    done = subprocess.run(
-        [sys.executable, "-c", command], capture_output=True, text=True, timeout=600
-    )
+    done, modules = run_command(["build", *flags, "--output", str(out), "-v"], tmp_path)
     assert done.returncode == 0, done.stderr
-    modules = set(json.loads(loaded.read_text()))
     assert "apache_beam.runners.direct" in modules
     assert modules.isdisjoint(BEAM_UNUSED_BY_A_LOCAL_BUILD)
     assert main(["build", *flags, "--output", str(tmp_path / "whole")]) == 0

@@ -153,7 +153,8 @@ _PROG = "beam-tfrecord build"
 def _start_before_beam(config: BuildConfig, extra: Sequence[str], started: float) -> None:
     """What a build does before Beam is imported: refuses placeholders at once, and a plain
     local build (no Beam flags) checks the world, locks its output and starts its worker
-    processes with a head start (`early_start`), which write while Beam is imported. Stopped
+    processes with a head start (`early_start`), which write while Beam is imported (in the
+    command's own process, a Beam without the parts no build on this machine uses). Stopped
     meanwhile, it ends as a build stopped later does, its finished shards kept for --resume."""
     refuse_placeholders(config)
     if extra:
@@ -169,13 +170,14 @@ def _start_before_beam(config: BuildConfig, extra: Sequence[str], started: float
     progress.reserve_folder()
     with stop_on_signals() as interruption:
         try:
-            if start_before_beam(config):
-                # The import the worker processes overlap: in the command's own process, which
-                # runs this one local build, without what such a build never uses.
-                if is_the_command():
-                    import_beam_for_one_local_build()
-                else:
-                    import apache_beam  # noqa: F401
+            early = start_before_beam(config)
+            if is_the_command():
+                # This process runs this one build on this machine (no Beam flags), from folders
+                # or buckets alike: Beam without what such a build never uses. Worker processes
+                # started early write while it is imported.
+                import_beam_for_one_local_build()
+            elif early:
+                import apache_beam  # noqa: F401  (the import the worker processes overlap)
         except BaseException:
             if interruption.signum is None:
                 raise

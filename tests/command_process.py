@@ -1,0 +1,31 @@
+"""The `beam-tfrecord` command run as its script runs it, in a process of its own, reporting
+which modules it had loaded when it ended."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+_COMMAND = """
+import atexit, json, runpy, sys
+def loaded():
+    names = sorted(n for n, m in sys.modules.items() if m is not None)
+    open({modules!r}, "w").write(json.dumps(names))
+atexit.register(loaded)
+sys.argv = ["beam-tfrecord", *{args!r}]
+runpy.run_module("beam_tfrecord.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def run_command(args: list[str], scratch: Path) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Runs `beam-tfrecord ARGS` (the script's process: `commands.starting.is_the_command`);
+    what it printed, and the names of the modules it had loaded at its exit."""
+    modules = scratch / "modules.json"
+    done = subprocess.run(
+        [sys.executable, "-c", _COMMAND.format(modules=str(modules), args=list(args))],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    loaded = set(json.loads(modules.read_text())) if modules.exists() else set()
+    return done, loaded
