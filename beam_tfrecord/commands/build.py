@@ -160,8 +160,6 @@ def _start_before_beam(config: BuildConfig, extra: Sequence[str], started: float
     if extra:
         return
     from beam_tfrecord import progress
-    from beam_tfrecord.commands.starting import is_the_command
-    from beam_tfrecord.compat import import_beam_for_one_local_build
     from beam_tfrecord.early_start import start_before_beam
     from beam_tfrecord.shard_processes import discard_started
 
@@ -170,14 +168,9 @@ def _start_before_beam(config: BuildConfig, extra: Sequence[str], started: float
     progress.reserve_folder()
     with stop_on_signals() as interruption:
         try:
-            early = start_before_beam(config)
-            if is_the_command():
-                # This process runs this one build on this machine (no Beam flags), from folders
-                # or buckets alike: Beam without what such a build never uses. Worker processes
-                # started early write while it is imported.
-                import_beam_for_one_local_build()
-            elif early:
-                import apache_beam  # noqa: F401  (the import the worker processes overlap)
+            # The import the worker processes overlap.
+            if start_before_beam(config) and not _imported_lean_beam(extra):
+                import apache_beam  # noqa: F401
         except BaseException:
             if interruption.signum is None:
                 raise
@@ -187,6 +180,20 @@ def _start_before_beam(config: BuildConfig, extra: Sequence[str], started: float
             gc.collect()
     if interruption.signum is not None:
         _end_interrupted(config, interruption, started)
+
+
+def _imported_lean_beam(extra: Sequence[str]) -> bool:
+    """Whether Beam was imported here, lean: the `beam-tfrecord` process runs one build and
+    ends, and without Beam flags that build runs on this machine, from folders or buckets
+    alike, with a Beam that leaves out what such a build never uses
+    (`compat.import_beam_for_one_local_build`)."""
+    from beam_tfrecord.commands.starting import is_the_command
+    from beam_tfrecord.compat import import_beam_for_one_local_build
+
+    if extra or not is_the_command():
+        return False
+    import_beam_for_one_local_build()
+    return True
 
 
 def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
@@ -232,7 +239,9 @@ def _settings(
             check_beam_args(extra, _own_flags())
         raise
     _start_before_beam(config, extra, started)  # at once: before Beam is imported
-    # Beam is imported only once the config is sound.
+    # Beam is imported only once the config is sound (a build that started early has it).
+    # Stopped meanwhile, a build that has started nothing says so in one line (`starting`).
+    _imported_lean_beam(extra)
     from beam_tfrecord.beam.options import check_beam_args, local_defaults
 
     options = check_beam_args(extra, _own_flags())
