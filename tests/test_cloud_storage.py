@@ -30,9 +30,9 @@ import fsspec
 import numpy as np
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from cloud_servers import ObjectStore, gcs_store, point_s3_at, s3_store, upload  # noqa: F401
 
 # The fixtures are imported for pytest to find them; tests ask for them by name.
+from cloud_servers import ObjectStore, gcs_store, point_s3_at, s3_store, upload  # noqa: F401
 from command_process import run_command
 from imagegen import jpeg_bytes, make_collection
 from latency_proxy import owner_of_port, request_kind
