@@ -27,9 +27,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-import fsspec
-from fsspec.spec import AbstractBufferedFile
-
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.locations import AsyncStores, is_remote
 from beam_tfrecord.readahead import DEFAULT_BUDGET
@@ -39,16 +36,12 @@ __all__ = [
     "ATTEMPTS",
     "LOCAL_DEPTH",
     "OBJECT_STORE_DEPTH",
-    "UPLOAD_BLOCK_SIZE",
-    "BackgroundWriter",
     "Fetches",
     "default_depth",
     "fetch_in_order",
     "is_transient",
     "read_depth",
     "run_concurrently",
-    "unsent",
-    "upload_block_size",
 ]
 
 T = TypeVar("T")
@@ -60,14 +53,6 @@ _LOG = logging.getLogger(__name__)
 # that is 40 for 200 MB/s. The byte budget bounds memory whatever the depth.
 LOCAL_DEPTH = 16
 OBJECT_STORE_DEPTH = 64
-
-# Bytes per upload request of a shard, at least. gcsfs sends 5 MiB per request by default: a
-# 150 MB shard is 30 requests, each a round trip the upload thread waits for, and each appended
-# to the object so far (fake-gcs-server copies it again each time). A 100 MB upload through the
-# benchmarks' proxy took 2.35-2.76 s and 1.45-1.57 s of the server's CPU in 16 MiB requests,
-# 1.77-1.83 s and 0.86-0.90 s in 64 MiB ones. The writer holds one block in memory per shard it
-# writes (a build on a store writes up to four at once: two read, two publish).
-UPLOAD_BLOCK_SIZE = 64 * 1024 * 1024
 
 # Tries per read, our own, by default one: gcsfs and s3fs retry transient errors (429, 5xx,
 # resets) inside, with backoff (gcsfs 6 tries over about 30 s; s3fs 5, each of botocore's 5),
@@ -117,25 +102,6 @@ _TRANSIENT_TYPES = frozenset(
 def default_depth(urls: Iterable[str]) -> int:
     """How many images a worker reads ahead unless told: deep when any input is an object store."""
     return OBJECT_STORE_DEPTH if any(is_remote(url) for url in urls) else LOCAL_DEPTH
-
-
-def upload_block_size(fs: fsspec.AbstractFileSystem) -> int:
-    """Bytes per upload request for a shard on `fs`: the filesystem's default, if larger."""
-    return max(getattr(fs, "default_block_size", 0) or 0, UPLOAD_BLOCK_SIZE)
-
-
-def unsent(file) -> bytes | None:
-    """All that was written to a store's write-mode file, if none of it has been sent yet.
-
-    gcsfs and s3fs send nothing until a file's buffer holds a block (`upload_block_size`), so a
-    file smaller than that is still whole in memory when it is closed. Finished as an upload
-    left open for commit (`autocommit=False`), it would take three requests (start, data,
-    commit), each a round trip in turn; sent with `fs.pipe_file`, it takes one. None for a file
-    that started its upload, or that is not an fsspec buffered file.
-    """
-    if not isinstance(file, AbstractBufferedFile) or file.offset is not None:
-        return None
-    return file.buffer.getvalue()
 
 
 def is_transient(err: BaseException) -> bool:
@@ -385,87 +351,6 @@ def run_concurrently(calls: Sequence[Callable[[], T]], *, threads: int = 16) -> 
         if err is not None:
             raise err
     return [f.result() for f in futures]
-
-
-class BackgroundWriter:
-    """A write-only file whose writes go to `raw` on a thread of their own.
-
-    gcsfs and s3fs upload a block whenever their buffer fills, inside `write`, so a shard's
-    writer would wait for each upload instead of reading and framing the next images. Here
-    `write` hands the bytes to a thread and returns at once, unless `limit` bytes already wait
-    (memory stays bounded). Errors of `raw` are raised by the next `write` or by `close`.
-    `close` waits for every write but does not close `raw`: the caller commits or discards it.
-    """
-
-    def __init__(self, raw, limit: int = 32 * 1024 * 1024):
-        self._raw = raw
-        self._limit = limit
-        self._queue: deque[bytes] = deque()
-        self._queued = 0
-        self._error: BaseException | None = None
-        self._done = False
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="upload", daemon=True)
-        self._thread.start()
-
-    def write(self, data) -> int:
-        data = bytes(data)
-        with self._cond:
-            while self._queued > self._limit and self._error is None:
-                self._cond.wait()
-            self._raise()
-            self._queue.append(data)
-            self._queued += len(data)
-            self._cond.notify_all()
-        return len(data)
-
-    def flush(self) -> None:
-        with self._cond:
-            while self._queued and self._error is None:
-                self._cond.wait()
-            self._raise()
-
-    def close(self) -> None:
-        """Waits for every write to reach `raw`; raises the first error of any."""
-        with self._cond:
-            self._done = True
-            self._cond.notify_all()
-        self._thread.join()
-        self._raise()
-
-    def abandon(self) -> None:
-        """Stops the thread without writing what still waits (the upload is being cancelled)."""
-        with self._cond:
-            self._queue.clear()
-            self._queued = 0
-            self._done = True
-            self._cond.notify_all()
-        self._thread.join()
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._done:
-                    self._cond.wait()
-                if not self._queue:
-                    return
-                data = self._queue.popleft()
-            try:
-                self._raw.write(data)
-            except BaseException as err:
-                with self._cond:
-                    self._error = err
-                    self._queue.clear()
-                    self._queued = 0
-                    self._cond.notify_all()
-                return
-            with self._cond:
-                self._queued -= len(data)
-                self._cond.notify_all()
 
 
 def read_depth(config: BuildConfig) -> int:

@@ -31,12 +31,7 @@ from beam_tfrecord.locations import is_object_store, is_remote
 from beam_tfrecord.measurement import Prepared
 from beam_tfrecord.readahead import read_ahead as ahead_of
 from beam_tfrecord.readahead import usable_cores
-from beam_tfrecord.remote import (
-    BackgroundWriter,
-    fetch_in_order,
-    unsent,
-    upload_block_size,
-)
+from beam_tfrecord.remote import fetch_in_order
 from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.resume import keep_finished
 from beam_tfrecord.storage import (
@@ -44,6 +39,7 @@ from beam_tfrecord.storage import (
     read_source,
     temporary_name,
 )
+from beam_tfrecord.uploads import open_upload, upload_block_size
 from beam_tfrecord.wording import count
 
 T = TypeVar("T")
@@ -251,20 +247,13 @@ class ShardOutput:
         _LOG.debug("writing shard %s", self.spec.file_name)
         fs = self._fs
         fs.makedirs(posixpath.dirname(self._final), exist_ok=True)
-        # An object store completes an upload when its file is closed, even when the writing
-        # failed; without autocommit it completes only on commit(), so a failed shard never
-        # appears.
-        self._raw = (
-            fs.open(self._temp, "wb", autocommit=False, block_size=upload_block_size(fs))
-            if self._direct
-            else fs.open(self._temp, "wb")
-        )
-        # An object store's file uploads a block inside write() whenever its buffer fills; on
-        # a thread of its own the upload overlaps the reading of the next images.
-        out = BackgroundWriter(self._raw) if self._direct else self._raw
-        self._out = out
+        # On an object store, an upload that appears only when committed (`uploads`).
+        if self._direct:
+            self._out = open_upload(fs, self._temp, upload_block_size(fs))
+        else:
+            self._out = fs.open(self._temp, "wb")
         # The writer keeps the file's checksum as it goes, so the shard is never read back.
-        self.writer = TFRecordWriter(out, checksum=True).__enter__()
+        self.writer = TFRecordWriter(self._out, checksum=True).__enter__()
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
@@ -311,18 +300,10 @@ class ShardOutput:
         publish(
             fs, self._report_path, "".join(r.to_json() + "\n" for r in self.report).encode("utf-8")
         )
-        raw = self._raw
         if self._direct:
-            self._out.close()
-            whole = unsent(raw)
-            if whole is None:
-                raw.close()
-                raw.commit()
-            else:  # a shard smaller than one upload block: one request, not three
-                raw.closed = True  # it sent nothing, so there is nothing to cancel
-                publish(fs, self._final, whole)
+            self._out.commit()
         else:
-            raw.close()
+            self._out.close()
             fs.mv(self._temp, self._final)
         self._committed = True
         self._tally.flush()
@@ -331,9 +312,8 @@ class ShardOutput:
     def _abort(self) -> None:
         if self._direct:
             self._out.abandon()
-            _cancel_upload(self._raw, self._temp)
         else:
-            self._raw.close()
+            self._out.close()
             if self._fs.exists(self._temp):
                 self._fs.rm(self._temp)
 
@@ -401,20 +381,6 @@ def _prepared(
         executor=executor,
     )
     return (pair for run, outcomes in runs for pair in zip(run, outcomes.result(), strict=True))
-
-
-def _cancel_upload(raw, path: str) -> None:
-    """Abandons an uncommitted upload: nothing of it appears, nothing is left to flush."""
-    try:
-        # Frees what the store keeps of the upload so far (S3 keeps, and bills, the parts of an
-        # unfinished multipart upload until it is aborted).
-        raw.discard()
-    except Exception as err:  # the shard's own error is the one to raise
-        _LOG.warning("could not cancel the unfinished upload of %s: %s", path, err)
-    finally:
-        # Closing would upload the rest of the buffer, to no purpose; this also keeps the
-        # file's finalizer from doing it.
-        raw.closed = True
 
 
 @dataclass(frozen=True, slots=True)

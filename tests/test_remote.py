@@ -23,13 +23,13 @@ from latency_proxy import request_kind
 from beam_tfrecord import remote
 from beam_tfrecord.locations import AsyncStores
 from beam_tfrecord.remote import (
-    BackgroundWriter,
     default_depth,
     fetch_in_order,
     is_transient,
     run_concurrently,
 )
 from beam_tfrecord.storage import read_source
+from beam_tfrecord.uploads import BackgroundWriter
 
 OBJECTS = 40
 

@@ -1,0 +1,162 @@
+"""Shard uploads to GCS from our own buffer, against fake-gcs-server behind the latency proxy."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import fsspec
+import pytest
+
+# The fixture is imported for pytest to find it; tests ask for it by name.
+from cloud_servers import gcs_store  # noqa: F401
+
+from beam_tfrecord import uploads
+from beam_tfrecord.uploads import BufferedUpload, GcsUpload, open_upload
+
+BLOCK = 256 * 1024  # GCS's smallest part
+
+
+def _pieces(total: int, seed: int = 5) -> list[bytes]:
+    """`total` random bytes in pieces of uneven sizes, as a shard's records come."""
+    rng = random.Random(seed)
+    pieces, held = [], 0
+    while held < total:
+        size = min(rng.randint(1, 90_000), total - held)
+        pieces.append(os.urandom(size))
+        held += size
+    return pieces
+
+
+def _path(store, name: str) -> str:
+    return f"{store.new_bucket('uploads')[len('gs://') :]}/{name}"
+
+
+def _upload(fs, path: str, pieces: list[bytes]) -> GcsUpload:
+    upload = open_upload(fs, path, BLOCK)
+    assert isinstance(upload, GcsUpload)
+    for piece in pieces:
+        assert upload.write(piece) == len(piece)
+    return upload
+
+
+def _parts(counts) -> int:
+    return counts["upload"]
+
+
+@pytest.mark.parametrize("size", [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 12_345])
+def test_what_was_written_is_the_object_byte_for_byte(gcs_store, size):  # noqa: F811
+    fs = gcs_store.fs
+    path = _path(gcs_store, "shard")
+    pieces = _pieces(size)
+    upload = _upload(fs, path, pieces)
+    assert not fs.exists(path)  # nothing is seen before the commit, blocks sent or not
+    upload.commit()
+    fs.invalidate_cache()
+    assert fs.cat_file(path) == b"".join(pieces)
+    assert fs.info(path)["size"] == size
+
+
+def test_a_shard_within_one_block_is_one_request_and_a_larger_one_a_request_a_block(gcs_store):  # noqa: F811
+    fs, proxy = gcs_store.fs, gcs_store.proxy
+    small, large = _path(gcs_store, "small"), _path(gcs_store, "large")
+    proxy.reset_counts()
+    _upload(fs, small, _pieces(BLOCK - 10)).commit()
+    assert _parts(proxy.reset_counts()) == 1
+    _upload(fs, large, _pieces(3 * BLOCK + 5)).commit()
+    # start, three full blocks, the last part with the rest
+    assert _parts(proxy.reset_counts()) == 5
+
+
+@pytest.mark.parametrize("sent", ["nothing", "two blocks"])
+def test_an_abandoned_upload_leaves_nothing_and_its_session_is_deleted(gcs_store, sent):  # noqa: F811
+    fs, proxy = gcs_store.fs, gcs_store.proxy
+    path = _path(gcs_store, "abandoned")
+    proxy.reset_counts()
+    upload = _upload(fs, path, _pieces(10 if sent == "nothing" else 2 * BLOCK + 7))
+    upload.abandon()
+    counts = proxy.reset_counts()
+    if sent == "nothing":
+        assert sum(counts.values()) == 0
+    else:
+        assert counts["delete"] == 1
+    fs.invalidate_cache()
+    assert not fs.exists(path)
+    assert fs.find(path.split("/")[0]) == []
+
+
+def test_a_part_the_store_fails_with_a_503_is_sent_again(gcs_store):  # noqa: F811
+    fs, proxy = gcs_store.fs, gcs_store.proxy
+    path = _path(gcs_store, "retried")
+    failed = []
+
+    def fault(method, target):
+        if method in ("POST", "PUT") and "upload_id=" in target and not failed:
+            failed.append(target)
+            return 503
+        return None
+
+    pieces = _pieces(2 * BLOCK + 99)
+    proxy.fault = fault
+    try:
+        _upload(fs, path, pieces).commit()
+    finally:
+        proxy.fault = None
+    assert failed
+    fs.invalidate_cache()
+    assert fs.cat_file(path) == b"".join(pieces)
+
+
+def test_a_part_the_store_kept_only_some_of_goes_on_from_where_it_stopped(
+    gcs_store,  # noqa: F811
+    monkeypatch,
+):
+    """GCS may keep fewer bytes of a part than were sent, and says which (308, Range); the rest
+    goes again. Here the first part really sends only its first half, as a store that kept half."""
+    fs = gcs_store.fs
+    path = _path(gcs_store, "shortfall")
+    real_call = type(fs)._call
+    cut = []
+
+    async def call(self, method, url, *args, headers=None, data=None, **kwargs):
+        span = (headers or {}).get("Content-Range", "")
+        if not cut and span.endswith("/*"):
+            (part,) = data._value
+            half = len(part) // 2 // BLOCK * BLOCK or BLOCK // 2
+            start = int(span.split()[1].split("-")[0])
+            cut.append(half)
+            headers = {**headers, "Content-Range": f"bytes {start}-{start + half - 1}/*"}
+            data = uploads._slices([part[:half]])
+        return await real_call(self, method, url, *args, headers=headers, data=data, **kwargs)
+
+    monkeypatch.setattr(type(fs), "_call", call)
+    pieces = _pieces(4 * BLOCK + 3)
+    upload = open_upload(fs, path, 2 * BLOCK)
+    for piece in pieces:
+        upload.write(piece)
+    upload.commit()
+    assert cut == [BLOCK]
+    fs.invalidate_cache()
+    assert fs.cat_file(path) == b"".join(pieces)
+
+
+def test_an_md5_check_asked_of_gcsfs_holds_across_blocks(gcs_store):  # noqa: F811
+    fs = fsspec.filesystem("gs", consistency="md5", skip_instance_cache=True)
+    path = _path(gcs_store, "checked")
+    pieces = _pieces(2 * BLOCK + 1)
+    _upload(fs, path, pieces).commit()
+    assert fs.cat_file(path) == b"".join(pieces)
+
+
+def test_a_block_is_a_multiple_of_256_kib(gcs_store):  # noqa: F811
+    with pytest.raises(ValueError, match="256 KiB"):
+        GcsUpload(gcs_store.fs, _path(gcs_store, "odd"), BLOCK + 1)
+
+
+def test_other_stores_upload_through_their_own_file(tmp_path):
+    fs = fsspec.filesystem("memory")
+    upload = open_upload(fs, "/uploads/shard", BLOCK)
+    assert isinstance(upload, BufferedUpload)
+    upload.write(b"abc")
+    upload.commit()
+    assert fs.cat_file("/uploads/shard") == b"abc"
