@@ -19,7 +19,9 @@ import fsspec
 
 from beam_tfrecord.entries import ReportEntry
 from beam_tfrecord.locations import is_object_store
-from beam_tfrecord.storage import TEMP_MARKER, temporary_name
+from beam_tfrecord.storage import TEMP_MARKER, read_source, temporary_name
+from beam_tfrecord.store_listing import pages
+from beam_tfrecord.uploads import open_upload, upload_block_size
 
 __all__ = [
     "PARTS_DIR",
@@ -159,6 +161,9 @@ def compose_report(output_dir: str, parts: Iterable[int], report_file: str) -> N
     """Concatenates the written parts, in order, into `report_file`, streaming: the memory this
     takes does not grow with the report. The parts stay until `remove_parts`."""
     fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, report_file))
+    if is_object_store(fs):
+        _upload_report(fs, path, [part_url(output_dir, part) for part in sorted(set(parts))])
+        return
     target = _open_for_publish(fs, path)
     try:
         with fs.open(target, "wb") as out:
@@ -172,10 +177,31 @@ def compose_report(output_dir: str, parts: Iterable[int], report_file: str) -> N
         raise
 
 
+def _upload_report(fs: fsspec.AbstractFileSystem, path: str, part_urls: list[str]) -> None:
+    """The report as an upload that appears only when complete: a part at a time, each read
+    in one request, and a report within an upload block (most are) sent in one, where a file
+    opened on the store took two for an empty report and several round trips for each part."""
+    upload = open_upload(fs, path, upload_block_size(fs))
+    try:
+        for url in part_urls:
+            upload.write(read_source(url))
+        upload.commit()
+    except BaseException:
+        upload.abandon()
+        raise
+
+
 def remove_parts(output_dir: str) -> None:
     """Removes the parts folder, this build's and whatever an interrupted one left."""
     fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, PARTS_DIR))
     fs.invalidate_cache(path)
+    if is_object_store(fs):
+        # One listing, where a look at the folder, then the removal's own look and listing,
+        # took three round trips in turn after every build.
+        found = [entry["name"] for page in pages(fs, path, recursive=True) for entry in page]
+        if found:
+            fs.rm(found)
+        return
     if fs.exists(path):
         fs.rm(path, recursive=True)
 

@@ -37,7 +37,7 @@ from command_process import run_command
 from imagegen import jpeg_bytes, make_collection
 from latency_proxy import owner_of_port, request_kind
 
-from beam_tfrecord import checks, shard_writer, store_timeouts
+from beam_tfrecord import checks, report, shard_writer, store_timeouts
 from beam_tfrecord.beam import pipeline
 from beam_tfrecord.beam.pipeline import BuildResult, build, preparer
 from beam_tfrecord.beam.transforms import ListImages
@@ -55,7 +55,7 @@ from beam_tfrecord.listing import (
     split_listing,
     split_task,
 )
-from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE
+from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, REPORT_FILE, read_manifest
 from beam_tfrecord.readahead import usable_cores, worker_threads
 from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.shard_writer import write_shard
@@ -366,6 +366,37 @@ def test_a_shard_smaller_than_an_upload_block_is_one_upload(request, protocol, c
     shard = _objects(config.output)[spec.file_name]
     assert len(shard) == result.bytes and f"{crc32c.crc32c(shard):08x}" == result.crc32c
     assert len(list(read_records(io.BytesIO(shard)))) == len(entries) == result.examples
+
+
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_the_end_of_a_build_takes_a_request_for_each_of_its_steps(request, protocol):
+    """The report composed from its parts, the parts removed, the manifest read back: on a
+    distant store each request is a round trip after the last shard, so each takes the fewest.
+    They took 2 (an empty report), 3 (no parts) and 7 requests in turn."""
+    store = _store(request, protocol)
+    output = f"{store.new_bucket('ending')}/pets"
+    fs, root = fsspec.core.url_to_fs(output)
+    parts = {0: b'{"path": "a"}\n', 3: b'{"path": "b"}\n{"path": "c"}\n'}
+    for part, data in parts.items():
+        fs.pipe_file(fsspec.core.url_to_fs(report.part_url(output, part))[1], data)
+    fs.pipe_file(f"{root}/{MANIFEST_FILE}", b'{"name": "pets"}')
+    fs.invalidate_cache()
+
+    store.proxy.reset_counts()
+    report.compose_report(output, [3, 0, 3], REPORT_FILE)
+    assert store.proxy.reset_counts() == {"read": 2, "upload": 1}
+    report.compose_report(output, [], "empty.jsonl")
+    assert store.proxy.reset_counts() == {"upload": 1}
+    report.remove_parts(output)
+    assert store.proxy.reset_counts()["list"] == 1
+    report.remove_parts(output)  # nothing left: one listing
+    assert store.proxy.reset_counts() == {"list": 1}
+    assert read_manifest(output) == {"name": "pets"}
+    assert store.proxy.reset_counts() == {"read": 1}
+
+    objects = _objects(output)
+    assert objects[REPORT_FILE] == parts[0] + parts[3] and objects["empty.jsonl"] == b""
+    assert not [name for name in objects if name.startswith(report.PARTS_DIR)]
 
 
 @pytest.mark.parametrize(("protocol", "block"), [("gs", 256 * 1024), ("s3", 5 * 1024 * 1024)])
