@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import posixpath
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
@@ -13,7 +12,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import apache_beam as beam
-import fsspec
 from apache_beam import pvalue
 from apache_beam.options.pipeline_options import (
     DirectOptions,
@@ -54,7 +52,6 @@ from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, reached_alike
 from beam_tfrecord.manifest import (
-    MANIFEST_FILE,
     REPORT_FILE,
     build_manifest,
     discard_manifest,
@@ -726,9 +723,10 @@ def _finished(result, config: BuildConfig, started: float) -> BuildResult:
         verdicts = string_sets.get(_VERDICT, ())
     except (NotImplementedError, AttributeError, KeyError):  # some runners report no metrics
         missing_classes, verdicts = [], ()
-    fs, path = fsspec.core.url_to_fs(posixpath.join(config.output, MANIFEST_FILE))
-    fs.invalidate_cache()  # object store listings are cached for the life of the process
-    if not fs.exists(path):
+    try:
+        # Read at once, not looked for first: on an object store a look is three round trips.
+        manifest = read_manifest(config.output)
+    except FileNotFoundError:
         raise withdrawn_failure(
             config.output,
             # One finalize step, one verdict; more would be a retried step's, all alike.
@@ -738,5 +736,5 @@ def _finished(result, config: BuildConfig, started: float) -> BuildResult:
             written=counters.get("images_written"),
             classes=config.classes,
             missing_classes=missing_classes,
-        )
-    return BuildResult(read_manifest(config.output), counters, time.monotonic() - started)
+        ) from None
+    return BuildResult(manifest, counters, time.monotonic() - started)
