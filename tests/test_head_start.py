@@ -168,3 +168,74 @@ def test_the_command_line_starts_writing_before_beam_is_imported(tmp_path):
     assert len(shards) > 3
     assert log.count("written by the head start") == len(shards)
     assert log.index("before Beam's import") < log.index("writing shards in")
+
+
+_STOPPED_AFTER_BEAMS_IMPORT = """
+import os, runpy, signal, sys, time
+from beam_tfrecord import early_start
+from beam_tfrecord.commands import build
+
+early_start.PROCESSES_MIN_BYTES = 1  # a head start for a few small images
+early_start.MIN_MEAN_BYTES = 0
+lean_import, calls = build._imported_lean_beam, []
+
+def stopped_once_beam_is_imported(extra):
+    calls.append(extra)
+    imported = lean_import(extra)
+    if len(calls) == 2:  # the build's own settings, after the head start's import of Beam
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(10)  # the signal's handler ends this
+    return imported
+
+build._imported_lean_beam = stopped_once_beam_is_imported
+sys.argv = ["beam-tfrecord", *{args!r}]
+runpy.run_module("beam_tfrecord.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_build_stopped_between_its_head_start_and_its_pipeline_ends_as_a_stopped_build(tmp_path):
+    """Its worker processes are writing from before Beam's import: a Ctrl-C after that import,
+    before the pipeline's run, ends them, removes the lock, keeps the finished shards and says
+    how to go on, whose command finishes the build as a build never stopped would have."""
+    import subprocess
+    import sys
+
+    from beam_tfrecord.cli import main
+    from beam_tfrecord.output_lock import LOCK_FILE
+    from beam_tfrecord.storage import TEMP_MARKER
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    _collection(src)
+    flags = ["--input", str(src), "--name", "zoo", "--max-shard-size", "40KB",
+             "--min-shard-size", "10KB"]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-c", _STOPPED_AFTER_BEAMS_IMPORT.format(
+            args=["build", *flags, "--output", str(out)])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    stopped, go_on = err.splitlines()
+    assert stopped.startswith("beam-tfrecord build: interrupted (SIGINT) after "), err
+    assert stopped.endswith(f"kept in {out}, no manifest.json yet."), err
+    assert go_on.startswith("To go on: ") and go_on.endswith(" --resume"), err
+    assert _group_is_gone(process.pid), "its worker processes end with it"
+    left = [p.name for p in out.rglob("*")]
+    assert LOCK_FILE not in left and not [n for n in left if TEMP_MARKER in n], left
+    assert "manifest.json" not in left
+
+    assert main(["build", *flags, "--output", str(out), "--resume"]) == 0
+    assert main(["build", *flags, "--output", str(tmp_path / "whole")]) == 0
+    assert _built_files(out) == _built_files(tmp_path / "whole")
+
+
+def _group_is_gone(pgid: int) -> bool:
+    import os
+
+    for _ in range(200):
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False

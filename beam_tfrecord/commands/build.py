@@ -150,36 +150,72 @@ def _own_flags() -> list[str]:
 _PROG = "beam-tfrecord build"
 
 
-def _start_before_beam(config: BuildConfig, extra: Sequence[str], started: float) -> None:
+class _EarlyStart:
+    """The signal handling of a build whose worker processes started before Beam's import.
+
+    On from their start until `_run_build`'s own takes over, so that a stop anywhere in
+    between (Beam's import, the flags' checks) ends as a build stopped later does: its workers
+    ended, its partial files and lock removed, its finished shards kept and the command to go
+    on printed. A build that started nothing keeps the one-line stop (`starting`).
+    """
+
+    def __init__(self) -> None:
+        self._signals = contextlib.ExitStack()
+        self.interruption: Interruption | None = None
+        self._config: BuildConfig | None = None
+
+    def watch(self, config: BuildConfig) -> None:
+        self._config = config
+        self.interruption = self._signals.enter_context(stop_on_signals())
+
+    def stopped(self) -> bool:
+        return self.interruption is not None and self.interruption.signum is not None
+
+    def end(self, started: float) -> NoReturn:
+        """Ends the stopped build: its shards end, each removing its temporary file."""
+        from beam_tfrecord.shard_processes import discard_started
+
+        discard_started()
+        gc.collect()  # the executor let go of, for its semaphores to be unlinked before the exit
+        _end_interrupted(self._config, self.interruption, started)
+
+    def release(self) -> None:
+        """Signals as they were before the build started."""
+        self._signals.close()
+
+
+def _start_before_beam(
+    config: BuildConfig, extra: Sequence[str], started: float, early: _EarlyStart
+) -> None:
     """What a build does before Beam is imported: refuses placeholders at once, and a plain
     local build (no Beam flags) checks the world, locks its output and starts its worker
     processes with a head start (`early_start`), which write while Beam is imported (in the
     command's own process, a Beam without the parts no build on this machine uses). Stopped
-    meanwhile, it ends as a build stopped later does, its finished shards kept for --resume."""
+    from then on, it ends as a build stopped later does, its finished shards kept for --resume
+    (`_EarlyStart`)."""
     refuse_placeholders(config)
     if extra:
         return
     from beam_tfrecord import progress
     from beam_tfrecord.early_start import start_before_beam
-    from beam_tfrecord.shard_processes import discard_started
 
     # The build's progress line is drawn once Beam is imported; worker processes started before
     # count into its folder from their start, as they find it in their environment.
     progress.reserve_folder()
-    with stop_on_signals() as interruption:
-        try:
-            # The import the worker processes overlap.
-            if start_before_beam(config) and not _imported_lean_beam(extra):
-                import apache_beam  # noqa: F401
-        except BaseException:
-            if interruption.signum is None:
-                raise
-            # Their shards end, each removing its temporary file; and the executor is let go
-            # of, for its semaphores to be unlinked before the exit.
-            discard_started()
-            gc.collect()
-    if interruption.signum is not None:
-        _end_interrupted(config, interruption, started)
+    early.watch(config)
+    try:
+        if not start_before_beam(config):
+            early.release()  # nothing started: a stop is still one line
+            return
+        # The import the worker processes overlap.
+        if not _imported_lean_beam(extra):
+            import apache_beam  # noqa: F401
+    except BaseException:
+        if not early.stopped():
+            early.release()
+            raise
+    if early.stopped():
+        early.end(started)
 
 
 def _imported_lean_beam(extra: Sequence[str]) -> bool:
@@ -202,10 +238,18 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     configure_logging(sys.stderr, verbose)
     extra = [*extra, *(f"--labels={label}" for label in split_labels(args.labels)[1])]
     config = None
+    early = _EarlyStart()
     try:
-        config, options, beam_args = _settings(args, extra, verbose, started)
-        finished_before = _finished_shard_names(config.output) if config.resume else None
-        result, interruption = _run_build(config, options, beam_args, args.wait, verbose)
+        try:
+            config, options, beam_args = _settings(args, extra, verbose, started, early)
+            finished_before = _finished_shard_names(config.output) if config.resume else None
+            result, interruption = _run_build(config, options, beam_args, args.wait, verbose)
+        except BaseException:
+            if early.stopped():
+                early.end(started)
+            raise
+        finally:
+            early.release()
         configure_logging(sys.stderr, verbose)
     except ConfigError as err:
         print(f"{_PROG}: error: {err}", file=sys.stderr)
@@ -223,7 +267,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
 
 
 def _settings(
-    args: argparse.Namespace, extra: list[str], verbose: bool, started: float
+    args: argparse.Namespace, extra: list[str], verbose: bool, started: float, early: _EarlyStart
 ) -> tuple[BuildConfig, argparse.Namespace, list[str]]:
     """The build's config, Beam's options as parsed, and the flags to give Beam, all checked:
     a bad one raises ConfigError before anything is written. A plain local build has started
@@ -238,7 +282,7 @@ def _settings(
 
             check_beam_args(extra, _own_flags())
         raise
-    _start_before_beam(config, extra, started)  # at once: before Beam is imported
+    _start_before_beam(config, extra, started, early)  # at once: before Beam is imported
     # Beam is imported only once the config is sound (a build that started early has it).
     # Stopped meanwhile, a build that has started nothing says so in one line (`starting`).
     _imported_lean_beam(extra)
