@@ -4,8 +4,10 @@ which modules it had loaded when it ended."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 _COMMAND = """
@@ -29,3 +31,17 @@ def run_command(args: list[str], scratch: Path) -> tuple[subprocess.CompletedPro
     )  # fmt: skip
     loaded = set(json.loads(modules.read_text())) if modules.exists() else set()
     return done, loaded
+
+
+def group_is_gone(pgid: int, seconds: float = 10.0) -> bool:
+    """Whether process group `pgid` (a command started in a session of its own, and every
+    process it started) is gone within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)

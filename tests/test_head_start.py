@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from command_process import run_command
+from command_process import group_is_gone, run_command
 from imagegen import make_collection
 from PIL import Image
 
@@ -219,7 +219,7 @@ def test_a_build_stopped_between_its_head_start_and_its_pipeline_ends_as_a_stopp
     assert stopped.startswith("beam-tfrecord build: interrupted (SIGINT) after "), err
     assert stopped.endswith(f"kept in {out}, no manifest.json yet."), err
     assert go_on.startswith("To go on: ") and go_on.endswith(" --resume"), err
-    assert _group_is_gone(process.pid), "its worker processes end with it"
+    assert group_is_gone(process.pid), "its worker processes end with it"
     left = [p.name for p in out.rglob("*")]
     assert LOCK_FILE not in left and not [n for n in left if TEMP_MARKER in n], left
     assert "manifest.json" not in left
@@ -227,15 +227,3 @@ def test_a_build_stopped_between_its_head_start_and_its_pipeline_ends_as_a_stopp
     assert main(["build", *flags, "--output", str(out), "--resume"]) == 0
     assert main(["build", *flags, "--output", str(tmp_path / "whole")]) == 0
     assert _built_files(out) == _built_files(tmp_path / "whole")
-
-
-def _group_is_gone(pgid: int) -> bool:
-    import os
-
-    for _ in range(200):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False

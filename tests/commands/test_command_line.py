@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from command_process import group_is_gone
 from imagegen import make_collection
 
 pytestmark = pytest.mark.slow
@@ -181,16 +182,6 @@ def _interrupt(big_src: Path, cwd: Path, out: Path, signum: int, whole_group: bo
     return process.returncode, stdout, stderr, before, process.pid
 
 
-def _group_is_gone(pgid: int) -> bool:
-    for _ in range(100):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _assert_clean_interruption(status, stdout, stderr, before, out, expected_status, name):
     assert status == expected_status, stderr
     assert "Traceback" not in stderr and "Error" not in stderr, stderr
@@ -214,7 +205,7 @@ def interrupted(big_src, tmp_path_factory):
     cwd = tmp_path_factory.mktemp("interrupted")
     out = cwd / "out"
     status, stdout, stderr, before, pid = _interrupt(big_src, cwd, out, signal.SIGINT, True)
-    assert _group_is_gone(pid)
+    assert group_is_gone(pid)
     return cwd, out, status, stdout, stderr, before
 
 
@@ -231,7 +222,7 @@ def test_3_sigterm_to_the_launcher_ends_its_workers_too(big_src, tmp_path):
     )  # fmt: skip
     _assert_clean_interruption(status, stdout, stderr, before, out, 143, "SIGTERM")
     # The workers were started in the launcher's process group; none of them is left.
-    assert _group_is_gone(pid)
+    assert group_is_gone(pid)
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
@@ -464,7 +455,7 @@ def test_9_an_interrupt_ends_the_shard_processes_cleanly(
         large_src, tmp_path, out, signum, whole_group, *LARGE_FLAGS[:4]
     )
     _assert_clean_interruption(code, _stdout, stderr, before, out, status, signum.name)
-    assert _group_is_gone(pid), "a shard process outlived the build"
+    assert group_is_gone(pid), "a shard process outlived the build"
     resumed = run("build", "--input", str(large_src), "--output", str(out), *LARGE_FLAGS,
                   "--resume", cwd=tmp_path)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
