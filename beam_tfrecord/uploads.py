@@ -150,11 +150,11 @@ class GcsUpload:
     """
 
     def __init__(self, fs, path: str, block_size: int):
-        if block_size % _GCS_QUANTUM:
-            raise ValueError(f"a GCS upload block is a multiple of 256 KiB, not {block_size}")
         self._fs = fs
         self._bucket, self._key, _ = fs.split_path(path)
-        self._block = block_size
+        # GCS takes a resumable upload's parts in multiples of 256 KiB (a filesystem's own
+        # block size, which `upload_block_size` may give, need not be one).
+        self._block = max(block_size // _GCS_QUANTUM, 1) * _GCS_QUANTUM
         self._buffer = bytearray()
         self._sent = 0  # bytes before the buffer, sent or on their way
         self._location: str | None = None  # the resumable upload's session, once started

@@ -148,9 +148,21 @@ def test_an_md5_check_asked_of_gcsfs_holds_across_blocks(gcs_store):  # noqa: F8
     assert fs.cat_file(path) == b"".join(pieces)
 
 
-def test_a_block_is_a_multiple_of_256_kib(gcs_store):  # noqa: F811
-    with pytest.raises(ValueError, match="256 KiB"):
-        GcsUpload(gcs_store.fs, _path(gcs_store, "odd"), BLOCK + 1)
+@pytest.mark.parametrize("block", [BLOCK + 1, 100_000_000, 1])
+def test_a_block_size_gcs_would_refuse_is_rounded_to_256_kib(gcs_store, block):  # noqa: F811
+    """gcsfs's own default block size need not be a multiple of 256 KiB; the parts are."""
+    fs, proxy = gcs_store.fs, gcs_store.proxy
+    path = _path(gcs_store, "odd")
+    pieces = _pieces(3 * BLOCK + 7)
+    proxy.reset_counts()
+    upload = open_upload(fs, path, block)
+    for piece in pieces:
+        upload.write(piece)
+    upload.commit()
+    parts = 1 if block > len(b"".join(pieces)) else 5  # one request, or start + 3 + the rest
+    assert _parts(proxy.reset_counts()) == parts
+    fs.invalidate_cache()
+    assert fs.cat_file(path) == b"".join(pieces)
 
 
 def test_other_stores_upload_through_their_own_file(tmp_path):
