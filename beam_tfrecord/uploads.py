@@ -118,6 +118,7 @@ def _slices_type() -> type:
     class Slices(payload.Payload):
         def __init__(self, parts: list[memoryview]):
             super().__init__(parts, content_type=None)
+            self.parts = parts
             self._size = sum(len(p) for p in parts)
 
         def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
@@ -128,7 +129,7 @@ def _slices_type() -> type:
 
         async def write_with_length(self, writer, content_length: int | None) -> None:
             left = self._size if content_length is None else content_length
-            for part in self._value:
+            for part in self.parts:
                 for start in range(0, len(part), _SLICE):
                     if left <= 0:
                         return
@@ -157,7 +158,7 @@ class GcsUpload:
         self._block = max(block_size // _GCS_QUANTUM, 1) * _GCS_QUANTUM
         self._buffer = bytearray()
         self._sent = 0  # bytes before the buffer, sent or on their way
-        self._location: str | None = None  # the resumable upload's session, once started
+        self._session_url: str | None = None  # the resumable upload's session, once started
         self._sending: Future | None = None  # the block on its way
         self._checker = _checker(fs)
 
@@ -174,7 +175,7 @@ class GcsUpload:
         self._wait()
         body = memoryview(self._buffer)
         try:
-            if self._location is None:
+            if self._session_url is None:
                 done = sync(self._fs.loop, self._send_whole, body)
             else:
                 done = sync(self._fs.loop, self._send_part, body, self._sent, True)
@@ -192,7 +193,7 @@ class GcsUpload:
             with contextlib.suppress(BaseException):
                 sending.result()
         self._buffer = bytearray()
-        location, self._location = self._location, None
+        location, self._session_url = self._session_url, None
         if location is not None:
             try:
                 self._fs.call("DELETE", location.replace("&ifGenerationMatch=0", ""))
@@ -201,8 +202,8 @@ class GcsUpload:
 
     def _send_block(self) -> None:
         self._wait()
-        if self._location is None:
-            self._location = sync(self._fs.loop, self._start)
+        if self._session_url is None:
+            self._session_url = sync(self._fs.loop, self._start)
         size = len(self._buffer) // _GCS_QUANTUM * _GCS_QUANTUM
         block, self._buffer = self._buffer, self._buffer[size:]
         del block[size:]
@@ -238,7 +239,7 @@ class GcsUpload:
                 span = f"bytes {offset}-{end - 1}/*"
             headers, text = await self._fs._call(
                 "POST",
-                self._location,
+                self._session_url,
                 headers={"Content-Range": span, "Content-Type": _CONTENT_TYPE},
                 data=_slices([body]),
             )

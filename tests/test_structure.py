@@ -137,6 +137,16 @@ _OTHERS_PRIVATES_ALLOWED = {
     "_get_kwargs_from_urls": "fsspec",
     "_call": "gcsfs",
     "_call_s3": "s3fs",
+    # gcsfs's own request's parts, so that the reads and uploads that skip its layers
+    # (remote._read_gcs_object, uploads.GcsUpload) are still its requests: its endpoint,
+    # credentials, requester-pays project and session, and whether a bucket is zonal (written
+    # over gRPC, through its own file). tests/test_remote.py and tests/test_uploads.py run
+    # them against a real gcsfs and fake-gcs-server.
+    "_location": "gcsfs",
+    "_get_headers": "gcsfs",
+    "_get_params": "gcsfs",
+    "_set_session": "gcsfs",
+    "_is_zonal_bucket": "gcsfs",
 }
 _COMPAT_MODULES = ("compat.py", "beam/compat.py")
 
