@@ -102,6 +102,7 @@ def test_spawned_processes_do_not_import_the_launchers_main_again(tmp_path):
         compat.BEAM_WORKER_RECORDS_LOGGER,
         compat.BEAM_TYPE_HINT_LOGGER,
         compat.BEAM_TRANSFORM_ERROR_LOGGER,
+        compat.BEAM_MONGODB_LOGGER,
     ],
 )
 def test_beams_loggers_are_where_they_are_named(name):
@@ -115,6 +116,14 @@ def test_beams_import_noise_is_the_text_its_bigquery_client_logs():
     from apache_beam.io.gcp.internal.clients import bigquery
 
     assert compat.BEAM_IMPORT_NOISE in inspect.getsource(bigquery)
+
+
+def test_beams_mongodb_noise_is_the_text_its_connector_logs_without_a_driver():
+    import inspect
+
+    from apache_beam.io import mongodbio
+
+    assert compat.BEAM_MONGODB_NOISE in inspect.getsource(mongodbio)
 
 
 _LEAN_IMPORT = """
