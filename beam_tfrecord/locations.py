@@ -14,6 +14,7 @@ __all__ = [
     "AsyncStores",
     "async_store",
     "has_protocol",
+    "is_gcsfs",
     "is_local",
     "is_local_url",
     "is_object_store",
@@ -46,6 +47,18 @@ def without_protocol(url: str) -> str:
 def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
     """The filesystem's main protocol: `file`, `memory`, `gs`, `s3`, ..."""
     return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
+def is_gcsfs(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether `fs` is gcsfs's own GCS filesystem, whose request parts (`_call`,
+    `_get_headers`, `_location`) the reads, uploads and listings of a bucket use in place of
+    its file-level methods; another gs:// filesystem gets only fsspec's interface."""
+    cls = type(fs)
+    return (
+        cls.__module__.startswith("gcsfs.")
+        and hasattr(cls, "_call")
+        and hasattr(cls, "_get_headers")
+    )
 
 
 def is_local_url(url: str) -> bool:

@@ -30,7 +30,7 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.locations import AsyncStores, is_remote
+from beam_tfrecord.locations import AsyncStores, is_gcsfs, is_remote
 from beam_tfrecord.readahead import DEFAULT_BUDGET
 from beam_tfrecord.storage import read_source, whole_read_options
 
@@ -152,7 +152,7 @@ def _unreadable(err: BaseException, attempts: int) -> OSError:
 
 
 async def _read_object(fs, path: str, attempts: int) -> bytes:
-    if _is_gcsfs(type(fs)):
+    if is_gcsfs(fs):
         read, pause = functools.partial(_read_gcs_object, fs), _gcs_backoff
         attempts *= GCS_TRIES  # gcsfs's own tries, which its reads no longer go through
     else:
@@ -178,11 +178,6 @@ async def _read_object(fs, path: str, attempts: int) -> bytes:
 # of 1,000 objects of 100 KB from fake-gcs-server, paired runs: 630 against 514 us a read).
 # Retried as gcsfs retries: 6 tries, waits of 1-2, 2-3, 4-5, 8-9 and 16-17 s.
 GCS_TRIES = 6
-
-
-@functools.cache
-def _is_gcsfs(cls: type) -> bool:
-    return cls.__module__.startswith("gcsfs.") and hasattr(cls, "_get_headers")
 
 
 async def _read_gcs_object(fs, path: str) -> bytes:

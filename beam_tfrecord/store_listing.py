@@ -29,7 +29,7 @@ from typing import Any
 import fsspec
 from fsspec.asyn import sync
 
-from beam_tfrecord.locations import protocol_of
+from beam_tfrecord.locations import is_gcsfs, protocol_of
 
 __all__ = ["CONCURRENT_REQUESTS", "PAGE_SIZE", "pages"]
 
@@ -90,10 +90,9 @@ def pages(
     """
     bucket, _, key = fs._strip_protocol(folder).strip("/").partition("/")
     prefix = key.rstrip("/") + "/" if key else ""
-    protocol = protocol_of(fs)
-    if protocol in ("gs", "gcs") and hasattr(fs, "_call"):
+    if is_gcsfs(fs):
         yield from _ranged(fs, bucket, len(prefix), _gcs_lister(fs, bucket, prefix, recursive))
-    elif protocol in ("s3", "s3a") and hasattr(fs, "_call_s3"):
+    elif protocol_of(fs) in ("s3", "s3a") and hasattr(fs, "_call_s3"):
         yield from _ranged(fs, bucket, len(prefix), _s3_lister(fs, bucket, prefix, recursive))
     else:
         try:

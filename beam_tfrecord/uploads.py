@@ -31,6 +31,8 @@ import fsspec
 from fsspec.asyn import sync
 from fsspec.spec import AbstractBufferedFile
 
+from beam_tfrecord.locations import is_gcsfs
+
 __all__ = [
     "UPLOAD_BLOCK_SIZE",
     "BackgroundWriter",
@@ -91,7 +93,7 @@ def open_upload(fs: fsspec.AbstractFileSystem, path: str, block_size: int) -> Up
 
 def _is_plain_gcs(fs: fsspec.AbstractFileSystem, path: str) -> bool:
     """Whether `fs` is gcsfs and the bucket takes JSON-API uploads (every bucket but a zonal one)."""
-    if not type(fs).__module__.startswith("gcsfs."):
+    if not is_gcsfs(fs):
         return False
     is_zonal = getattr(fs, "_is_zonal_bucket", None)
     if is_zonal is None:

@@ -7,6 +7,7 @@ import pytest
 
 from beam_tfrecord.locations import (
     has_protocol,
+    is_gcsfs,
     is_local,
     is_local_url,
     is_object_store,
@@ -51,3 +52,21 @@ def test_protocols_are_named_and_taken_off():
 def test_only_an_async_store_is_remote():
     assert not is_remote("/data/x.jpg")
     assert not is_remote("memory://x.jpg")
+
+
+def test_gcsfs_is_told_from_other_gs_filesystems():
+    """Reads, uploads and listings use gcsfs's request parts only on gcsfs's own class."""
+    import gcsfs
+
+    gcs = gcsfs.GCSFileSystem(token="anon", skip_instance_cache=True)
+    assert is_gcsfs(gcs)
+
+    class ElsewhereGCS(fsspec.AbstractFileSystem):  # a gs:// filesystem that is not gcsfs
+        protocol = ("gs", "gcs")
+
+        async def _call(self, *args, **kwargs):
+            raise AssertionError("not gcsfs's")
+
+    assert not is_gcsfs(ElsewhereGCS())
+    assert not is_gcsfs(fsspec.filesystem("memory"))
+    assert not is_gcsfs(fsspec.filesystem("file"))
