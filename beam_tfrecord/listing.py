@@ -500,11 +500,17 @@ def _folders_above(path: str) -> frozenset[str]:
 
 
 def local_bytes_reach(
-    patterns: Iterable[str], extensions: Iterable[str], threshold: int, most_files: int = 20_000
+    patterns: Iterable[str],
+    extensions: Iterable[str],
+    threshold: int,
+    most_files: int = 20_000,
+    *,
+    min_files: int | None = None,
 ) -> bool:
     """Whether the local folders the patterns start from hold `threshold` bytes of files with these
-    suffixes: a hint, found before the build lists, by a walk that stops once it has counted
-    `threshold` bytes or `most_files` files. It may count a file the pattern would not take."""
+    suffixes (or, given `min_files`, that many files): a hint, found before the build lists, by a
+    walk that stops once it has counted `threshold` bytes or `most_files` files. It may count a
+    file the pattern would not take."""
     suffixes = tuple(e.lower() for e in extensions)
     total = files = 0
     for pattern in patterns:
@@ -520,7 +526,7 @@ def local_bytes_reach(
                 continue
             total += size
             files += 1
-            if total >= threshold:
+            if total >= threshold or (min_files is not None and files >= min_files):
                 return True
             if files >= most_files:
                 return False

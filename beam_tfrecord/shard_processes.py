@@ -59,6 +59,7 @@ from beam_tfrecord.storage import read_source
 
 __all__ = [
     "PROCESSES_MIN_BYTES",
+    "PROCESSES_MIN_IMAGES",
     "ShardProcesses",
     "ShardThreads",
     "discard_started",
@@ -74,8 +75,11 @@ _LOG = logging.getLogger(__name__)
 _TERM_GRACE_SECONDS = 5.0
 
 # Worker processes start in about half a second (Python, Pillow, fsspec): below this many planned
-# bytes, a build's shards are written sooner by the launcher alone.
+# bytes, a build's shards are written sooner by the launcher alone, unless they hold this many
+# images (small images cost their work per image: 20,000 PNGs of 32x32 are about 3 s of one
+# core's work in 36 MB).
 PROCESSES_MIN_BYTES = 64 * 10**6
+PROCESSES_MIN_IMAGES = 20_000
 
 # A worker process's threads and CPU permits, shared by the shards it writes (set when it starts).
 _worker: dict[str, Any] = {}

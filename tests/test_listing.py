@@ -305,6 +305,9 @@ def test_local_bytes_reach_counts_the_files_of_the_suffixes_below_each_pattern(t
         [f"file://{tmp_path}/a/*.jpg", str(tmp_path / "b")], (*jpg, ".png"), 1500
     )
     assert not local_bytes_reach([f"{tmp_path}/a/**"], jpg, 1200, most_files=1)  # it stops counting
+    # Or enough files, whatever their bytes: many small images are work enough.
+    assert local_bytes_reach([f"{tmp_path}/a/**"], jpg, 10**9, min_files=2)
+    assert not local_bytes_reach([f"{tmp_path}/a/**"], jpg, 10**9, min_files=3)
     assert local_bytes_reach([f"{tmp_path}/missing/**", str(tmp_path / "a/1.jpg")], jpg, 600)
     assert not local_bytes_reach([f"{tmp_path}/missing/**", str(tmp_path / "a/1.jpg")], jpg, 601)
 

@@ -69,6 +69,7 @@ from beam_tfrecord.remote import read_depth
 from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
 from beam_tfrecord.shard_processes import (
     PROCESSES_MIN_BYTES,
+    PROCESSES_MIN_IMAGES,
     discard_started,
     settings_travel,
     start_early,
@@ -647,7 +648,12 @@ def _build(
         _reaches_a_store(config)
         or (
             not config.input_list
-            and local_bytes_reach(config.inputs, config.extensions, PROCESSES_MIN_BYTES)
+            and local_bytes_reach(
+                config.inputs,
+                config.extensions,
+                PROCESSES_MIN_BYTES,
+                min_files=PROCESSES_MIN_IMAGES,
+            )
         )
     ):
         head_start(start_early(processes, keep=early), config)

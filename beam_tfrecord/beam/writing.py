@@ -22,6 +22,7 @@ from beam_tfrecord.report import ReportTally, part_bounds, part_of, report_key, 
 from beam_tfrecord.shard_names import shard_file_name
 from beam_tfrecord.shard_processes import (
     PROCESSES_MIN_BYTES,
+    PROCESSES_MIN_IMAGES,
     ShardProcesses,
     ShardThreads,
     started,
@@ -183,9 +184,9 @@ class _WriteShardFn(_ReadAheadFn):
         for them; None to write here."""
         if self._pool is None and self._processes > 1:
             splits = plan.values()
-            if (
-                sum(p.shards for p in splits) > 1
-                and sum(p.bytes for p in splits) >= self._processes_min_bytes
+            if sum(p.shards for p in splits) > 1 and (
+                sum(p.bytes for p in splits) >= self._processes_min_bytes
+                or sum(p.records for p in splits) >= PROCESSES_MIN_IMAGES
             ):
                 early = take_started(self._processes)
                 _LOG.debug(

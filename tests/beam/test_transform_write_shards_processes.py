@@ -312,6 +312,50 @@ def test_a_build_ends_the_processes_it_started_early_when_its_plan_is_small(
     assert multiprocessing.active_children() == []
 
 
+def test_a_build_of_many_small_images_writes_in_processes_started_early(
+    tmp_path, monkeypatch, caplog
+):
+    """Bytes are not the only measure of work: a build of many small images (PROCESSES_MIN_IMAGES,
+    20,000 in a real one) starts its worker processes while it lists and plans, and writes its
+    shards in them, the same bytes as a build without processes."""
+    from imagegen import make_collection
+
+    from beam_tfrecord.beam import pipeline, writing
+
+    if shard_processes(BuildConfig(inputs=("x",), output="y"), PipelineOptions([])) < 2:
+        pytest.skip("one core: no worker processes")
+    make_collection(tmp_path / "src", {"cat": 30, "dog": 30}, seed=8, size=(16, 32))
+
+    def config(out: str) -> BuildConfig:
+        return BuildConfig.from_settings(
+            {
+                "inputs": [str(tmp_path / "src")],
+                "output": str(tmp_path / out),
+                "name": "ds",
+                "min_shard_size": "20KB",
+                "max_shard_size": "60KB",
+            }
+        )
+
+    alone = pipeline.build(config("alone"))
+    assert alone.manifest["inputs"]["written"] == 60
+    caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
+    for module in (pipeline, writing):
+        monkeypatch.setattr(module, "PROCESSES_MIN_IMAGES", 50)
+    pooled = pipeline.build(config("pooled"))
+    assert "starting 2 worker processes while the build lists" in caplog.text
+    assert "writing shards in 2 worker processes (started early)" in caplog.text
+    assert pooled.manifest["inputs"] == alone.manifest["inputs"]
+
+    def written(out: str) -> dict[str, str]:  # all but the files that name their folder
+        named = ("manifest.json", "dataset_info.json")
+        return {k: v for k, v in _digests(tmp_path / out).items() if k not in named}
+
+    assert written("pooled") == written("alone")
+    assert len(written("alone")) > 8, "four shards, their indexes, the labels"
+    assert multiprocessing.active_children() == []
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
 @pytest.mark.parametrize("stop", ["close", "sigterm"])
 def test_a_shard_being_written_ends_when_the_build_stops_and_leaves_no_temporary(tmp_path, stop):
