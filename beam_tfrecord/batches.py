@@ -30,6 +30,7 @@ __all__ = [
     "SourceBatch",
     "batched",
     "in_placing_order",
+    "in_shard_order",
 ]
 
 # Entries per batch at most: a batch's columns then stay within a few hundred kilobytes.
@@ -201,6 +202,31 @@ def in_placing_order(batches: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
         for i in tied:
             at = starts[i]
             yield placed_by(view, at)[1], bytes(view[at : starts[i + 1]])
+
+
+def in_shard_order(batches: Iterable[bytes]) -> list[bytes]:
+    """The entries' bytes (ImageEntry.to_bytes) of a shard's batches (EntryBatch.to_bytes), in
+    sort-key order: what `in_placing_order` gives, without sorting the entries.
+
+    Placing (PlanShards) makes a shard's batches so: each holds a run of entries in key order,
+    and no two runs overlap. Such batches are put in order by their first keys, no entry decoded.
+    Batches that are not (keys tied within or across them) are ordered entry by entry.
+    """
+    batches = list(batches)
+    runs: list[tuple[int, int, list[bytes]]] = []
+    placed_by = ImageEntry.placed_by
+    for data in batches:
+        entries = _decompressed(data)
+        if not entries:
+            continue
+        keys = [placed_by(entry)[0] for entry in entries]
+        if any(a >= b for a, b in pairwise(keys)):
+            return [entry for _, entry in in_placing_order(batches)]
+        runs.append((keys[0], keys[-1], entries))
+    runs.sort(key=lambda run: run[0])
+    if any(before[1] >= after[0] for before, after in pairwise(runs)):
+        return [entry for _, entry in in_placing_order(batches)]
+    return [entry for _, _, entries in runs for entry in entries]
 
 
 class PackedEntries:

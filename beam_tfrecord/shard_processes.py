@@ -36,7 +36,7 @@ import fsspec
 import fsspec.config
 
 from beam_tfrecord import progress
-from beam_tfrecord.batches import PackedEntries, in_placing_order
+from beam_tfrecord.batches import PackedEntries, in_shard_order
 from beam_tfrecord.codec.record_index import index_file_name
 from beam_tfrecord.compat import SpawnWithoutMain
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
@@ -644,7 +644,7 @@ def _packed(entries: Iterable[ImageEntry]) -> list[bytes]:
 def _in_order(entries: Iterable[ImageEntry]) -> list[bytes]:
     """The entries' compact forms in sort-key order; packed ones ordered from their bytes."""
     if isinstance(entries, PackedEntries):
-        return [data for _, data in in_placing_order(entries.batches)]
+        return in_shard_order(entries.batches)
     return _packed(sorted(entries, key=lambda e: e.sort_key))
 
 

@@ -16,6 +16,7 @@ from beam_tfrecord.batches import (
     SourceBatch,
     batched,
     in_placing_order,
+    in_shard_order,
 )
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.listing import SourceFile
@@ -108,6 +109,38 @@ def test_entries_are_placed_from_their_bytes_in_sort_key_order(items, keys, per_
     expected = sorted(tied, key=lambda entry: entry.sort_key)
     assert [ImageEntry.from_bytes(data) for _, data in placed] == expected
     assert [size for size, _ in placed] == [entry.record_size for entry in expected]
+
+
+@given(
+    st.lists(entries, max_size=40),
+    st.integers(1, 7),
+    st.sampled_from(["placed", "shuffled", "tied", "overlapping"]),
+    st.randoms(use_true_random=False),
+)
+def test_a_shards_batches_are_put_in_order_as_placing_orders_their_entries(
+    items, per_batch, kind, random
+):
+    """A shard's batches as placing makes them (sorted runs that do not overlap, in any order
+    after the shuffle) are ordered by their first keys; batches of tied keys, or whose runs
+    overlap, entry by entry: the same order as `in_placing_order` either way."""
+    ordered = sorted(items, key=lambda entry: entry.sort_key)
+    if kind == "tied":
+        ordered = sorted(
+            (replace(entry, shuffle_key=entry.shuffle_key % 3) for entry in items),
+            key=lambda entry: entry.sort_key,
+        )
+    runs = list(batched(ordered, EntryBatch, size=per_batch))
+    if kind == "overlapping":
+        # Each run in key order, but their key ranges interleave.
+        runs = [
+            EntryBatch(sorted(run, key=lambda entry: entry.sort_key))
+            for run in batched(items, EntryBatch, size=per_batch)
+        ]
+    if kind != "placed":
+        random.shuffle(runs)
+    batches = [run.to_bytes() for run in runs] + [EntryBatch().to_bytes()]
+    assert in_shard_order(batches) == [data for _, data in in_placing_order(batches)]
+    assert in_shard_order(iter(batches)) == in_shard_order(batches), "any iterable"
 
 
 def test_a_planned_batch_gives_its_entries_bytes_back_undecoded():
