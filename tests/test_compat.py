@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -234,7 +235,8 @@ def test_dofn_specs_are_found_once_per_dofn_within_the_block_and_beam_sees_state
         assert userstate.get_dofn_specs(stateful) == original(stateful)
         assert userstate.get_dofn_specs(stateful) == original(stateful)
         assert userstate.is_stateful_dofn(stateful) and not userstate.is_stateful_dofn(plain)
-        assert asked == ["Totals", "Plain"], "each DoFn's specs found once"
+        # Found from their classes' methods, each class's once, not by Beam's function.
+        assert asked == [], "Beam's function is not asked"
         pipeline = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions([]))
         totals = (
             pipeline
@@ -246,6 +248,73 @@ def test_dofn_specs_are_found_once_per_dofn_within_the_block_and_beam_sees_state
         assert_that(totals, equal_to([("a", 3), ("b", 5)]))
         pipeline.run().wait_until_finish()
     assert userstate.get_dofn_specs is counted
+
+
+def test_specs_kept_by_class_are_beams_for_every_dofn_of_a_build(tmp_path, monkeypatch):
+    """Within the block a DoFn's specs come from its class's, found once, and its hooked
+    methods' (a Map's function): for every DoFn a real build asks about, Beam's own answer."""
+    from apache_beam.transforms import userstate
+
+    from beam_tfrecord.beam import compat as beam_compat
+    from beam_tfrecord.beam import pipeline
+    from beam_tfrecord.config import BuildConfig
+
+    original = userstate.get_dofn_specs
+    kept_by_class = beam_compat._class_specs
+    checked: list[str] = []
+
+    def checking(dofn, by_class):
+        found = kept_by_class(dofn, by_class)
+        assert found is not None, f"{type(dofn).__name__}: kept by class"
+        assert found == original(dofn), type(dofn).__name__
+        checked.append(type(dofn).__name__)
+        return found
+
+    monkeypatch.setattr(beam_compat, "_class_specs", checking)
+    samples = Path(__file__).parent.parent / "samples" / "fruits"
+    config = BuildConfig.from_settings({"inputs": [str(samples)], "output": str(tmp_path / "out")})
+    assert pipeline.build(config).manifest["inputs"]["written"] == 45
+    assert "CallableWrapperDoFn" in checked and "_WriteShardFn" in checked
+    assert len(checked) > 2 * len(set(checked)), "the same classes asked about again and again"
+
+
+def test_specs_kept_by_class_take_each_maps_own_function():
+    """Two Maps share a class, not a function (whose parameters Beam reads only where it is a
+    bound method); DoFns of one class with a method set on the object each get their own."""
+    import apache_beam as beam
+    from apache_beam.coders import VarIntCoder
+    from apache_beam.transforms import userstate
+
+    from beam_tfrecord.beam.compat import _class_specs
+
+    spec = userstate.ReadModifyWriteStateSpec("seen", VarIntCoder())
+
+    def stateful(element, seen=beam.DoFn.StateParam(spec)):  # noqa: B008 (Beam's form)
+        return element
+
+    def plain(element):
+        return element
+
+    by_class: dict = {}
+    for fn in (plain, stateful, plain, stateful):
+        dofn = beam.Map(fn).fn
+        assert _class_specs(dofn, by_class) == userstate.get_dofn_specs(dofn)
+    assert len(by_class) == 1, "one class, the same names set on each object"
+
+    class Holder:
+        def keep(self, element, seen=beam.DoFn.StateParam(spec)):  # noqa: B008
+            return element
+
+    class Shadowed(beam.DoFn):
+        def process(self, element):
+            yield element
+
+    # Set on the object, not its class: a function Beam passes over, a bound method it reads.
+    for process in (stateful, Holder().keep, plain, Holder().keep):
+        shadowed = Shadowed()
+        shadowed.process = process
+        assert _class_specs(shadowed, by_class) == userstate.get_dofn_specs(shadowed)
+    assert _class_specs(shadowed, by_class)[0] == {spec}
 
 
 def test_a_portable_runners_job_id_is_found():
