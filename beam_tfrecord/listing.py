@@ -512,6 +512,8 @@ def local_bytes_reach(
     walk that stops once it has counted `threshold` bytes or `most_files` files. It may count a
     file the pattern would not take."""
     suffixes = tuple(e.lower() for e in extensions)
+    if min_files is not None:
+        most_files = max(most_files, min_files)  # a walk that gives up first never finds them
     total = files = 0
     for pattern in patterns:
         _, path = fsspec.core.url_to_fs(pattern)

@@ -308,6 +308,8 @@ def test_local_bytes_reach_counts_the_files_of_the_suffixes_below_each_pattern(t
     # Or enough files, whatever their bytes: many small images are work enough.
     assert local_bytes_reach([f"{tmp_path}/a/**"], jpg, 10**9, min_files=2)
     assert not local_bytes_reach([f"{tmp_path}/a/**"], jpg, 10**9, min_files=3)
+    # A walk that counts files goes on until it has seen that many.
+    assert local_bytes_reach([f"{tmp_path}/a/**"], jpg, 10**9, most_files=1, min_files=2)
     assert local_bytes_reach([f"{tmp_path}/missing/**", str(tmp_path / "a/1.jpg")], jpg, 600)
     assert not local_bytes_reach([f"{tmp_path}/missing/**", str(tmp_path / "a/1.jpg")], jpg, 601)
 
