@@ -19,6 +19,7 @@ __all__ = [
     "is_local_url",
     "is_object_store",
     "is_remote",
+    "is_s3fs",
     "is_store_url",
     "protocol_of",
     "reached_alike",
@@ -59,6 +60,14 @@ def is_gcsfs(fs: fsspec.AbstractFileSystem) -> bool:
         and hasattr(cls, "_call")
         and hasattr(cls, "_get_headers")
     )
+
+
+def is_s3fs(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether `fs` is s3fs's own S3 filesystem, whose client per bucket (`get_s3`) and
+    settings the reads of objects use in place of `_cat_file` (`s3_get`); another s3://
+    filesystem gets only fsspec's interface."""
+    cls = type(fs)
+    return cls.__module__.startswith("s3fs.") and hasattr(cls, "get_s3")
 
 
 def is_local_url(url: str) -> bool:

@@ -30,7 +30,7 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from beam_tfrecord.config import BuildConfig
-from beam_tfrecord.locations import AsyncStores, is_gcsfs, is_remote
+from beam_tfrecord.locations import AsyncStores, is_gcsfs, is_remote, is_s3fs
 from beam_tfrecord.readahead import DEFAULT_BUDGET
 from beam_tfrecord.storage import read_source, whole_read_options
 
@@ -56,11 +56,13 @@ _LOG = logging.getLogger(__name__)
 LOCAL_DEPTH = 16
 OBJECT_STORE_DEPTH = 64
 
-# Tries per read, our own, by default one: s3fs retries transient errors (429, 5xx, resets)
-# inside, with backoff (5 tries, each of botocore's 5), and our tries multiplied its own: an
-# object failing for good with a 503 took 170 s to report from s3:// (100 requests), against 43 s
-# now. A read from GCS goes around gcsfs's layers, its retries with them, and gets gcsfs's
-# `GCS_TRIES` for each of ours (`_read_object`).
+# Tries per read, our own, by default one: a store's client retries transient errors (429, 5xx,
+# resets) inside, with backoff, and our tries multiplied its own: an object failing for good
+# with a 503 took 170 s to report from s3:// (100 requests) when s3fs's 5 tries, each of
+# botocore's 5, were multiplied by ours. Reads from GCS and S3 go around gcsfs's and s3fs's
+# layers, their retries with them, and get `GCS_TRIES` or `s3_get.S3_TRIES` for each of ours
+# (`_read_object`); a read that s3_get hands back to s3fs (a bucket in another region) gets
+# both.
 ATTEMPTS = 1
 _BACKOFF_SECONDS = 0.2
 _BACKOFF_CAP_SECONDS = 5.0
@@ -155,6 +157,11 @@ async def _read_object(fs, path: str, attempts: int) -> bytes:
     if is_gcsfs(fs):
         read, pause = functools.partial(_read_gcs_object, fs), _gcs_backoff
         attempts *= GCS_TRIES  # gcsfs's own tries, which its reads no longer go through
+    elif is_s3fs(fs):
+        from beam_tfrecord.s3_get import S3_TRIES, read_s3_object
+
+        read, pause = functools.partial(read_s3_object, fs), _backoff
+        attempts *= S3_TRIES  # in place of botocore's and s3fs's, which the GET goes around
     else:
         read = functools.partial(fs._cat_file, **whole_read_options(fs))  # one GET, no HEAD
         pause = _backoff

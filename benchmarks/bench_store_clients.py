@@ -17,9 +17,10 @@ a read of its own):
 
 The build stays on fsspec's interfaces unless gcsfs costs much more than the floor.
 
-With `--store s3` the store is moto's server and the contenders are fetch_in_order and s3fs's
-`_cat_file`; `--connections` sets s3fs's connection cap (botocore's `max_pool_connections`,
-10 unless set). Each line also gives the server's CPU per read (on CPU 1), the requests most
+With `--store s3` the store is moto's server and the contenders are fetch_in_order (a GET
+signed by `beam_tfrecord.s3_get`, sent with aiohttp) and s3fs's `_cat_file` (botocore's client);
+`--connections` sets the connection cap of both (botocore's `max_pool_connections`: s3fs's 10
+and s3_get's 64 unless set). Each line also gives the server's CPU per read (on CPU 1), the requests most
 in flight, and `--delay` holds each request back that many ms at the proxy.
 """
 

@@ -1,0 +1,279 @@
+"""A whole S3 object in one GET, signed here (AWS Signature Version 4), not through s3fs's layers.
+
+A build reads every image from S3 once, in one GET. Through s3fs's `_cat_file` each GET runs the
+whole of botocore's client around the request: parameter validation, the endpoint rule set, a
+dozen event hooks, the signer, response parsing and checksum handlers. On the benchmarks' store
+(moto's server behind tests/latency_proxy.py, 100 KB objects, 64 reads in flight) that cost
+about 1,500 us of CPU a read; the same GET signed here and sent with aiohttp takes about 450
+(`benchmarks/bench_store_clients.py --store s3`), and the store's own work falls a little too:
+the request is the plain GET and nothing more.
+
+What stays botocore's is everything that decides the request: each bucket's base URL (endpoint,
+virtual-hosted or path-style addressing) comes from the filesystem's own client for that bucket
+(a presigned URL of it, made once, sends nothing), the signing region from that client's
+settings, and the credentials are that client's, refreshed as botocore refreshes them. Where the filesystem is set up for
+something this GET does not do (requester pays, customer-held encryption keys, versioned paths,
+a signature other than SigV4, a client option other than the endpoint and region), and for a
+bucket whose store answers with a redirect (a bucket in another region than the client's), the
+read goes through s3fs as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import hmac
+import re
+import time
+import weakref
+from dataclasses import dataclass
+from urllib.parse import quote, urlsplit
+
+__all__ = ["S3_TRIES", "S3Error", "read_s3_object", "signed_headers"]
+
+# Tries of one read by ours, with backoff, where s3fs gave botocore's and its own.
+S3_TRIES = 5
+
+# The SHA-256 of no bytes: a GET's payload, as botocore signs it.
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+_ALGORITHM = "AWS4-HMAC-SHA256"
+# Reads in flight on one filesystem's connections at most, unless its `max_pool_connections`
+# says otherwise: a build keeps 64 in flight per worker (remote.OBJECT_STORE_DEPTH).
+_CONNECTIONS = 64
+# What a filesystem may be set up with and still be read here.
+_PLAIN_CLIENT_KWARGS = frozenset({"endpoint_url", "region_name"})
+_PLAIN_CONFIG_KWARGS = frozenset(
+    {"max_pool_connections", "connect_timeout", "read_timeout", "retries"}
+)
+# Answers that say the bucket is elsewhere: s3fs's client follows them, this GET does not.
+_ELSEWHERE = frozenset({301, 307, 400})
+_CODE = re.compile(rb"<Code>([^<]*)</Code>")
+_MESSAGE = re.compile(rb"<Message>([^<]*)</Message>")
+
+
+class S3Error(OSError):
+    """An S3 GET answered with an error: `status` is its HTTP status (remote.is_transient reads
+    it), `code` the store's own error code ("SlowDown", "InternalError"...)."""
+
+    def __init__(self, status: int, code: str, message: str, path: str):
+        super().__init__(
+            errno.EIO, f"{status} {code}: {message}" if message else f"{status} {code}"
+        )
+        self.status = status
+        self.code = code
+        self.filename = path
+
+
+def signed_headers(
+    url: str,
+    region: str,
+    key_id: str,
+    secret: str,
+    token: str | None,
+    when: float,
+) -> dict[str, str]:
+    """The headers that sign a GET of `url` (already percent-encoded, no query) with AWS
+    Signature Version 4 for S3 in `region`, at the time `when` (seconds since the epoch)."""
+    parts = urlsplit(url)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
+    day = stamp[:8]
+    headers = {"host": parts.netloc, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": stamp}
+    if token:
+        headers["x-amz-security-token"] = token
+    names = ";".join(headers)  # already in sorted order
+    canonical = "\n".join(
+        [
+            "GET",
+            parts.path or "/",
+            "",
+            "".join(f"{name}:{value}\n" for name, value in headers.items()),
+            names,
+            _EMPTY_SHA256,
+        ]
+    )
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = "\n".join([_ALGORITHM, stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    signature = hmac.new(
+        _signing_key(secret, day, region), to_sign.encode(), hashlib.sha256
+    ).hexdigest()
+    return {
+        "Host": parts.netloc,
+        "X-Amz-Content-SHA256": _EMPTY_SHA256,
+        "X-Amz-Date": stamp,
+        **({"X-Amz-Security-Token": token} if token else {}),
+        "Authorization": f"{_ALGORITHM} Credential={key_id}/{scope}, "
+        f"SignedHeaders={names}, Signature={signature}",
+    }
+
+
+_KEYS: dict[tuple[str, str, str], bytes] = {}
+
+
+def _signing_key(secret: str, day: str, region: str) -> bytes:
+    """SigV4's key for a day and region: four HMACs, made once a day."""
+    found = _KEYS.get((secret, day, region))
+    if found is None:
+        found = ("AWS4" + secret).encode()
+        for part in (day, region, "s3", "aws4_request"):
+            found = hmac.new(found, part.encode(), hashlib.sha256).digest()
+        if len(_KEYS) > 64:
+            _KEYS.clear()
+        _KEYS[(secret, day, region)] = found
+    return found
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    """How a bucket's objects are reached: `base` + the quoted key, signed for `region` with
+    `credentials` (botocore's, None for an anonymous filesystem), within the client's time
+    limits (`timeout`, an aiohttp.ClientTimeout)."""
+
+    base: str
+    region: str
+    credentials: object | None
+    timeout: object
+
+
+class _Reader:
+    """A filesystem's GETs: its aiohttp session, on the filesystem's event loop, and what each
+    bucket needs; None for a bucket read through s3fs."""
+
+    def __init__(self, fs, loop: asyncio.AbstractEventLoop):
+        import aiohttp
+
+        config = fs.config_kwargs or {}
+        self.loop = loop
+        self.buckets: dict[str, _Bucket | None] = {}
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=config.get("max_pool_connections", _CONNECTIONS)),
+            trust_env=True,  # HTTP(S)_PROXY, as botocore honours them
+            auto_decompress=False,  # the object's bytes, as stored
+        )
+        weakref.finalize(self, _close, loop, self.session)
+
+    async def bucket(self, fs, bucket: str) -> _Bucket | None:
+        if bucket not in self.buckets:
+            self.buckets[bucket] = await _reach(fs, bucket)
+        return self.buckets[bucket]
+
+
+def _close(loop: asyncio.AbstractEventLoop, session) -> None:
+    """Closes a reader's session as the process ends, as gcsfs closes its own: on its loop while
+    that runs, else its connections at once (no 'Unclosed client session' on stderr)."""
+    if session.closed:
+        return
+    try:
+        if loop.is_running() and not loop.is_closed():
+            asyncio.run_coroutine_threadsafe(session.close(), loop).result(1)
+            return
+    except Exception:
+        pass
+    connector = session.connector
+    if connector is not None:
+        connector._close()
+
+
+async def _reach(fs, bucket: str) -> _Bucket | None:
+    """How to GET `bucket`'s objects, as the filesystem's client for it would; None when this
+    GET would not send what s3fs sends.
+
+    The base URL is that of a presigned URL (botocore's endpoint rules, no request sent); its
+    signature is no guide (botocore presigns with SigV2 where its requests use SigV4), so the
+    signature and region are the client's own settings."""
+    await fs.set_session()
+    client = await fs.get_s3(bucket)
+    probe = await client.generate_presigned_url(
+        "get_object", Params={"Bucket": bucket, "Key": "k"}, ExpiresIn=60
+    )
+    url = probe.partition("?")[0]
+    if not url.endswith("/k") or urlsplit(url).scheme not in ("http", "https"):
+        return None
+    import aiohttp
+
+    config = client.meta.config
+    # botocore's limits on a connection's making and on an answer's silence (60 s each unless
+    # set), as s3fs's requests had them.
+    timeout = aiohttp.ClientTimeout(
+        sock_connect=config.connect_timeout, sock_read=config.read_timeout
+    )
+    if fs.anon:
+        return _Bucket(url[:-1], "", None, timeout)
+    if config.signature_version not in (None, "s3v4", "v4"):
+        return None
+    credentials = client._get_credentials()
+    if credentials is None:
+        return None
+    return _Bucket(url[:-1], client.meta.region_name or "us-east-1", credentials, timeout)
+
+
+_READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _plain(fs) -> bool:
+    """Whether `fs` is set up for nothing but what `read_s3_object` sends."""
+    return (
+        not fs.req_kw
+        and not fs.s3_additional_kwargs
+        and set(fs.client_kwargs or {}) <= _PLAIN_CLIENT_KWARGS
+        and set(fs.config_kwargs or {}) <= _PLAIN_CONFIG_KWARGS
+    )
+
+
+async def read_s3_object(fs, path: str) -> bytes:
+    """The whole object at `path` of s3fs filesystem `fs`, in one GET, on `fs`'s event loop.
+
+    Raises:
+        FileNotFoundError: no such object.
+        PermissionError: the store refuses it (403).
+        S3Error: any other error answer (a transient one has a `status` of 5xx or 429).
+        aiohttp.ClientError, asyncio.TimeoutError: the connection failed.
+    """
+    bucket, key, version = fs.split_path(path)
+    if version or not key or not _plain(fs):
+        return await _through_s3fs(fs, path)
+    loop = asyncio.get_running_loop()
+    reader = _READERS.get(fs)
+    if reader is None or reader.loop is not loop:
+        reader = _READERS[fs] = _Reader(fs, loop)
+    reached = await reader.bucket(fs, bucket)
+    if reached is None:
+        return await _through_s3fs(fs, path)
+    url = reached.base + quote(key, safe="/~")
+    headers = {}
+    if reached.credentials is not None:
+        frozen = await reached.credentials.get_frozen_credentials()
+        headers = signed_headers(
+            url, reached.region, frozen.access_key, frozen.secret_key, frozen.token, time.time()
+        )
+    from yarl import URL
+
+    async with reader.session.get(
+        URL(url, encoded=True), headers=headers, timeout=reached.timeout
+    ) as response:
+        body = await response.read()
+        status = response.status
+    if status == 200:
+        return body
+    if status in _ELSEWHERE and (status != 400 or b"<Region>" in body or b"region" in body):
+        reader.buckets[bucket] = None  # this bucket from now on through s3fs, which follows
+        return await _through_s3fs(fs, path)
+    raise _error(status, body, path)
+
+
+def _error(status: int, body: bytes, path: str) -> OSError:
+    code = _CODE.search(body)
+    message = _MESSAGE.search(body)
+    code_text = code.group(1).decode("utf-8", "replace") if code else "error"
+    message_text = message.group(1).decode("utf-8", "replace") if message else ""
+    if status == 404:
+        return FileNotFoundError(errno.ENOENT, message_text or "no such object", path)
+    if status == 403:
+        return PermissionError(errno.EACCES, message_text or "access denied", path)
+    return S3Error(status, code_text, message_text, path)
+
+
+async def _through_s3fs(fs, path: str) -> bytes:
+    from beam_tfrecord.storage import whole_read_options
+
+    return await fs._cat_file(path, **whole_read_options(fs))

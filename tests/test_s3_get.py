@@ -1,0 +1,215 @@
+"""Reads of S3 objects in one GET signed by us (s3_get), against botocore's signer and moto's server."""
+
+from __future__ import annotations
+
+import calendar
+import functools
+import time
+import urllib.parse
+
+import fsspec
+import pytest
+
+# The fixtures are imported for pytest to find them; tests ask for them by name.
+from cloud_servers import s3_store  # noqa: F401
+from fsspec.asyn import sync
+from latency_proxy import request_kind
+
+from beam_tfrecord import remote, s3_get
+from beam_tfrecord.remote import fetch_in_order, is_transient
+
+botocore_auth = pytest.importorskip("botocore.auth")
+from botocore.awsrequest import AWSRequest  # noqa: E402
+from botocore.credentials import Credentials  # noqa: E402
+
+KEYS = [
+    "plain.jpg",
+    "a folder/with spaces+plus=eq&amp.jpg",
+    "ünïcode/日本/ñ.png",
+    "tilde~and%percent/#hash?.jpg",
+]
+
+
+def _botocore(url: str, region: str, token: str | None) -> dict[str, str]:
+    credentials = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
+    request = AWSRequest("GET", url, headers={})
+    botocore_auth.S3SigV4Auth(credentials, "s3", region).add_auth(request)
+    return dict(request.headers.items())
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        "http://127.0.0.1:9000/bucket/",  # path-style, a port
+        "https://photos.s3.eu-west-1.amazonaws.com/",  # virtual-hosted
+    ],
+)
+@pytest.mark.parametrize("token", [None, "FwoGZXIvYXdzEXAMPLETOKEN//+=="])
+@pytest.mark.parametrize("key", KEYS)
+def test_the_signature_is_botocores(base, token, key):
+    url = base + urllib.parse.quote(key, safe="/~")
+    region = "eu-west-1"
+    theirs = _botocore(url, region, token)
+    when = calendar.timegm(time.strptime(theirs["X-Amz-Date"], "%Y%m%dT%H%M%SZ"))
+    ours = s3_get.signed_headers(
+        url, region, "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token, when
+    )
+    assert ours["Authorization"] == theirs["Authorization"]
+    for name in ("X-Amz-Date", "X-Amz-Content-SHA256", "X-Amz-Security-Token"):
+        assert ours.get(name) == theirs.get(name), name
+    assert ours["Host"] == urllib.parse.urlsplit(url).netloc
+
+
+def _read(fs, path: str) -> bytes:
+    return sync(fs.loop, s3_get.read_s3_object, fs, path)
+
+
+@pytest.fixture
+def bucket(s3_store):  # noqa: F811
+    """A new bucket holding KEYS (each object its own key's bytes, repeated), and the proxy in
+    front of the store with its counts reset and no fault."""
+    url = s3_store.new_bucket("get")
+    fs = s3_store.fs
+    name = url.split("://", 1)[1]
+    fs.pipe({f"{name}/{key}": key.encode() * 1000 for key in KEYS})
+    s3_store.proxy.reset_counts()
+    yield fs, name, s3_store.proxy
+    s3_store.proxy.fault = None
+
+
+def test_objects_are_read_in_one_get_each_as_s3fs_reads_them(bucket):
+    fs, name, proxy = bucket
+    for key in KEYS:
+        path = f"{name}/{key}"
+        assert _read(fs, path) == fs.cat_file(path, max_concurrency=1) == key.encode() * 1000
+    counts = proxy.reset_counts()
+    assert counts == {"read": 2 * len(KEYS)}, counts  # ours and s3fs's: no HEAD, no listing
+
+
+def test_a_new_filesystem_reads_before_anything_else_set_it_up(bucket):
+    """As in a worker process: the first thing the filesystem does is this read."""
+    _, name, proxy = bucket
+    fresh = fsspec.filesystem("s3", skip_instance_cache=True)
+    assert _read(fresh, f"{name}/plain.jpg") == b"plain.jpg" * 1000
+    assert proxy.reset_counts() == {"read": 1}
+
+
+def test_what_the_store_refuses_keeps_its_kind_and_the_stores_words(bucket):
+    fs, name, proxy = bucket
+    with pytest.raises(FileNotFoundError, match="does not exist") as missing:
+        _read(fs, f"{name}/no/such.jpg")
+    assert missing.value.filename == f"{name}/no/such.jpg"
+    assert not is_transient(missing.value)
+
+    failing = {"403": 403, "503": 503, "500": 500, "429": 429}
+    fs.pipe({f"{name}/{text}.jpg": b"x" for text in failing})
+    proxy.fault = lambda method, target: next(
+        (status for text, status in failing.items() if f"/{text}.jpg" in target), None
+    )
+    with pytest.raises(PermissionError, match="injected 403"):
+        _read(fs, f"{name}/403.jpg")
+    for text, status in failing.items():
+        if status == 403:
+            continue
+        with pytest.raises(s3_get.S3Error) as refused:
+            _read(fs, f"{name}/{text}.jpg")
+        assert refused.value.status == status and f"injected {status}" in str(refused.value)
+        assert is_transient(refused.value)
+
+
+def test_a_transient_failure_is_retried_and_one_for_good_is_given_up_within_seconds(bucket):
+    _, name, proxy = bucket
+    tries = {"plain.jpg": 0, "ünïcode/日本/ñ.png": 0}
+
+    def fault(method, target):
+        for key in tries:
+            if request_kind(method, target) == "read" and urllib.parse.quote(key) in target:
+                tries[key] += 1
+                # the first read fails and its retry succeeds; the other fails every time
+                return 503 if key != "plain.jpg" or tries[key] == 1 else None
+        return None
+
+    proxy.fault = fault
+    urls = [(key, f"s3://{name}/{key}", 0) for key in tries]
+    started = time.monotonic()
+    got = dict(fetch_in_order(urls, depth=4))
+    took = time.monotonic() - started
+    assert got["plain.jpg"] == b"plain.jpg" * 1000 and tries["plain.jpg"] == 2
+    lost = got["ünïcode/日本/ñ.png"]
+    assert isinstance(lost, OSError) and "503" in str(lost)
+    assert tries["ünïcode/日本/ñ.png"] == remote.ATTEMPTS * s3_get.S3_TRIES
+    assert took < 15, took
+
+
+def test_a_bucket_the_store_redirects_is_read_through_s3fs_from_then_on(bucket, monkeypatch):
+    """A bucket in another region than the client's: S3 answers 301 (or 400 naming the region);
+    s3fs's client follows, so that bucket's reads go through it."""
+    fs, name, proxy = bucket
+    through = []
+    real = type(fs)._cat_file
+
+    @functools.wraps(real)  # its signature, which storage.whole_read_options reads and caches
+    async def spied(self, path, **kwargs):
+        through.append(path)
+        return await real(self, path, **kwargs)
+
+    monkeypatch.setattr(type(fs), "_cat_file", spied)
+    answered = []
+
+    def moved_once(method, target):
+        if request_kind(method, target) == "read" and not answered:
+            answered.append(target)
+            return 301
+        return None
+
+    proxy.fault = moved_once
+    assert _read(fs, f"{name}/plain.jpg") == b"plain.jpg" * 1000
+    assert _read(fs, f"{name}/{KEYS[1]}") == KEYS[1].encode() * 1000
+    assert answered and through == [f"{name}/plain.jpg", f"{name}/{KEYS[1]}"]
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"requester_pays": True},
+        {"s3_additional_kwargs": {"SSECustomerAlgorithm": "AES256"}},
+        {"config_kwargs": {"s3": {"addressing_style": "virtual"}}},
+    ],
+)
+def test_a_filesystem_set_up_for_more_than_a_plain_get_is_read_through_s3fs(
+    s3_store,  # noqa: F811
+    setting,
+    monkeypatch,
+):
+    plain = s3_store.fs
+    url = s3_store.new_bucket("setup")
+    plain.pipe_file(f"{url}/a.jpg", b"a")
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, **setting)
+    called = []
+
+    @functools.wraps(type(fs)._cat_file)  # its signature, which whole_read_options caches
+    async def instead(self, path, **kwargs):
+        called.append(path)
+        return b"through s3fs"
+
+    monkeypatch.setattr(type(fs), "_cat_file", instead)
+    path = url.split("://", 1)[1] + "/a.jpg"
+    assert _read(fs, path) == b"through s3fs" and called == [path]
+    assert _read(plain, path) == b"a" and called == [path]  # a plain one sends its own GET
+
+
+def test_an_object_whose_store_goes_silent_is_given_up_after_the_clients_read_timeout(bucket):
+    """botocore's `read_timeout` (60 s unless set) limits each try's silence, as it did through
+    s3fs; the tries are ours, S3_TRIES of them, not s3fs's 5 of botocore's 5."""
+    _, name, proxy = bucket
+    tries = []
+    proxy.fault = lambda method, target: (
+        tries.append(target) or "stall" if "/plain.jpg" in target else None
+    )
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, config_kwargs={"read_timeout": 1})
+    started = time.monotonic()
+    with pytest.raises(OSError, match="Timeout") as silent:
+        sync(fs.loop, remote._read_object, fs, f"{name}/plain.jpg", 1)
+    took = time.monotonic() - started
+    assert is_transient(silent.value.__cause__)
+    assert len(tries) == s3_get.S3_TRIES and s3_get.S3_TRIES <= took < s3_get.S3_TRIES + 10
