@@ -100,7 +100,11 @@ class ShardProcesses:
             initializer=_start_worker,
             # Settings a program gave fsspec (credentials, endpoints), which a spawned process
             # would not have; the environment it inherits.
-            initargs=(log_level, copy.deepcopy(fsspec.config.conf)),
+            initargs=(
+                log_level,
+                copy.deepcopy(fsspec.config.conf),
+                max(1, usable_cores() // processes),
+            ),
         )
         # The threads of this process that write shards prepared in segments: one shard's
         # segments prepared at a time, by every process, at most `2 * processes` of them in
@@ -496,7 +500,8 @@ def _block_sigterm() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
-def _start_worker(log_level: int, fsspec_conf: dict[str, Any]) -> None:
+def _start_worker(log_level: int, fsspec_conf: dict[str, Any], cores: int) -> None:
+    """Sets up a worker process; `cores` is its share of the machine's."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_term)
     # SIGTERM must reach this, the main thread: its handler runs only here, and only a signal
@@ -519,6 +524,7 @@ def _start_worker(log_level: int, fsspec_conf: dict[str, Any]) -> None:
     own.propagate = False
     _worker["executor"] = new_executor(worker_threads(), initializer=_block_sigterm)
     _worker["cpu"] = threading.Semaphore(usable_cores())
+    _worker["cores"] = cores
 
 
 def _exit_on_term(signum, frame) -> None:
@@ -599,12 +605,15 @@ def _settled(future: Future) -> bool:
 def _prepare(
     packed: list[bytes], policy: ImagePolicy, max_record_size: int | None, read_ahead: int
 ) -> Segment:
+    # Every process prepares segments of the same shard at once: with one core's share, a
+    # process checks its segment's images on this thread (`prepare_segment`'s `inline`).
     with _ended_by_sigterm():
         return prepare_segment(
             _unpacked(packed),
             policy,
             max_record_size=max_record_size,
             read_ahead=read_ahead,
+            inline=_worker["cores"] == 1,
             **_threads(read_ahead),
         )
 

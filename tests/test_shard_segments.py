@@ -57,6 +57,42 @@ def test_segments_make_the_shard_one_writer_makes(hostile, tmp_path, monkeypatch
     assert file_digests(tmp_path / "segments") == file_digests(tmp_path / "one")
 
 
+@pytest.mark.parametrize(
+    ("reads", "read_ahead", "threads_read"),
+    [
+        ("quick", 4, False),  # every file read on the checking thread
+        ("waiting", 4, True),  # the first run's reads wait: the rest read ahead on threads
+        ("waiting", 0, False),  # no reading ahead asked for: read here, however long it takes
+    ],
+)
+def test_a_segment_checked_on_one_thread_is_the_segment_threads_prepare(
+    hostile, tmp_path, monkeypatch, reads, read_ahead, threads_read
+):
+    """A process with one core's share checks its segments' images on its own thread, reading
+    ahead on threads only once reads wait: the same records, reports and counts."""
+    gone = ImageEntry(str(tmp_path / "gone.png"), "gone.png", 10, "train", 50, "x", 0, 1)
+    entries = [*hostile, gone]
+    ordered = sorted(entries, key=lambda e: e.sort_key)
+    monkeypatch.setattr(shard_writer, "_RUN_IMAGES", 3)  # several runs in a small segment
+    threaded = prepare_segment(ordered, POLICY, max_record_size=1 << 20, read_ahead=4)
+    assert any(r.reason == "vanished" for r in threaded.report)
+    if reads == "waiting":
+        monkeypatch.setattr(shard_writer, "_WAITED_SECONDS_PER_FILE", -1.0)
+    read_ahead_calls = []
+    real = shard_writer.ahead_of
+
+    def spied(*args, **kwargs):
+        read_ahead_calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shard_writer, "ahead_of", spied)
+    here = prepare_segment(
+        ordered, POLICY, max_record_size=1 << 20, read_ahead=read_ahead, inline=True
+    )
+    assert here == threaded
+    assert bool(read_ahead_calls) == threads_read
+
+
 def test_a_segment_is_cut_by_bytes_too_and_a_large_image_is_one_of_its_own(monkeypatch):
     monkeypatch.setattr(shard_writer, "SEGMENT_BYTES", 1000)
     sizes = [300, 300, 300, 300, 5000, 10, 10]
