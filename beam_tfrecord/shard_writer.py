@@ -392,11 +392,26 @@ def _prepared(
     return (pair for run, outcomes in runs for pair in zip(run, outcomes.result(), strict=True))
 
 
-# A run's reads waited on the disk (or another process had the core) when they took longer than
-# this per file, plus this per byte: a read from the page cache takes 5-10 us for a small file
-# and copies gigabytes a second; a read from an SSD's flash takes 50-100 us or more.
-_WAITED_SECONDS_PER_FILE = 50e-6
-_WAITED_SECONDS_PER_BYTE = 1e-9
+# A run's reads waited when this thread read blocks from a disk while reading them, or was off
+# its core for longer than this a file on average (a network or FUSE file system's reads, which
+# no disk counts; a read from the page cache keeps its thread on the core, and a thread
+# preempted once, for a few milliseconds, across a run of dozens of files stays below it).
+_WAITED_SECONDS_PER_FILE = 200e-6
+
+
+def _disk_reads() -> int:
+    """Blocks this thread has read from disks so far (0 where the system does not say)."""
+    if _RUSAGE_THREAD is None:
+        return 0
+    return resource.getrusage(_RUSAGE_THREAD).ru_inblock
+
+
+try:
+    import resource
+
+    _RUSAGE_THREAD = getattr(resource, "RUSAGE_THREAD", None)
+except ImportError:  # not on this system
+    _RUSAGE_THREAD = None
 
 
 def _checked_here(
@@ -406,8 +421,9 @@ def _checked_here(
     executor: ThreadPoolExecutor | None,
 ) -> Iterator[tuple[ImageEntry, _Outcome]]:
     """`_prepared` for a process with one core's share: every image checked on this thread,
-    as a plain loop would, its file read here while reads are quick; once a run's reads wait,
-    the rest are read `read_ahead` runs ahead on threads, which keep the disk busy.
+    as a plain loop would, its file read here while reads come from memory; once a run's reads
+    wait (`_WAITED_SECONDS_PER_FILE`), the rest are read `read_ahead` runs ahead on threads,
+    which keep the disk busy.
 
     Threads that check images beside this one would only take turns with it at the GIL, and
     threads that read a page cache's files take it from this one as often: on 120,000 small
@@ -417,15 +433,12 @@ def _checked_here(
     """
     runs = _runs(ordered)
     for run in runs:
-        started = time.perf_counter()
+        blocks, started, cpu = _disk_reads(), time.perf_counter(), time.thread_time()
         datas = [None if e.prepared else _read_or_error(e.url) for e in run]
-        took = time.perf_counter() - started
+        off_core = (time.perf_counter() - started) - (time.thread_time() - cpu)
         yield from _outcomes(run, datas, encode)
-        waited = (
-            len(run) * _WAITED_SECONDS_PER_FILE
-            + sum(e.source_size for e in run) * _WAITED_SECONDS_PER_BYTE
-        )
-        if took > waited and read_ahead:
+        waited = _disk_reads() > blocks or off_core > len(run) * _WAITED_SECONDS_PER_FILE
+        if waited and read_ahead:
             break
     else:
         return
