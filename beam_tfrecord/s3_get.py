@@ -167,7 +167,7 @@ def _close(loop: asyncio.AbstractEventLoop, session) -> None:
         if loop.is_running() and not loop.is_closed():
             asyncio.run_coroutine_threadsafe(session.close(), loop).result(1)
             return
-    except Exception:
+    except Exception:  # the process is ending: close what can be closed, below
         pass
     connector = session.connector
     if connector is not None:
