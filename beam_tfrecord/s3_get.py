@@ -150,7 +150,7 @@ class _Reader:
             trust_env=True,  # HTTP(S)_PROXY, as botocore honours them
             auto_decompress=False,  # the object's bytes, as stored
         )
-        weakref.finalize(self, _close, loop, self.session)
+        weakref.finalize(self, _close_session, loop, self.session)
 
     async def bucket(self, fs, bucket: str) -> _Bucket | None:
         if bucket not in self.buckets:
@@ -158,7 +158,7 @@ class _Reader:
         return self.buckets[bucket]
 
 
-def _close(loop: asyncio.AbstractEventLoop, session) -> None:
+def _close_session(loop: asyncio.AbstractEventLoop, session) -> None:
     """Closes a reader's session as the process ends, as gcsfs closes its own: on its loop while
     that runs, else its connections at once (no 'Unclosed client session' on stderr)."""
     if session.closed:
