@@ -133,6 +133,7 @@ class _Bucket:
     region: str
     credentials: object | None
     timeout: object
+    proxy: dict  # aiohttp's `proxy` and `proxy_auth` for this bucket's URL, from the environment
 
 
 class _Reader:
@@ -145,9 +146,12 @@ class _Reader:
         config = fs.config_kwargs or {}
         self.loop = loop
         self.buckets: dict[str, _Bucket | None] = {}
+        # Not `trust_env`: it would look in ~/.netrc for every request, on a thread, and a
+        # `default` entry there would add a second Authorization to every GET. The proxy the
+        # environment names (HTTP(S)_PROXY, NO_PROXY), which botocore honours, is found once
+        # per bucket (`_reach`).
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=config.get("max_pool_connections", _CONNECTIONS)),
-            trust_env=True,  # HTTP(S)_PROXY, as botocore honours them
             auto_decompress=False,  # the object's bytes, as stored
         )
         weakref.finalize(self, _close_session, loop, self.session)
@@ -190,7 +194,14 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
     if not url.endswith("/k") or urlsplit(url).scheme not in ("http", "https"):
         return None
     import aiohttp
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
 
+    try:
+        proxy, proxy_auth = get_env_proxy_for_url(URL(url))
+        through = {"proxy": proxy, "proxy_auth": proxy_auth}
+    except LookupError:  # none named for this URL
+        through = {}
     config = client.meta.config
     # botocore's limits on a connection's making and on an answer's silence (60 s each unless
     # set), as s3fs's requests had them.
@@ -198,13 +209,14 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
         sock_connect=config.connect_timeout, sock_read=config.read_timeout
     )
     if fs.anon:
-        return _Bucket(url[:-1], "", None, timeout)
+        return _Bucket(url[:-1], "", None, timeout, through)
     if config.signature_version not in (None, "s3v4", "v4"):
         return None
     credentials = client._get_credentials()
     if credentials is None:
         return None
-    return _Bucket(url[:-1], client.meta.region_name or "us-east-1", credentials, timeout)
+    region = client.meta.region_name or "us-east-1"
+    return _Bucket(url[:-1], region, credentials, timeout, through)
 
 
 _READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -249,7 +261,7 @@ async def read_s3_object(fs, path: str) -> bytes:
     from yarl import URL
 
     async with reader.session.get(
-        URL(url, encoded=True), headers=headers, timeout=reached.timeout
+        URL(url, encoded=True), headers=headers, timeout=reached.timeout, **reached.proxy
     ) as response:
         body = await response.read()
         status = response.status

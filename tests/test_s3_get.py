@@ -213,3 +213,30 @@ def test_an_object_whose_store_goes_silent_is_given_up_after_the_clients_read_ti
     took = time.monotonic() - started
     assert is_transient(silent.value.__cause__)
     assert len(tries) == s3_get.S3_TRIES and s3_get.S3_TRIES <= took < s3_get.S3_TRIES + 10
+
+
+def test_a_netrc_default_entry_adds_nothing_to_the_signed_get(bucket, tmp_path, monkeypatch):
+    """aiohttp, told to trust the environment, would add ~/.netrc's login to a request that has
+    no auth of its own, and refuse one that has an Authorization header besides."""
+    _, name, _ = bucket
+    netrc = tmp_path / "netrc"
+    netrc.write_text("default login someone password secret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    fresh = fsspec.filesystem("s3", skip_instance_cache=True, config_kwargs={"retries": {}})
+    assert _read(fresh, f"{name}/plain.jpg") == b"plain.jpg" * 1000
+
+
+def test_the_proxy_the_environment_names_carries_the_gets(bucket, monkeypatch):
+    """HTTP_PROXY, as botocore honours it: the store's address is one only the proxy reaches
+    (192.0.2.1, a documentation address; the latency proxy forwards the request, its absolute
+    URL and all, to moto)."""
+    _, name, proxy = bucket
+    monkeypatch.setenv("HTTP_PROXY", proxy.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    unreachable = fsspec.filesystem(
+        "s3", skip_instance_cache=True, endpoint_url="http://192.0.2.1:9000"
+    )
+    assert _read(unreachable, f"{name}/plain.jpg") == b"plain.jpg" * 1000
+    assert proxy.reset_counts()["read"] == 1
