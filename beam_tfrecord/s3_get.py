@@ -30,6 +30,11 @@ import weakref
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
+# s3fs's own dependencies (through aiobotocore): this module is imported only to read with it.
+import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
+
 __all__ = ["S3_TRIES", "S3Error", "read_s3_object", "signed_headers"]
 
 # Tries of one read by ours, with backoff, where s3fs gave botocore's and its own.
@@ -141,8 +146,6 @@ class _Reader:
     bucket needs; None for a bucket read through s3fs."""
 
     def __init__(self, fs, loop: asyncio.AbstractEventLoop):
-        import aiohttp
-
         config = fs.config_kwargs or {}
         self.loop = loop
         self.buckets: dict[str, _Bucket | None] = {}
@@ -193,10 +196,6 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
     url = probe.partition("?")[0]
     if not url.endswith("/k") or urlsplit(url).scheme not in ("http", "https"):
         return None
-    import aiohttp
-    from aiohttp.helpers import get_env_proxy_for_url
-    from yarl import URL
-
     try:
         proxy, proxy_auth = get_env_proxy_for_url(URL(url))
         through = {"proxy": proxy, "proxy_auth": proxy_auth}
@@ -258,8 +257,6 @@ async def read_s3_object(fs, path: str) -> bytes:
         headers = signed_headers(
             url, reached.region, frozen.access_key, frozen.secret_key, frozen.token, time.time()
         )
-    from yarl import URL
-
     async with reader.session.get(
         URL(url, encoded=True), headers=headers, timeout=reached.timeout, **reached.proxy
     ) as response:

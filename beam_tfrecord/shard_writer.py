@@ -364,9 +364,10 @@ def _prepared(
     encode = functools.partial(
         _encoded, policy=policy, cpu=cpu or threading.Semaphore(usable_cores())
     )
-    if inline and not any(is_remote(e.url) for e in ordered):
+    remote = any(is_remote(e.url) for e in ordered)
+    if inline and not remote:
         return _checked_here(ordered, encode, read_ahead, executor)
-    if read_ahead and any(is_remote(e.url) for e in ordered):
+    if read_ahead and remote:
         # Objects: many reads in flight through the store's async interface; the threads
         # then only check and encode, on bytes already here.
         fetched = fetch_in_order(((e, e.url, e.source_size) for e in ordered), depth=read_ahead)
@@ -434,17 +435,19 @@ def _checked_here(
     runs = _runs(ordered)
     for run in runs:
         blocks, started, cpu = _disk_reads(), time.perf_counter(), time.thread_time()
-        datas = [None if e.prepared else _read_or_error(e.url) for e in run]
+        datas = _read_run(run)
         off_core = (time.perf_counter() - started) - (time.thread_time() - cpu)
-        yield from _outcomes(run, datas, encode)
+        # Taken before the images are checked: a kept record (`ImageEntry.prepared`) is read
+        # from its file then, which is no read of a source.
         waited = _disk_reads() > blocks or off_core > len(run) * _WAITED_SECONDS_PER_FILE
+        yield from _outcomes(run, datas, encode)
         if waited and read_ahead:
             break
     else:
         return
     read = ahead_of(
         runs,
-        lambda run: [None if e.prepared else _read_or_error(e.url) for e in run],
+        _read_run,
         threads=read_ahead,
         size_of=lambda run: sum(e.source_size for e in run),
         executor=executor,
@@ -458,6 +461,12 @@ def _outcomes(
 ) -> Iterator[tuple[ImageEntry, _Outcome]]:
     for entry, data in zip(run, datas, strict=True):
         yield entry, _Outcome.of(functools.partial(encode, data=data), entry)
+
+
+def _read_run(run: list[ImageEntry]) -> list[bytes | OSError | None]:
+    """Each source's bytes, or the OSError reading it raised; None for an image whose record
+    measuring kept (`_encoded` copies it)."""
+    return [None if entry.prepared else _read_or_error(entry.url) for entry in run]
 
 
 def _read_or_error(url: str) -> bytes | OSError:
