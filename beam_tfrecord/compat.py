@@ -27,6 +27,7 @@ __all__ = [
     "SpawnWithoutMain",  # noqa: F822 (defined when first asked for)
     "import_beam_for_one_local_build",
     "option_strings",
+    "release_named_semaphores",
     "run_exit_handlers",
     "subcommand_parsers",
 ]
@@ -68,6 +69,21 @@ def run_exit_handlers() -> None:
     to skip the interpreter's teardown, runs its handlers through it.
     """
     atexit._run_exitfuncs()
+
+
+def release_named_semaphores() -> None:
+    """Unlinks the named semaphores of this process's multiprocessing locks and queues (a
+    process pool's) now, as the first step of a normal exit does, even of those still in use.
+
+    A process that ends by `os._exit` skips that step: the resource tracker then unlinks them
+    itself and says so on stderr ("leaked semaphore objects"). The step is multiprocessing's
+    private `util._run_finalizers(0)` (checked: PYTHON_CHECKED): the finalizers of exit
+    priority 0 and above, which unlink semaphores and close queues without waiting on anything;
+    the ones that join threads have lower priorities and do not run.
+    """
+    import multiprocessing.util
+
+    multiprocessing.util._run_finalizers(0)
 
 
 def _spawn_without_main() -> None:

@@ -67,6 +67,31 @@ def test_run_exit_handlers_runs_each_once_before_a_hard_exit():
     assert done.stdout == "ran\n"
 
 
+@pytest.mark.parametrize("released", [False, True])
+def test_release_named_semaphores_leaves_the_resource_tracker_nothing_to_warn_of(released):
+    """A process pool still held when the process ends by `os._exit` (an interrupted build):
+    released first, the resource tracker has no leak to report on stderr; not released, it has
+    (which shows this test can tell)."""
+    code = textwrap.dedent(
+        f"""
+        import os
+        from concurrent.futures import ProcessPoolExecutor
+        from beam_tfrecord.compat import SpawnWithoutMain, release_named_semaphores
+        pool = ProcessPoolExecutor(1, mp_context=SpawnWithoutMain())
+        assert pool.submit(os.getpid).result(timeout=60) != os.getpid()
+        if {released}:
+            release_named_semaphores()
+        for process in list(pool._processes.values()):
+            process.kill()
+        os._exit(130)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr
+    leaked = "leaked semaphore" in done.stderr
+    assert leaked != released, done.stderr
+
+
 def test_spawned_processes_do_not_import_the_launchers_main_again(tmp_path):
     script = tmp_path / "launcher.py"
     script.write_text(

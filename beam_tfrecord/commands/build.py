@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import logging
 import os
 import posixpath
@@ -26,7 +25,7 @@ from beam_tfrecord.commands.console import (
     terminal_stream,
 )
 from beam_tfrecord.commands.summary import print_submitted, print_summary
-from beam_tfrecord.compat import option_strings
+from beam_tfrecord.compat import option_strings, release_named_semaphores
 from beam_tfrecord.config import (
     COMMAND_LINE,
     BuildConfig,
@@ -176,7 +175,6 @@ class _EarlyStart:
         from beam_tfrecord.shard_processes import discard_started
 
         discard_started()
-        gc.collect()  # the executor let go of, for its semaphores to be unlinked before the exit
         _end_interrupted(self._config, self.interruption, started)
 
     def release(self) -> None:
@@ -354,7 +352,10 @@ def _end_interrupted(config: BuildConfig, interruption: Interruption, started: f
         (interruption.at or time.monotonic()) - started,
         until=deadline if answered else None,
     )
-    # Beam's threads (and a worker stuck in a read) must not hold the exit up.
+    # Beam's threads (and a worker stuck in a read) must not hold the exit up. A process pool
+    # a shard writer still holds has named semaphores, which a normal exit would unlink: left,
+    # the resource tracker would unlink them and warn of a leak below the two lines above.
+    release_named_semaphores()
     os._exit(interruption.exit_status)
 
 
