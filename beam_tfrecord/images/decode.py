@@ -159,16 +159,24 @@ def _process(
         info = fast_header_info(data, fmt, total, policy)
         if info is not None:
             return (data if want_bytes else None), info
+    if _quiet_for_good:  # a shard process: no filters to install (a context costs 2 us)
+        return _opened(data, fmt, total, complete, policy, want_bytes)
     with _quiet_pillow():
-        im = _open(data, fmt, complete)
-        try:
-            return _process_open(im, data, fmt, total, complete, policy, want_bytes)
-        except Exception as exc:
-            # Pillow raises nearly anything on hostile input (SyntaxError, struct.error, KeyError,
-            # ...), from properties as well as from load(); none of it may escape as such.
-            raise _as_image_error(exc, fmt, "decode", complete) from exc
-        finally:
-            im.close()
+        return _opened(data, fmt, total, complete, policy, want_bytes)
+
+
+def _opened(
+    data: bytes, fmt: str, total: int, complete: bool, policy: ImagePolicy, want_bytes: bool
+) -> tuple[bytes | None, ImageInfo]:
+    im = _open(data, fmt, complete)
+    try:
+        return _process_open(im, data, fmt, total, complete, policy, want_bytes)
+    except Exception as exc:
+        # Pillow raises nearly anything on hostile input (SyntaxError, struct.error, KeyError,
+        # ...), from properties as well as from load(); none of it may escape as such.
+        raise _as_image_error(exc, fmt, "decode", complete) from exc
+    finally:
+        im.close()
 
 
 def _process_open(
