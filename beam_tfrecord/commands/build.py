@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import logging
 import os
 import posixpath
@@ -307,6 +308,10 @@ def _run_build(
     from beam_tfrecord.beam.options import runs_here
     from beam_tfrecord.beam.pipeline import build
 
+    # What this process has imported (Beam, most of it) lives as long as it does: out of the
+    # garbage collector's reach, its full collections skip them. Planning 120,000 images here
+    # took 12 of them, 0.35 s, each walking every object of every module.
+    gc.freeze()
     result = None
     with (
         terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
