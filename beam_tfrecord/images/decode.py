@@ -224,7 +224,7 @@ def _process_open(
             height=height,
             channels=channels,
             reencode=False,
-            notes=tuple(sorted(set(notes))),
+            notes=tuple(sorted(set(notes))) if notes else (),
             encoded_size=total,
             decoded=policy.validate == "decode",
         )
@@ -455,6 +455,8 @@ def _orientation(im: Image.Image, notes: list[str]) -> int:
     raw = im.info.get("exif")
     try:
         if isinstance(im, PngImagePlugin.PngImageFile):
+            if not raw:  # most PNGs: no EXIF in the header, so no orientation
+                return 1
             # PngImageFile.getexif() decodes the whole image to look for a late eXIf chunk;
             # only the header's EXIF is wanted here (and all there is in a prefix).
             exif = Image.Exif()
