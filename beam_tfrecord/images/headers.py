@@ -261,42 +261,48 @@ def walk_png(data: bytes, *, whole: bool, complete: bool, verify_crc: bool) -> f
         The types of the chunks before the first IDAT, and of any critical chunk after it that
         is not one of PNG's own (libpng refuses those; Pillow skips them).
     """
-    view = memoryview(data)
     n = len(data)
+    if n < 16:
+        raise _end_of_data("png", "chunk list", complete)
+    length, chunk_type = _PNG_CHUNK_HEAD.unpack_from(data, 8)
+    if chunk_type != b"IHDR" or length != 13:
+        raise ImageError("corrupt", "png: the first chunk is not a 13-byte IHDR")
+    methods = data[26:29]  # compression, filter, interlace
+    if len(methods) == 3 and (methods[0] or methods[1] or methods[2] > 1):
+        raise ImageError(
+            "corrupt",
+            "png: IHDR names a compression, filter or interlace method PNG does not define",
+        )
+    # Run for every image a build checks: one pass, no helper calls for a chunk that is fine.
+    view = memoryview(data)
+    head, crc_of, crc32 = _PNG_CHUNK_HEAD.unpack_from, _PNG_CRC.unpack_from, zlib.crc32
     pos = 8
-    first = True
     header_chunks: set[bytes] = set()
+    after_idat = False
     while True:
         if pos + 8 > n:
             raise _end_of_data("png", "chunk list", complete)
-        length, chunk_type = struct.unpack_from(">I4s", data, pos)
-        if first:
-            if chunk_type != b"IHDR" or length != 13:
-                raise ImageError("corrupt", "png: the first chunk is not a 13-byte IHDR")
-            methods = data[pos + 18 : pos + 21]  # compression, filter, interlace
-            if len(methods) == 3 and (methods[0] or methods[1] or methods[2] > 1):
-                raise ImageError(
-                    "corrupt",
-                    "png: IHDR names a compression, filter or interlace method PNG does not define",
-                )
-        first = False
+        length, chunk_type = head(data, pos)
         if length > 0x7FFFFFFF or not chunk_type.isalpha():
             raise ImageError("corrupt", f"png: invalid chunk header at byte {pos}")
         if chunk_type == b"IDAT":
             if not whole:
                 return frozenset(header_chunks)
-            header_chunks.add(b"IDAT")  # later chunks are not header chunks
-        elif b"IDAT" not in header_chunks or png_unknown_critical(chunk_type):
+            after_idat = True  # later chunks are not header chunks
+        elif not after_idat or png_unknown_critical(chunk_type):
             header_chunks.add(chunk_type)
         end = pos + 12 + length
         if end > n:
             raise _end_of_data("png", f"{chunk_type.decode()} chunk", complete)
-        crc = int.from_bytes(view[end - 4 : end], "big")
-        if verify_crc and zlib.crc32(view[pos + 4 : pos + 8 + length]) != crc:
+        if verify_crc and crc32(view[pos + 4 : end - 4]) != crc_of(data, end - 4)[0]:
             raise ImageError("corrupt", f"png: CRC mismatch in the {chunk_type.decode()} chunk")
         if chunk_type == b"IEND":
-            return frozenset(header_chunks - {b"IDAT"})
+            return frozenset(header_chunks)
         pos = end
+
+
+_PNG_CHUNK_HEAD = struct.Struct(">I4s")
+_PNG_CRC = struct.Struct(">I")
 
 
 def png_unknown_critical(chunk_type: bytes) -> bool:
