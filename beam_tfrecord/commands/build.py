@@ -183,6 +183,21 @@ class _EarlyStart:
         self._signals.close()
 
 
+def _commands_own_process() -> bool:
+    """Whether this process runs the `beam-tfrecord` executable or `python -m beam_tfrecord.cli`
+    (its `__main__` is theirs), not a program that called the command's `main`."""
+    from beam_tfrecord.commands.cli import entry
+
+    main = sys.modules.get("__main__")
+    if getattr(main, "entry", None) is not entry:
+        return False
+    spec = getattr(main, "__spec__", None)
+    program = os.path.basename(getattr(main, "__file__", "") or "")
+    return getattr(spec, "name", None) == "beam_tfrecord.cli" or program.startswith(
+        _PROG.split()[0]
+    )
+
+
 def _start_before_beam(
     config: BuildConfig, extra: Sequence[str], started: float, early: _EarlyStart
 ) -> None:
@@ -195,8 +210,16 @@ def _start_before_beam(
     refuse_placeholders(config)
     if extra:
         return
+    from fsspec.utils import get_protocol
+
     from beam_tfrecord import progress
     from beam_tfrecord.early_start import start_before_beam
+    from beam_tfrecord.shard_processes import fork_from_server
+
+    if _commands_own_process():
+        # Its worker processes fork from a server that imported their modules, and the store
+        # clients of the build's input and output, once.
+        fork_from_server({get_protocol(url) for url in (*config.inputs, config.output)})
 
     # The build's progress line is drawn once Beam is imported; worker processes started before
     # count into its folder from their start, as they find it in their environment.

@@ -450,3 +450,33 @@ def test_a_worker_thread_blocks_sigterm_only_where_threads_have_signal_masks(mon
 
     monkeypatch.delattr(signal, "pthread_sigmask")
     _block_sigterm()  # no AttributeError
+
+
+def test_the_commands_fork_server_imports_the_workers_modules_and_the_stores_clients():
+    """`fork_from_server` (the command's): its server imports this package's worker modules,
+    the command's own (its `__main__` is imported again in each worker, as `__mp_main__`, where
+    it costs nothing then) and the clients of the build's stores; a forked worker finds them
+    imported. Run in a process of its own: a process has one fork server."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        from beam_tfrecord import shard_processes
+
+        shard_processes.fork_from_server({"file", "gs"})
+        context = shard_processes._context()
+        wanted = ("gcsfs", "beam_tfrecord.shard_processes", "beam_tfrecord.commands.cli")
+        with context.Pool(1) as pool:  # eval, a builtin: nothing of this script to unpickle
+            found = pool.apply(eval, (f"sorted(set(__import__('sys').modules) & {set(wanted)})",))
+        print(context.get_start_method(), found)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "forkserver ['beam_tfrecord.commands.cli', 'beam_tfrecord.shard_processes', 'gcsfs']"
+    )

@@ -462,6 +462,71 @@ def test_9_an_interrupt_ends_the_shard_processes_cleanly(
     assert run("verify", str(out), cwd=tmp_path).returncode == 0
 
 
+def _process_tree(root: int) -> dict[int, tuple[int, str]]:
+    """Every process below `root` now: pid -> (parent pid, command line)."""
+    found: dict[int, tuple[int, str]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            found[int(entry)] = (int(stat.rsplit(")", 1)[1].split()[1]), command)
+    below, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, command) in found.items():
+            if ppid == parent and pid not in below:
+                below[pid] = (ppid, command)
+                frontier.append(pid)
+    return below
+
+
+@pytest.mark.skipif((_CORES or 1) < 2, reason="one core: a build writes in-process")
+def test_9_the_commands_worker_processes_fork_from_one_server(large_src, tmp_path):
+    """The command's worker processes are forked from one fork server, which imported their
+    modules once (`fork_from_server`), not spawned to import them each; and the build is the
+    one a program's spawned processes write."""
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [*COMMAND, "build", "--input", str(large_src), "--output", str(out), *LARGE_FLAGS,
+         "--name", "ds", "-v"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    seen: dict[int, tuple[int, str]] = {}
+    while process.poll() is None:
+        seen.update(_process_tree(process.pid))
+        time.sleep(0.02)
+    _, stderr = process.communicate()
+    assert process.returncode == 0, stderr
+    workers_line = _PROCESSES_LINE.search(stderr)
+    assert workers_line, stderr
+    servers = [
+        pid
+        for pid, (ppid, command) in seen.items()
+        if ppid == process.pid and "multiprocessing.forkserver" in command
+    ]
+    assert len(servers) == 1, seen
+    forked = [pid for pid, (ppid, _) in seen.items() if ppid == servers[0]]
+    assert len(forked) >= int(workers_line.group(1)), seen
+    assert not [command for _, command in seen.values() if "spawn_main" in command], seen
+    assert group_is_gone(process.pid), "the fork server outlived the build"
+    # A program's build (spawned processes) writes the same shards.
+    script = tmp_path / "make_dataset.py"
+    script.write_text(
+        "from beam_tfrecord.beam.pipeline import build\n"
+        "from beam_tfrecord.config import BuildConfig\n"
+        "if __name__ == '__main__':\n"
+        f"    build(BuildConfig.from_settings({{'input': {str(large_src)!r}, 'output': "
+        f"{str(tmp_path / 'program')!r}, 'min_shard_size': '2MB', 'max_shard_size': '4MB', "
+        "'splits': 'train=1', 'name': 'ds'}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert _digests(out) == _digests(tmp_path / "program")
+
+
 @pytest.mark.skipif((_CORES or 1) < 2, reason="one core: a build writes in-process")
 def test_9_a_script_without_a_main_guard_builds_once(large_src, tmp_path):
     """The shard processes do not import the launcher's `__main__` again (as `spawn` would):
