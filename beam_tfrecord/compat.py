@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import logging
+import os
+import signal
 import sys
+import time
 import types
 
 __all__ = [
@@ -25,6 +29,7 @@ __all__ = [
     "BEAM_WORKER_RECORDS_LOGGER",
     "PYTHON_CHECKED",
     "SpawnWithoutMain",  # noqa: F822 (defined when first asked for)
+    "end_fork_server",
     "import_beam_for_one_local_build",
     "option_strings",
     "release_named_semaphores",
@@ -69,6 +74,40 @@ def run_exit_handlers() -> None:
     to skip the interpreter's teardown, runs its handlers through it.
     """
     atexit._run_exitfuncs()
+
+
+def end_fork_server(seconds: float = 5.0) -> None:
+    """Ends multiprocessing's fork server of this process, if it started one, and reaps it.
+
+    The server reaps the processes it forked; reaped by this process, its CPU time and theirs
+    count as this process's children's, which `time` and the parent's `getrusage` report, as
+    spawned processes' do. Left to end on its own when this process exits (it watches a pipe),
+    it is no one's child by then, and every worker's CPU goes unreported. Called once the
+    processes it forked have ended (their pool closed: each one's end came from the server,
+    which had reaped it). Killed if it has not ended within `seconds`.
+
+    The server's pid and the write end of the pipe it watches are `ForkServer`'s private
+    `_forkserver_pid` and `_forkserver_alive_fd` (checked: PYTHON_CHECKED); cleared, the next
+    process forked starts a new server.
+    """
+    forkserver = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):
+        os.close(server._forkserver_alive_fd)
+    server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
+    deadline = time.monotonic() + seconds
+    try:
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return
+            time.sleep(0.005)
+    except ChildProcessError:  # reaped already
+        return
 
 
 def release_named_semaphores() -> None:

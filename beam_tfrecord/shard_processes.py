@@ -20,6 +20,7 @@ any error would, its temporary file removed, and then the process.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import logging
@@ -42,7 +43,7 @@ import fsspec.config
 from beam_tfrecord import progress
 from beam_tfrecord.batches import PackedEntries, in_shard_order
 from beam_tfrecord.codec.record_index import index_file_name
-from beam_tfrecord.compat import SpawnWithoutMain
+from beam_tfrecord.compat import SpawnWithoutMain, end_fork_server
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.head_start import HeadStart, plan_digest, plan_shards
 from beam_tfrecord.images.decode import quiet_pillow_for_good
@@ -539,6 +540,10 @@ def fork_from_server(protocols: Iterable[str]) -> None:
     modules = [__name__, "beam_tfrecord.commands.cli"]
     for protocol in protocols:
         modules += [m for m in _STORE_CLIENTS.get(protocol, []) if m not in modules]
+    if not _fork_server_modules:
+        # At the exit, once the workers have ended: the server's CPU, and its workers', is
+        # then this process's children's (what `time beam-tfrecord build` reports).
+        atexit.register(end_fork_server)
     _fork_server_modules[:] = modules
 
 

@@ -92,6 +92,35 @@ def test_release_named_semaphores_leaves_the_resource_tracker_nothing_to_warn_of
     assert leaked != released, done.stderr
 
 
+def test_end_fork_server_makes_the_forked_processes_cpu_this_processs_childrens():
+    """The fork server reaped, the CPU of the processes it forked counts in this process's
+    RUSAGE_CHILDREN (what `time` reports); and the next fork starts a new server."""
+    code = textwrap.dedent(
+        """
+        import multiprocessing, resource
+        from beam_tfrecord.compat import end_fork_server
+
+        def children():
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return usage.ru_utime + usage.ru_stime
+
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([])
+        with context.Pool(1) as pool:  # sum, a builtin: nothing of this script to unpickle
+            pool.apply(sum, (range(30_000_000),))
+        before = children()
+        end_fork_server()
+        print(round(children() - before, 1) >= 0.2)
+        with context.Pool(1) as pool:
+            print(pool.apply(sum, (range(4),)))
+        end_fork_server()
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "6"], done.stderr
+
+
 def test_spawned_processes_do_not_import_the_launchers_main_again(tmp_path):
     script = tmp_path / "launcher.py"
     script.write_text(

@@ -11,6 +11,7 @@ import json
 import os
 import pty
 import re
+import resource
 import select
 import shutil
 import signal
@@ -462,20 +463,22 @@ def test_9_an_interrupt_ends_the_shard_processes_cleanly(
     assert run("verify", str(out), cwd=tmp_path).returncode == 0
 
 
-def _process_tree(root: int) -> dict[int, tuple[int, str]]:
-    """Every process below `root` now: pid -> (parent pid, command line)."""
-    found: dict[int, tuple[int, str]] = {}
+def _process_tree(root: int) -> dict[int, tuple[int, str, float]]:
+    """Every process below `root` now: pid -> (parent pid, command line, CPU seconds so far)."""
+    found: dict[int, tuple[int, str, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for entry in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError, IndexError, ValueError):
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            found[int(entry)] = (int(stat.rsplit(")", 1)[1].split()[1]), command)
+            cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            found[int(entry)] = (int(fields[1]), command, cpu)
     below, frontier = {}, [root]
     while frontier:
         parent = frontier.pop()
-        for pid, (ppid, command) in found.items():
+        for pid, (ppid, command, cpu) in found.items():
             if ppid == parent and pid not in below:
-                below[pid] = (ppid, command)
+                below[pid] = (ppid, command, cpu)
                 frontier.append(pid)
     return below
 
@@ -483,8 +486,9 @@ def _process_tree(root: int) -> dict[int, tuple[int, str]]:
 @pytest.mark.skipif((_CORES or 1) < 2, reason="one core: a build writes in-process")
 def test_9_the_commands_worker_processes_fork_from_one_server(large_src, tmp_path):
     """The command's worker processes are forked from one fork server, which imported their
-    modules once (`fork_from_server`), not spawned to import them each; and the build is the
-    one a program's spawned processes write."""
+    modules once (`fork_from_server`), not spawned to import them each; their CPU time is the
+    command's children's (what `time` reports), as spawned ones' is; and the build is the one a
+    program's spawned processes write."""
     out = tmp_path / "out"
     process = subprocess.Popen(
         [*COMMAND, "build", "--input", str(large_src), "--output", str(out), *LARGE_FLAGS,
@@ -492,23 +496,30 @@ def test_9_the_commands_worker_processes_fork_from_one_server(large_src, tmp_pat
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
-    seen: dict[int, tuple[int, str]] = {}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seen: dict[int, tuple[int, str, float]] = {}
     while process.poll() is None:
         seen.update(_process_tree(process.pid))
         time.sleep(0.02)
     _, stderr = process.communicate()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert process.returncode == 0, stderr
     workers_line = _PROCESSES_LINE.search(stderr)
     assert workers_line, stderr
     servers = [
         pid
-        for pid, (ppid, command) in seen.items()
+        for pid, (ppid, command, _) in seen.items()
         if ppid == process.pid and "multiprocessing.forkserver" in command
     ]
     assert len(servers) == 1, seen
-    forked = [pid for pid, (ppid, _) in seen.items() if ppid == servers[0]]
+    forked = [pid for pid, (ppid, _, _) in seen.items() if ppid == servers[0]]
     assert len(forked) >= int(workers_line.group(1)), seen
-    assert not [command for _, command in seen.values() if "spawn_main" in command], seen
+    assert not [command for _, command, _ in seen.values() if "spawn_main" in command], seen
+    # The workers' CPU as last seen (less than they used) is in the command's children's.
+    reported = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    workers = sum(seen[pid][2] for pid in forked)
+    assert workers > 0.5
+    assert reported > workers + seen[servers[0]][2], (reported, workers)
     assert group_is_gone(process.pid), "the fork server outlived the build"
     # A program's build (spawned processes) writes the same shards.
     script = tmp_path / "make_dataset.py"
