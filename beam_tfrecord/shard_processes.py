@@ -555,7 +555,34 @@ def _context() -> multiprocessing.context.BaseContext:
     context = multiprocessing.get_context("forkserver")
     # Not "__main__", the default: the server would import the launcher's main module.
     context.set_forkserver_preload(list(_fork_server_modules))
+    _start_fork_server()
     return context
+
+
+def _start_fork_server() -> None:
+    """Starts the fork server, if it is not running, from a thread that blocks SIGINT alone: the
+    server keeps the mask it starts with, and the workers it forks start with it. So SIGINT
+    reaches no worker before it ignores it (`_start_worker`; Ctrl-C reaches the whole process
+    group, and what it stops is the launcher's to decide), and SIGTERM, which the launcher
+    sends every process it started when a build stops (`end_child_processes`), ends the server
+    at once: started with SIGTERM blocked (by `start`'s thread), it held a stopped build's exit
+    for the 2 s of grace before SIGKILL. A worker that takes SIGTERM before its handler is set
+    has nothing to clean up.
+
+    The resource tracker is started first: starting it unblocks SIGINT and SIGTERM in the thread
+    that does (multiprocessing's `ensure_running`)."""
+    import multiprocessing.forkserver
+    import multiprocessing.resource_tracker
+
+    def start() -> None:
+        multiprocessing.resource_tracker.ensure_running()
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_SETMASK, {signal.SIGINT})
+        multiprocessing.forkserver.ensure_running()
+
+    thread = threading.Thread(target=start, name="fork-server", daemon=True)
+    thread.start()
+    thread.join()
 
 
 def _block_sigterm() -> None:

@@ -463,22 +463,25 @@ def test_9_an_interrupt_ends_the_shard_processes_cleanly(
     assert run("verify", str(out), cwd=tmp_path).returncode == 0
 
 
-def _process_tree(root: int) -> dict[int, tuple[int, str, float]]:
-    """Every process below `root` now: pid -> (parent pid, command line, CPU seconds so far)."""
-    found: dict[int, tuple[int, str, float]] = {}
+def _process_tree(root: int) -> dict[int, tuple[int, str, float, int]]:
+    """Every process below `root` now: pid -> (parent pid, command line, CPU seconds so far,
+    blocked signals' mask)."""
+    found: dict[int, tuple[int, str, float, int]] = {}
     tick = os.sysconf("SC_CLK_TCK")
     for entry in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError, IndexError, ValueError):
+        with contextlib.suppress(OSError, IndexError, ValueError, StopIteration):
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
             command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             cpu = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            found[int(entry)] = (int(fields[1]), command, cpu)
+            status = Path(f"/proc/{entry}/status").read_text().splitlines()
+            blocked = int(next(s for s in status if s.startswith("SigBlk:")).split()[1], 16)
+            found[int(entry)] = (int(fields[1]), command, cpu, blocked)
     below, frontier = {}, [root]
     while frontier:
         parent = frontier.pop()
-        for pid, (ppid, command, cpu) in found.items():
+        for pid, (ppid, *rest) in found.items():
             if ppid == parent and pid not in below:
-                below[pid] = (ppid, command, cpu)
+                below[pid] = (ppid, *rest)
                 frontier.append(pid)
     return below
 
@@ -497,9 +500,11 @@ def test_9_the_commands_worker_processes_fork_from_one_server(large_src, tmp_pat
         start_new_session=True,
     )  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    seen: dict[int, tuple[int, str, float]] = {}
+    seen: dict[int, tuple[int, str, float, int]] = {}
     while process.poll() is None:
-        seen.update(_process_tree(process.pid))
+        for pid, now in _process_tree(process.pid).items():
+            # An ended process (a zombie) shows no command line and no mask: kept as last seen.
+            seen[pid] = now if now[1] or pid not in seen else (*seen[pid][:2], now[2], seen[pid][3])
         time.sleep(0.02)
     _, stderr = process.communicate()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -508,13 +513,19 @@ def test_9_the_commands_worker_processes_fork_from_one_server(large_src, tmp_pat
     assert workers_line, stderr
     servers = [
         pid
-        for pid, (ppid, command, _) in seen.items()
+        for pid, (ppid, command, *_) in seen.items()
         if ppid == process.pid and "multiprocessing.forkserver" in command
     ]
-    assert len(servers) == 1, seen
-    forked = [pid for pid, (ppid, _, _) in seen.items() if ppid == servers[0]]
+    assert len(servers) == 1, [(pid, ppid, cmd[:70]) for pid, (ppid, cmd, *_) in seen.items()]
+    forked = [pid for pid, (ppid, *_) in seen.items() if ppid == servers[0]]
     assert len(forked) >= int(workers_line.group(1)), seen
-    assert not [command for _, command, _ in seen.values() if "spawn_main" in command], seen
+    assert not [command for _, command, *_ in seen.values() if "spawn_main" in command], seen
+    # The server, and so each worker from its start, blocks SIGINT (Ctrl-C is the launcher's to
+    # handle) and not SIGTERM (how the launcher ends them when a build stops, at once).
+    for pid in (servers[0], *forked):
+        blocked = seen[pid][3]
+        assert blocked & 1 << (signal.SIGINT - 1), (pid, hex(blocked))
+        assert not blocked & 1 << (signal.SIGTERM - 1), (pid, hex(blocked))
     # The workers' CPU as last seen (less than they used) is in the command's children's.
     reported = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     workers = sum(seen[pid][2] for pid in forked)
