@@ -389,7 +389,7 @@ def _prepared(
     # back costs tens of microseconds, more than all the work on a small image.
     runs = ahead_of(
         _runs(ordered),
-        lambda run: [_Outcome.of(encode, entry) for entry in run],
+        lambda run: [_Outcome.of(encode, entry, None) for entry in run],
         threads=read_ahead,
         size_of=lambda run: sum(e.source_size for e in run),
         executor=executor,
@@ -464,10 +464,7 @@ def _outcomes(
     run: list[ImageEntry], datas: list[bytes | OSError | None], encode: Callable[..., _Prepared]
 ) -> Iterator[tuple[ImageEntry, _Outcome]]:
     for entry, data in zip(run, datas, strict=True):
-        try:
-            yield entry, _Outcome(encode(entry, data=data), None)
-        except Exception as err:
-            yield entry, _Outcome(None, err)
+        yield entry, _Outcome.of(encode, entry, data)
 
 
 def _read_run(run: list[ImageEntry]) -> list[bytes | OSError | None]:
@@ -576,9 +573,12 @@ class _Outcome:
     error: Exception | None
 
     @classmethod
-    def of(cls, encode: Callable[[ImageEntry], _Prepared], entry: ImageEntry) -> _Outcome:
+    def of(
+        cls, encode: Callable[..., _Prepared], entry: ImageEntry, data: bytes | OSError | None
+    ) -> _Outcome:
+        """`encode(entry, data=data)`'s record, or the error it raised."""
         try:
-            return cls(encode(entry), None)
+            return cls(encode(entry, data=data), None)
         except Exception as err:
             return cls(None, err)
 
