@@ -25,6 +25,7 @@ from beam_tfrecord.commands.console import (
     stop_on_signals,
     terminal_stream,
 )
+from beam_tfrecord.commands.starting import is_the_command
 from beam_tfrecord.commands.summary import print_submitted, print_summary
 from beam_tfrecord.compat import option_strings, release_named_semaphores
 from beam_tfrecord.config import (
@@ -183,21 +184,6 @@ class _EarlyStart:
         self._signals.close()
 
 
-def _commands_own_process() -> bool:
-    """Whether this process runs the `beam-tfrecord` executable or `python -m beam_tfrecord.cli`
-    (its `__main__` is theirs), not a program that called the command's `main`."""
-    from beam_tfrecord.commands.cli import entry
-
-    main = sys.modules.get("__main__")
-    if getattr(main, "entry", None) is not entry:
-        return False
-    spec = getattr(main, "__spec__", None)
-    program = os.path.basename(getattr(main, "__file__", "") or "")
-    return getattr(spec, "name", None) == "beam_tfrecord.cli" or program.startswith(
-        _PROG.split()[0]
-    )
-
-
 def _start_before_beam(
     config: BuildConfig, extra: Sequence[str], started: float, early: _EarlyStart
 ) -> None:
@@ -216,7 +202,7 @@ def _start_before_beam(
     from beam_tfrecord.early_start import start_before_beam
     from beam_tfrecord.shard_processes import fork_from_server
 
-    if _commands_own_process():
+    if is_the_command():
         # Its worker processes fork from a server that imported their modules, and the store
         # clients of the build's input and output, once.
         fork_from_server({get_protocol(url) for url in (*config.inputs, config.output)})
@@ -245,7 +231,6 @@ def _imported_lean_beam(extra: Sequence[str]) -> bool:
     ends, and without Beam flags that build runs on this machine, from folders or buckets
     alike, with a Beam that leaves out what such a build never uses
     (`compat.import_beam_for_one_local_build`)."""
-    from beam_tfrecord.commands.starting import is_the_command
     from beam_tfrecord.compat import import_beam_for_one_local_build
 
     if extra or not is_the_command():
@@ -261,9 +246,11 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     extra = [*extra, *(f"--labels={label}" for label in split_labels(args.labels)[1])]
     config = None
     early = _EarlyStart()
-    # Until Beam is imported (`_run_build`), no garbage collection: the imports make objects
-    # that live as long as the process, and collections while they are made cost 50 ms.
-    gc.disable()
+    if is_the_command():
+        # Until Beam is imported (`_run_build`), no garbage collection: the imports make objects
+        # that live as long as the process, and collections while they are made cost 50 ms.
+        # Not in a program that runs the command line: its collector is its own.
+        gc.disable()
     try:
         try:
             config, options, beam_args = _settings(args, extra, verbose, started, early)
@@ -334,14 +321,16 @@ def _run_build(
     from beam_tfrecord.beam.options import runs_here
     from beam_tfrecord.beam.pipeline import build
 
-    # What this process has imported (Beam, most of it) lives as long as it does: out of the
-    # garbage collector's reach, its full collections skip them. Planning 120,000 images here
-    # took 12 of them, 0.35 s, each walking every object of every module.
-    gc.freeze()
-    # And a young-generation collection every 10,000 new objects, not 700: planning makes
-    # millions that refcounting frees; 1,500 collections of them took 0.09 s of 120,000 PNGs'.
-    gc.set_threshold(10_000, 10, 10)
-    gc.enable()
+    if is_the_command():
+        # What this process has imported (Beam, most of it) lives as long as it does: out of
+        # the garbage collector's reach, its full collections skip them. Planning 120,000
+        # images here took 12 of them, 0.35 s, each walking every object of every module.
+        gc.freeze()
+        # And a young-generation collection every 10,000 new objects, not 700: planning makes
+        # millions that refcounting frees; 1,500 collections of them took 0.09 s of 120,000
+        # PNGs'.
+        gc.set_threshold(10_000, 10, 10)
+        gc.enable()
     result = None
     with (
         terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,

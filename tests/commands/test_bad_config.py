@@ -246,3 +246,15 @@ def test_a_value_argparse_refuses_is_one_line(src, tmp_path, capsys):
         "beam-tfrecord build: error: argument --seed: invalid int value: 'abc' "
         "(see beam-tfrecord build --help)\n"
     )
+
+
+@pytest.mark.parametrize("flags", [["--splits", "train=0.7,test=0.2"], ["--splits", "train=1"]])
+def test_a_program_running_the_command_line_keeps_its_garbage_collector(src, tmp_path, flags):
+    """The `beam-tfrecord` process tunes its garbage collector for one build (off while it
+    imports, then Beam's modules frozen out of it); a program that runs the command line, with a
+    bad config or a good one, finds its collector as it was."""
+    import gc
+
+    before = (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count())
+    main(["build", "--input", f"{src}/**", "--output", str(tmp_path / "out"), *flags])
+    assert (gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()) == before
