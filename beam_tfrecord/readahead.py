@@ -10,6 +10,8 @@ on which read finished first.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,6 +20,7 @@ from typing import Generic, TypeVar
 __all__ = [
     "DEFAULT_BUDGET",
     "ReadAhead",
+    "StreamsAhead",
     "new_executor",
     "read_ahead",
     "usable_cores",
@@ -155,3 +158,106 @@ def read_ahead(
         for item in items:
             yield from ahead.add(item)
         yield from ahead.drain()
+
+
+class _Failed:
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+_END = object()
+
+
+class StreamsAhead(Generic[T, R]):
+    """Runs `produce(item)`, an iterable, for up to `width` items at once, each on a thread of the
+    pool, and hands their outputs back item after item, in the order the items came.
+
+    For work that waits: listing a bucket's folders takes a round trip per page, and one folder
+    after another leaves the store idle between them. Each producer keeps at most `chunks`
+    lists of `chunk` outputs ahead of its reader, so a folder of millions of files is never held
+    whole, however far its turn is. Feed items with `add`, whose outputs (of the items that must
+    be read before another may start) are to be consumed at once; `drain` gives the rest; what
+    a producer raised is raised where its outputs stop. `close` cancels what is left.
+    """
+
+    def __init__(
+        self,
+        produce: Callable[[T], Iterable[R]],
+        width: int,
+        *,
+        chunk: int = 1000,
+        chunks: int = 4,
+    ):
+        if width < 1:
+            raise ValueError(f"width must be 1 or more, got {width}")
+        self._produce = produce
+        self._width = width
+        self._chunk = chunk
+        self._chunks = chunks
+        self._pending: deque[queue.Queue] = deque()
+        self._cancelled = threading.Event()
+        self._pool = ThreadPoolExecutor(width, thread_name_prefix="stream-ahead")
+
+    def add(self, item: T) -> Iterator[R]:
+        outputs: queue.Queue = queue.Queue(self._chunks)
+        self._pool.submit(self._run, item, outputs)
+        self._pending.append(outputs)
+        return self._beyond_width()
+
+    def _beyond_width(self) -> Iterator[R]:
+        while len(self._pending) > self._width:
+            yield from self._read(self._pending.popleft())
+
+    def drain(self) -> Iterator[R]:
+        while self._pending:
+            yield from self._read(self._pending.popleft())
+
+    def close(self) -> None:
+        """Stops the producers; outputs not yet read are dropped."""
+        self._cancelled.set()
+        self._pending.clear()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _run(self, item: T, outputs: queue.Queue) -> None:
+        produced = iter(())
+        chunk: list[R] = []
+        try:
+            produced = iter(self._produce(item))
+            for output in produced:
+                chunk.append(output)
+                if len(chunk) >= self._chunk:
+                    if not self._put(outputs, chunk):
+                        return
+                    chunk = []
+            end = _END
+        except BaseException as err:  # raised by the reader, where this item's outputs stop
+            end = _Failed(err)
+        finally:
+            close = getattr(produced, "close", None)
+            if close is not None:
+                close()  # a generator cancelled half-way ends its own requests now
+        if not chunk or self._put(outputs, chunk):
+            self._put(outputs, end)
+
+    def _put(self, outputs: queue.Queue, value) -> bool:
+        """Puts `value` once there is room; False if cancelled first."""
+        while not self._cancelled.is_set():
+            try:
+                outputs.put(value, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    @staticmethod
+    def _read(outputs: queue.Queue) -> Iterator[R]:
+        while (value := outputs.get()) is not _END:
+            if isinstance(value, _Failed):
+                raise value.error
+            yield from value
+
+    def __enter__(self) -> StreamsAhead[T, R]:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

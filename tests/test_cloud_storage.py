@@ -1192,6 +1192,45 @@ def test_a_build_lists_each_folder_of_a_bucket_once(request, protocol, tmp_path)
 
 
 @pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_the_folders_of_a_bucket_are_listed_at_once(request, protocol, tmp_path):
+    """A DirectRunner runs a bundle's listing tasks on one thread: a bucket's class folders were
+    listed one after another, a round trip each (ten folders, 0.6 s at 50 ms a request; a
+    thousand, a minute). A worker now lists up to LISTINGS_AT_ONCE of them at once."""
+    store = _store(request, protocol)
+    root = f"{store.new_bucket('at-once')}/data"
+    rng = np.random.default_rng(6)
+    for folder in range(6):
+        store.fs.pipe_file(f"{root}/c{folder}/1.jpg", jpeg_bytes(rng, 32, 24))
+    store.fs.pipe_file(f"{root}/c0/notes.txt", b"not an image")
+    store.fs.pipe_file(f"{root}/c1/2.png", b"an image of another kind")
+    store.fs.invalidate_cache()
+    key = root.split("://", 1)[1].split("/", 1)[1]
+    sent: list[float] = []  # when each class folder's listing reached the proxy
+
+    def fault(method, target):
+        query = urllib.parse.unquote(target.partition("?")[2])
+        if request_kind(method, target) == "list" and f"prefix={key}/c" in query:
+            sent.append(time.monotonic())
+        return None
+
+    store.proxy.fault = fault
+    store.proxy.delay = 0.2
+    try:
+        result = build(_config(f"{root}/**", str(tmp_path / "out"), extensions=(".jpg",)), [])
+    finally:
+        store.proxy.fault = None
+        store.proxy.delay = 0
+    assert result.manifest["inputs"]["written"] == 6
+    # The .png left out was counted, though listed on another thread than Beam's counters'.
+    assert result.counters.get("files_other_extensions:.png") == 1, result.counters
+    # The check before the build looks into the first folder for an image; then the build's
+    # listing: one after another, each would wait for the last one's answer, 0.2 s apart.
+    assert len(sent) == 7, sent
+    listing = sent[1:]
+    assert max(listing) - min(listing) < 0.15, [round(t - min(listing), 3) for t in listing]
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
 @pytest.mark.parametrize("given", ["data/**", "data/cls", "data/*/*.jpg"])
 def test_an_object_named_for_a_folder_does_not_list_its_images_twice(request, protocol, given):
     """The GCS console's "Create folder" leaves an empty object named `data/cls/`; gcsfs then

@@ -9,7 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_tfrecord.readahead import ReadAhead, new_executor, read_ahead, worker_threads
+from beam_tfrecord.readahead import (
+    ReadAhead,
+    StreamsAhead,
+    new_executor,
+    read_ahead,
+    worker_threads,
+)
 
 
 def _consume(pairs):
@@ -133,3 +139,111 @@ def test_stopping_early_abandons_the_rest_without_hanging():
 def test_negative_threads_are_refused():
     with pytest.raises(ValueError, match="threads"):
         ReadAhead(str, threads=-1)
+
+
+def _streamed(ahead: StreamsAhead, items) -> list:
+    out = []
+    for item in items:
+        out.extend(ahead.add(item))
+    out.extend(ahead.drain())
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 30), max_size=12),
+    width=st.integers(1, 5),
+    chunk=st.integers(1, 7),
+)
+def test_streams_come_whole_and_in_item_order_whatever_order_they_run_in(lengths, width, chunk):
+    def produce(i):
+        for j in range(lengths[i]):
+            if j % 3 == i % 3:
+                time.sleep(0.0005)  # the streams interleave differently from run to run
+            yield (i, j)
+
+    with StreamsAhead(produce, width, chunk=chunk, chunks=2) as ahead:
+        out = _streamed(ahead, range(len(lengths)))
+    assert out == [(i, j) for i, n in enumerate(lengths) for j in range(n)]
+
+
+def test_streams_run_at_once_up_to_the_width_and_no_further():
+    running, most, lock = [0], [0], threading.Lock()
+    all_in = threading.Barrier(3, timeout=10)  # three at once, or this times out
+
+    def produce(i):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        if i < 3:
+            all_in.wait()
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+        yield i
+
+    with StreamsAhead(produce, 3) as ahead:
+        assert _streamed(ahead, range(9)) == list(range(9))
+    assert most[0] == 3
+
+
+def test_a_stream_stays_a_few_chunks_ahead_of_its_reader():
+    made = []
+
+    def produce(_):
+        for j in range(100_000):
+            made.append(j)
+            yield j
+
+    ahead = StreamsAhead(produce, 1, chunk=10, chunks=3)
+    try:
+        outputs = ahead.add(0)
+        assert list(outputs) == []  # within the width: nothing is owed yet
+        time.sleep(0.2)
+        # Three chunks queued, and the one the producer holds while it waits for room.
+        assert len(made) <= 4 * 10 + 1, len(made)
+        drained = ahead.drain()
+        assert [next(drained) for _ in range(5)] == [0, 1, 2, 3, 4]
+    finally:
+        ahead.close()
+    assert len(made) < 100_000
+
+
+def test_an_error_comes_where_its_streams_outputs_stop():
+    def produce(i):
+        yield i
+        if i == 1:
+            raise OSError("listing 1 failed")
+        yield i
+
+    with StreamsAhead(produce, 2) as ahead:
+        out = []
+        with pytest.raises(OSError, match="listing 1 failed"):
+            for item in range(4):
+                for value in ahead.add(item):
+                    out.append(value)
+            for value in ahead.drain():
+                out.append(value)
+    assert out == [0, 0, 1]
+
+
+def test_closing_ends_producers_that_wait_for_room():
+    closed = threading.Event()
+
+    def produce(_):
+        try:
+            while True:
+                yield 1
+        finally:
+            closed.set()
+
+    ahead = StreamsAhead(produce, 2, chunk=5, chunks=1)
+    list(ahead.add(0))
+    time.sleep(0.05)
+    ahead.close()  # returns: the producer stopped waiting, and its generator was closed
+    assert closed.is_set()
+
+
+def test_a_width_below_one_is_refused():
+    with pytest.raises(ValueError, match="width"):
+        StreamsAhead(iter, 0)
