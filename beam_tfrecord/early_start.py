@@ -1,5 +1,5 @@
-"""A local build's start before its pipeline's: checks, the output's lock, worker processes and
-a head start, while Beam is imported.
+"""A build's start before its pipeline's, while Beam is imported: for a local build, checks, the
+output's lock, worker processes and a head start; for one that reaches a store, its checks.
 
 `beam-tfrecord build` without Beam flags builds on this machine, with worker processes of its
 own (`shard_processes`), and Beam's import alone takes 1.5 to 2.5 s of one core; then come the
@@ -8,16 +8,22 @@ needs no Beam: it checks the config against the world and takes the output's loc
 (`checks.preflight`, which the pipeline then does not repeat), starts its worker processes, and
 gives them a head start (`head_start`): they list, plan and write the shards the pipeline
 will ask for, which it takes only where its own plan is the same.
+
+A build that reaches an object store checks it in round trips (the input listed for an image,
+the output looked at, a probe written and removed, an earlier build's manifest removed): 0.35 s
+at 50 ms a request, in which the launcher had nothing else to do. They run on a thread while
+Beam is imported (`check_before_beam`), and the pipeline waits for them before it runs.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.head_start import MIN_MEAN_BYTES, HeadStart
 from beam_tfrecord.listing import local_bytes_reach
-from beam_tfrecord.locations import is_local_url
+from beam_tfrecord.locations import is_local_url, is_store_url
 from beam_tfrecord.measurement import measures
 from beam_tfrecord.planning import preparer
 from beam_tfrecord.readahead import usable_cores
@@ -29,6 +35,8 @@ from beam_tfrecord.shard_processes import (
 )
 
 __all__ = [
+    "check_before_beam",
+    "checked_before_beam",
     "head_start",
     "head_start_for",
     "start_before_beam",
@@ -39,6 +47,8 @@ _LOG = logging.getLogger(__name__)
 
 # The build `start_before_beam` checked, locked and started, until its pipeline takes it.
 _early: list[BuildConfig] = []
+# The build whose checks `check_before_beam` started, with their thread and outcome.
+_checking: list[tuple[BuildConfig, threading.Thread, list[BaseException | None]]] = []
 
 
 def head_start_for(config: BuildConfig) -> HeadStart | None:
@@ -154,3 +164,51 @@ def taken_before_beam(config: BuildConfig) -> bool:
     early = _early == [config]
     _early.clear()
     return early
+
+
+def check_before_beam(config: BuildConfig) -> bool:
+    """For a plain build that reaches an object store (no Beam flags: the DirectRunner in this
+    process), starts its checks (`checks.preflight`) and, with --overwrite, the removal of an
+    earlier build's manifest, on a thread while Beam is imported; whether it did. The pipeline
+    waits for them and raises what they raised (`checked_before_beam`) before it runs."""
+    urls = [*config.inputs, config.output, *([config.input_list] if config.input_list else [])]
+    if not any(is_store_url(url) for url in urls):
+        return False
+    from beam_tfrecord.checks import preflight
+    from beam_tfrecord.manifest import discard_manifest
+
+    outcome: list[BaseException | None] = []
+
+    def check() -> None:
+        try:
+            preflight(config)
+            if config.overwrite:
+                # A folder half-way through being replaced must not claim to be a finished build.
+                discard_manifest(config.output)
+            outcome.append(None)
+        except BaseException as err:  # raised by the thread that waits for it
+            outcome.append(err)
+
+    # A daemon: a build stopped meanwhile ends without waiting for the store (preflight gives
+    # up on one that does not answer in time, after which the pipeline raises that).
+    thread = threading.Thread(target=check, name="checks", daemon=True)
+    _checking[:] = [(config, thread, outcome)]
+    thread.start()
+    return True
+
+
+def checked_before_beam(config: BuildConfig) -> bool:
+    """Whether `check_before_beam` checked this build (and, with --overwrite, removed an earlier
+    build's manifest), once they have ended. Once: the pipeline takes it.
+
+    Raises:
+        ConfigError: what the checks refused, as `checks.preflight`.
+    """
+    if not _checking or _checking[0][0] != config:
+        _checking.clear()
+        return False
+    _, thread, outcome = _checking.pop()
+    thread.join()
+    if outcome and outcome[0] is not None:
+        raise outcome[0]
+    return bool(outcome)

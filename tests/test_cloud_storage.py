@@ -676,6 +676,47 @@ def test_missing_output_bucket_is_refused_not_created(request, protocol, tmp_pat
     assert not fs.exists("no-such-bucket-typo")
 
 
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_the_command_checks_a_bucket_build_while_beam_is_imported(
+    request, protocol, tmp_path, monkeypatch, capsys
+):
+    """A build that reaches a store is checked in round trips (its input listed for an image, its
+    output looked at, a probe written and removed, an earlier manifest removed), which the
+    launcher waited out after Beam's import. The command runs them on a thread of their own
+    while it imports Beam; the pipeline waits for them and does not check again."""
+    store = _store(request, protocol)
+    root = f"{store.new_bucket('checked')}/data"
+    rng = np.random.default_rng(8)
+    for name in ["a/1.jpg", "b/2.jpg"]:
+        store.fs.pipe_file(f"{root}/{name}", jpeg_bytes(rng, 32, 24))
+    store.fs.invalidate_cache()
+    output = f"{store.new_bucket('checked-out')}/ds"
+    calls: list[str] = []
+    checked = checks.preflight
+
+    def preflight(config, *args, **kwargs):
+        calls.append(threading.current_thread().name)
+        return checked(config, *args, **kwargs)
+
+    monkeypatch.setattr(checks, "preflight", preflight)
+    monkeypatch.setattr(pipeline, "preflight", preflight)
+    assert main(["build", "--input", f"{root}/**", "--output", output]) == 0
+    assert calls == ["checks"]
+    calls.clear()
+    # Refused by those checks: the same one line as when the pipeline made them, nothing written.
+    assert main(["build", "--input", f"{root}/**", "--output", output]) == 2
+    assert calls == ["checks"]
+    assert capsys.readouterr().err.endswith(
+        f"beam-tfrecord build: error: --output: {output!r} already holds an earlier build; "
+        "pass --overwrite to replace it\n"
+    )
+    calls.clear()
+    # And --overwrite's removal of the earlier manifest comes with them.
+    assert main(["build", "--input", f"{root}/**", "--output", output, "--overwrite"]) == 0
+    assert calls == ["checks"]
+    assert json.loads(store.fs.cat_file(f"{output}/{MANIFEST_FILE}"))["inputs"]["written"] == 2
+
+
 @pytest.mark.parametrize("protocol", ["s3", "gs"])
 def test_a_bucket_pattern_that_matches_only_folders_says_how_to_take_their_images(
     request, protocol, tmp_path, capsys

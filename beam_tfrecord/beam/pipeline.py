@@ -47,7 +47,7 @@ from beam_tfrecord.beam.writing import WriteReport, WriteShards
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
-from beam_tfrecord.early_start import head_start, taken_before_beam
+from beam_tfrecord.early_start import checked_before_beam, head_start, taken_before_beam
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.listing import local_bytes_reach
 from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, reached_alike
@@ -633,13 +633,15 @@ def _build(
     )
     early = taken_before_beam(config)
     try:
-        if not early:
+        # The command checked a plain build before Beam was imported, or while it was.
+        checked = early or checked_before_beam(config)
+        if not checked:
             preflight(config, lock=lock)
     except ConfigError as err:
         if COMMAND_LINE.get():
             raise
         raise err.for_python() from None
-    if config.overwrite and not dry_run:
+    if config.overwrite and not dry_run and not checked:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
     started = time.monotonic()

@@ -190,7 +190,8 @@ def _start_before_beam(
     """What a build does before Beam is imported: refuses placeholders at once, and a plain
     local build (no Beam flags) checks the world, locks its output and starts its worker
     processes with a head start (`early_start`), which write while Beam is imported (in the
-    command's own process, a Beam without the parts no build on this machine uses). Stopped
+    command's own process, a Beam without the parts no build on this machine uses); one that
+    reaches a store checks it meanwhile, on a thread (`check_before_beam`). Stopped
     from then on, it ends as a build stopped later does, its finished shards kept for --resume
     (`_EarlyStart`)."""
     refuse_placeholders(config)
@@ -199,7 +200,7 @@ def _start_before_beam(
     from fsspec.utils import get_protocol
 
     from beam_tfrecord import progress
-    from beam_tfrecord.early_start import start_before_beam
+    from beam_tfrecord.early_start import check_before_beam, start_before_beam
     from beam_tfrecord.shard_processes import fork_from_server
 
     if is_the_command():
@@ -214,6 +215,8 @@ def _start_before_beam(
     try:
         if not start_before_beam(config):
             early.release()  # nothing started: a stop is still one line
+            # A build that reaches a store checks it while Beam is imported.
+            check_before_beam(config)
             return
         # The import the worker processes overlap.
         if not _imported_lean_beam(extra):
