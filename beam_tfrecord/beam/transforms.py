@@ -43,6 +43,7 @@ from beam_tfrecord.listing import (
     read_input_list_chunk,
     split_listing,
 )
+from beam_tfrecord.locations import is_local_url
 from beam_tfrecord.planning import Preparer, hash_source
 from beam_tfrecord.readahead import StreamsAhead
 from beam_tfrecord.remote import Fetches
@@ -100,9 +101,9 @@ class _LeftOut(Counter):
 
 
 class _ListingFn(beam.DoFn):
-    """Lists each task it is given (`_listing`) in the background, `LISTINGS_AT_ONCE` at a time,
-    and hands on what they found in the tasks' order: files in batches, tagged FILES, and
-    anything else (a task's parts) as it is."""
+    """Lists each task it is given (`_listing`), a store's in the background, `LISTINGS_AT_ONCE`
+    at a time, and hands on what they found: files in batches, tagged FILES, and anything else
+    (a task's parts) as it is."""
 
     def __init__(self, extensions: Sequence[str]):
         self._extensions = tuple(extensions)
@@ -123,7 +124,11 @@ class _ListingFn(beam.DoFn):
         self._ahead = StreamsAhead(self._listing, LISTINGS_AT_ONCE)
 
     def process(self, task: ListingTask):
-        yield from self._hand_on(self._ahead.add(task))
+        if is_local_url(task.pattern):
+            # No round trip to hide: listed here, without a thread's hand-offs.
+            yield from self._hand_on(self._listing(task))
+        else:
+            yield from self._hand_on(self._ahead.add(task))
 
     def finish_bundle(self):
         try:
