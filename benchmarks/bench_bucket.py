@@ -484,6 +484,11 @@ def main(argv: list[str] | None = None) -> int:
                     row.most_in_flight = store.proxy.max_in_flight
                     row.counts = store.proxy.reset_counts()
                     row.identical = "yes" if store.shards(output) == local_shards else "NO"
+                    # The servers hold objects in memory, and fake-gcs-server's garbage
+                    # collector grows with them (5.3 s of its CPU for a build that took 3.7 s
+                    # after eight builds' outputs stayed): each row meets the store as the
+                    # first one did.
+                    store.fs.rm(output.split("://", 1)[1], recursive=True)
                     row.pair = pair
                     rows.append(row)
             finally:
