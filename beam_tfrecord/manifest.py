@@ -9,7 +9,7 @@ import json
 import platform
 import posixpath
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, TypedDict
 
@@ -50,11 +50,14 @@ __all__ = [
     "build_manifest",
     "discard_manifest",
     "is_build_file",
+    "manifest_written_here",
     "publish_text",
     "read_manifest",
+    "remove_files",
     "remove_stale_files",
     "remove_temporaries",
     "skipped_fraction",
+    "stale_files",
     "too_many_skipped",
     "withdraw_build",
     "withdrawn_failure",
@@ -327,26 +330,44 @@ def write_build_files(
     classes: ClassMap,
     report: Iterable[ReportEntry] | None = None,
     extra: Mapping[str, str] | None = None,
-) -> None:
+    meanwhile: Sequence[Callable[[], Any]] = (),
+) -> list[Any]:
     """Writes labels.txt, report.jsonl and `extra` files (name -> text) at once, then, last,
-    manifest.json: a manifest means a finished build.
+    manifest.json: a manifest means a finished build. Returns what the `meanwhile` calls
+    returned, which ran at once with those writes, before the manifest.
 
     At once, because on an object store each is a round trip and none depends on another.
     With `report` None, report.jsonl is in place already (a build composes it from its parts).
+    The manifest's text is kept for this process to take (`manifest_written_here`).
     """
     files = {**(extra or {}), LABELS_FILE: classes.to_text()}
     if report is not None:
         files[REPORT_FILE] = _report_text(report)
-    run_concurrently(
+    done = run_concurrently(
         [
-            functools.partial(publish_text, posixpath.join(output_dir, name), text)
-            for name, text in files.items()
+            *meanwhile,
+            *(
+                functools.partial(publish_text, posixpath.join(output_dir, name), text)
+                for name, text in files.items()
+            ),
         ]
     )
-    publish_text(
-        posixpath.join(output_dir, MANIFEST_FILE),
-        json.dumps(manifest, indent=1, ensure_ascii=False) + "\n",
-    )
+    text = json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
+    publish_text(posixpath.join(output_dir, MANIFEST_FILE), text)
+    _WRITTEN_HERE[output_dir] = text
+    return list(done[: len(meanwhile)])
+
+
+# The manifest this process last wrote into each output folder, as written: the launcher of a
+# build that finalized here takes it without reading it back, a round trip on a store.
+_WRITTEN_HERE: dict[str, str] = {}
+
+
+def manifest_written_here(output_dir: str) -> dict[str, Any] | None:
+    """The manifest this process wrote into `output_dir` since it last asked (None if none), as
+    `read_manifest` would read it. Once: it is forgotten as it is taken."""
+    text = _WRITTEN_HERE.pop(output_dir, None)
+    return None if text is None else json.loads(text)
 
 
 def withdraw_build(
@@ -522,6 +543,11 @@ def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
     Names, kept and removed, are relative to the folder: a stale shard's index is
     `index/{shard}.index`.
     """
+    return remove_files(output_dir, stale_files(output_dir, keep))
+
+
+def stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
+    """The files `remove_stale_files` would remove, found and left in place."""
     fs, path = fsspec.core.url_to_fs(output_dir)
     # s3fs and gcsfs cache listings for the life of the process; this one must be fresh.
     fs.invalidate_cache(path)
@@ -534,14 +560,29 @@ def remove_stale_files(output_dir: str, keep: Iterable[str]) -> list[str]:
             return []
 
     folders = ("", INDEX_DIR, SHARD_REPORTS_DIR)
-    removed = []
-    # Listed at once and removed at once: on an object store each call is a round trip.
+    stale = []
+    # Listed at once: on an object store each listing is a round trip.
     for folder, listed in zip(
         folders, run_concurrently([functools.partial(listing, f) for f in folders]), strict=True
     ):
         for name in sorted(posixpath.basename(p.rstrip("/")) for p in listed):
             relative = posixpath.join(folder, name)
             if relative not in keep and is_build_file(relative):
-                removed.append(relative)
-    run_concurrently([functools.partial(fs.rm, posixpath.join(path, r)) for r in removed])
-    return removed
+                stale.append(relative)
+    return stale
+
+
+def remove_files(output_dir: str, names: Iterable[str]) -> list[str]:
+    """Removes files of the folder (names relative to it) at once (on a store, a round trip);
+    the names of those it removed, not of those already gone (a temporary file a publish was
+    writing when the folder was listed)."""
+    fs, path = fsspec.core.url_to_fs(output_dir)
+
+    def remove(name: str) -> str | None:
+        try:
+            fs.rm(posixpath.join(path, name))
+        except FileNotFoundError:
+            return None
+        return name
+
+    return [n for n in run_concurrently([functools.partial(remove, n) for n in names]) if n]

@@ -399,6 +399,44 @@ def test_the_end_of_a_build_takes_a_request_for_each_of_its_steps(request, proto
     assert not [name for name in objects if name.startswith(report.PARTS_DIR)]
 
 
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_a_bucket_build_ends_in_three_round_trips_after_its_shards(request, protocol, tmp_path):
+    """After the last shard: the report composed; then at once the files before the manifest,
+    the report's parts removed and the files of earlier builds looked for; then the manifest,
+    which the launcher does not read back. These were six round trips in turn."""
+    store = _store(request, protocol)
+    root = f"{store.new_bucket('ends')}/data"
+    rng = np.random.default_rng(9)
+    for name in ["a/1.jpg", "b/2.jpg"]:
+        store.fs.pipe_file(f"{root}/{name}", jpeg_bytes(rng, 32, 24))
+    output = f"{store.new_bucket('ends-out')}/ds"
+    store.fs.pipe_file(f"{output}/ds-train.tfrecord-00007-of-00009", b"an earlier build's")
+    store.fs.invalidate_cache()
+    sent: list[tuple[float, str, str]] = []
+
+    def fault(method, target):
+        sent.append((time.monotonic(), request_kind(method, target), urllib.parse.unquote(target)))
+        return None
+
+    store.proxy.fault = fault
+    store.proxy.delay = 0.1
+    try:
+        result = build(_config(f"{root}/**", output, overwrite=True), [])
+    finally:
+        store.proxy.fault = None
+        store.proxy.delay = 0
+    assert result.manifest["inputs"]["written"] == 2
+    objects = _objects(output)
+    assert "ds-train.tfrecord-00007-of-00009" not in objects  # the earlier build's shard went
+    assert MANIFEST_FILE in objects
+    # The manifest is not read back: the launcher took it as the finalize step wrote it.
+    assert not [t for _, kind, t in sent if kind == "read" and MANIFEST_FILE in t]
+    parts = next(when for when, kind, t in sent if kind == "list" and report.PARTS_DIR in t)
+    stale = [when for when, kind, t in sent if kind == "list" and "/index/" in t + "/"]
+    # The parts' listing and the looks for stale files go at once, within one round trip.
+    assert stale and all(abs(when - parts) < 0.08 for when in stale), (parts, stale)
+
+
 @pytest.mark.parametrize(("protocol", "block"), [("gs", 256 * 1024), ("s3", 5 * 1024 * 1024)])
 def test_a_shard_larger_than_an_upload_block_goes_up_in_blocks(
     request, protocol, block, tmp_path, monkeypatch

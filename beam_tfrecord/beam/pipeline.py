@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -55,8 +56,10 @@ from beam_tfrecord.manifest import (
     REPORT_FILE,
     build_manifest,
     discard_manifest,
+    manifest_written_here,
     read_manifest,
-    remove_stale_files,
+    remove_files,
+    stale_files,
     withdraw_build,
     withdrawn_failure,
     write_build_files,
@@ -66,7 +69,7 @@ from beam_tfrecord.output_lock import is_lockable, release_output
 from beam_tfrecord.planning import preparer
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import read_depth
-from beam_tfrecord.report import compose_report, remove_parts, shard_report_name
+from beam_tfrecord.report import PARTS_DIR, compose_report, remove_parts, shard_report_name
 from beam_tfrecord.shard_processes import (
     PROCESSES_MIN_BYTES,
     PROCESSES_MIN_IMAGES,
@@ -137,7 +140,6 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
             f"the report's parts hold {composed} lines, but {tally.lines} were reported"
         )
     compose_report(output_dir, (part for part, _ in parts), REPORT_FILE)
-    remove_parts(output_dir)
     shard_files = [s["file"] for s in manifest["shards"]]
     shard_files += [s["index_file"] for s in manifest["shards"] if s["index_file"]]
     shard_files += [shard_report_name(s["file"]) for s in manifest["shards"]]
@@ -153,12 +155,26 @@ def _finalize(results, class_counts, tally, parts, census, config_dict, split_na
         beam.metrics.Metrics.string_set(METRICS_NAMESPACE, _VERDICT).add(verdict.to_json())
         for name in missing:
             beam.metrics.Metrics.string_set(METRICS_NAMESPACE, _CLASSES_NOT_FOUND).add(name)
+        remove_parts(output_dir)
         withdraw_build(output_dir, keep=shard_files if verdict.keeps_shards else ())
         return manifest["inputs"]
     # TFDS's files describe the same build; they go before manifest.json, which comes last.
+    # With them, at once (on a store each is a round trip, and none waits for another): the
+    # report's parts go, and the files of earlier builds are looked for. Those go once the
+    # manifest is written.
     tfds = tfds_files(manifest)
-    write_build_files(output_dir, manifest, census.classes, extra=tfds)
-    removed = remove_stale_files(output_dir, keep=[*tfds, *shard_files])
+    _, stale = write_build_files(
+        output_dir,
+        manifest,
+        census.classes,
+        extra=tfds,
+        meanwhile=[
+            functools.partial(remove_parts, output_dir),
+            # (The parts' folder is remove_parts' to remove.)
+            functools.partial(stale_files, output_dir, [*tfds, *shard_files, PARTS_DIR]),
+        ],
+    )
+    removed = remove_files(output_dir, stale)
     if removed:
         # Housekeeping, shown with -v: a build is quiet by default.
         _LOG.debug(
@@ -644,6 +660,7 @@ def _build(
     if config.overwrite and not dry_run and not checked:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
+    manifest_written_here(config.output)  # an earlier build's, in this process: not this one's
     started = time.monotonic()
     processes = shard_processes(config, options)  # none for a dry run: that is Dataflow's
     if processes and (
@@ -732,8 +749,9 @@ def _finished(result, config: BuildConfig, started: float) -> BuildResult:
     except (NotImplementedError, AttributeError, KeyError):  # some runners report no metrics
         missing_classes, verdicts = [], ()
     try:
-        # Read at once, not looked for first: on an object store a look is three round trips.
-        manifest = read_manifest(config.output)
+        # Taken as the finalize step wrote it, when it ran in this process; else read at once,
+        # not looked for first: on an object store a look is three round trips.
+        manifest = manifest_written_here(config.output) or read_manifest(config.output)
     except FileNotFoundError:
         raise withdrawn_failure(
             config.output,
