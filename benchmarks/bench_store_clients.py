@@ -13,7 +13,12 @@ a read of its own):
 - gcsfs's `_cat_file` alone (what `fetch_in_order` awaits), 64 at once on fsspec's event loop;
 - the same GETs (`/download/storage/v1/b/{bucket}/o/{key}?alt=media`) sent with one aiohttp
   session, 64 at once: the floor under gcsfs, the HTTP client it runs on;
-- google-cloud-storage's `Blob.download_as_bytes` on 16 threads (it is a blocking client).
+- google-cloud-storage's `Blob.download_as_bytes` on 16 threads (it is a blocking client);
+- the same GETs written and read on 64 kept-alive asyncio connections, HTTP/1.1 by hand: what
+  the request costs with no client library at all.
+
+With `--direct` the gs clients reach the server itself, not through the proxy, which hands a
+body on in the pieces it reads: more wake-ups for the client than the server's own writes.
 
 The build stays on fsspec's interfaces unless gcsfs costs much more than the floor.
 
@@ -51,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", choices=("gs", "s3"), default="gs")
     parser.add_argument("--delay", type=float, default=0, help="ms per request at the proxy")
     parser.add_argument("--connections", type=int, help="s3fs's connection cap")
+    parser.add_argument("--direct", action="store_true", help="gs: reach the server, not the proxy")
     args = parser.parse_args(argv)
     source = args.data / "c3000"
     ensure_collection(source, 3000)
@@ -70,15 +76,24 @@ def main(argv: list[str] | None = None) -> int:
         keys = [p.relative_to(source).as_posix() for p in files]
         os.sched_setaffinity(0, {0})  # the clients, from now on
         store.proxy.delay = args.delay / 1000
+        endpoint, fs = store.proxy.url, store.fs
+        if args.direct and args.store == "gs":
+            import fsspec
+
+            endpoint = f"http://127.0.0.1:{store.proxy.target_port}"
+            os.environ["STORAGE_EMULATOR_HOST"] = endpoint
+            fsspec.get_filesystem_class("gs").clear_instance_cache()
+            fs = fsspec.filesystem("gs")
         contenders = {
             "fetch_in_order, 64 deep": lambda: _fetch_in_order(args.store, keys),
-            f"{type(store.fs).__name__} _cat_file, 64 at once": lambda: _cat_files(store.fs, keys),
+            f"{type(fs).__name__} _cat_file, 64 at once": lambda: _cat_files(fs, keys),
         }
         if args.store == "gs":
-            contenders["aiohttp alone, 64 at once"] = lambda: asyncio.run(
-                _aiohttp(store.proxy.url, keys)
+            contenders["aiohttp alone, 64 at once"] = lambda: asyncio.run(_aiohttp(endpoint, keys))
+            contenders["google-cloud-storage, 16 threads"] = lambda: _google(endpoint, keys)
+            contenders["HTTP/1.1 by hand, 64 connections"] = lambda: asyncio.run(
+                _by_hand(endpoint, keys)
             )
-            contenders["google-cloud-storage, 16 threads"] = lambda: _google(store.proxy.url, keys)
         for name, read in contenders.items():
             for _ in range(3):
                 proxy, both = _thread_cpu(store.proxy.native_id), store.cpu()
@@ -157,6 +172,39 @@ def _google(endpoint: str, keys: list[str]) -> int:
     bucket = client.bucket("reads")
     with ThreadPoolExecutor(16) as threads:
         return sum(threads.map(lambda key: len(bucket.blob(key).download_as_bytes()), keys))
+
+
+async def _by_hand(endpoint: str, keys: list[str]) -> int:
+    """The GETs on 64 kept-alive connections, written and parsed here: no client library."""
+    parts = urllib.parse.urlsplit(endpoint)
+    connections: asyncio.Queue = asyncio.Queue()
+    for _ in range(64):
+        connections.put_nowait(
+            await asyncio.open_connection(parts.hostname, parts.port, limit=1 << 20)
+        )
+
+    async def one(key: str) -> int:
+        reader, writer = await connections.get()
+        try:
+            path = f"/download/storage/v1/b/reads/o/{urllib.parse.quote(key, safe='')}?alt=media"
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 200"):
+                raise OSError(f"{key}: {head.splitlines()[0]!r}")
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            return len(await reader.readexactly(length))
+        finally:
+            connections.put_nowait((reader, writer))
+
+    try:
+        return sum(await asyncio.gather(*map(one, keys)))
+    finally:
+        while not connections.empty():
+            connections.get_nowait()[1].close()
 
 
 if __name__ == "__main__":
