@@ -407,6 +407,8 @@ class ShardThreads:
     framed=...)` on a thread; `fn` calls `framed()` once its images are framed (`write_shard`,
     `write_segments`). The future holds what `fn` returns. `starting`: a context in which a
     thread is handed its task (and started), such as a signal mask for it to inherit.
+    `stopping` is set by `shutdown(cancel=True)`: a task given it (`write_shard`'s `stop`)
+    abandons its shard rather than finish it.
     """
 
     def __init__(
@@ -419,6 +421,7 @@ class ShardThreads:
         self._reading = threading.Semaphore(reading)
         # One more publishing for each reading: more than that waits for a thread.
         self._threads = ThreadPoolExecutor(2 * reading, thread_name_prefix=thread_name_prefix)
+        self.stopping = threading.Event()
 
     def submit(self, fn: Callable[..., Any], *args, **kwargs) -> Future:
         self._reading.acquire()
@@ -442,6 +445,10 @@ class ShardThreads:
         return future
 
     def shutdown(self, *, cancel: bool = False) -> None:
+        """Waits for the threads to end; `cancel`: tasks not started are dropped, and those
+        given `stopping` stop."""
+        if cancel:
+            self.stopping.set()
         self._threads.shutdown(wait=True, cancel_futures=cancel)
 
 

@@ -49,6 +49,7 @@ T = TypeVar("T")
 __all__ = [
     "Segment",
     "ShardOutput",
+    "ShardStopped",
     "keep_finished",
     "prepare_segment",
     "segment_runs",
@@ -58,6 +59,10 @@ __all__ = [
 
 
 _LOG = logging.getLogger(__name__)
+
+
+class ShardStopped(Exception):
+    """A shard's writing was stopped (`write_shard`'s `stop`): nothing of it was published."""
 
 
 def write_shard(
@@ -71,6 +76,7 @@ def write_shard(
     executor: ThreadPoolExecutor | None = None,
     cpu: threading.Semaphore | None = None,
     framed: Callable[[], object] | None = None,
+    stop: threading.Event | None = None,
 ) -> tuple[ShardResult, list[ReportEntry]]:
     """Writes one shard; returns what it holds and its report lines.
 
@@ -95,6 +101,12 @@ def write_shard(
         cpu: bounds the checks and re-encodes running at once, shared between shards.
         framed: called once every image is read and framed, before the shard is published (on
             an object store, before its last upload): the caller may start its next shard.
+        stop: once set, the shard stops before its next image, or before it is published, and
+            is abandoned (its upload cancelled, its temporary file removed): a build that
+            stops does not wait for a shard written on one of its threads to finish.
+
+    Raises:
+        ShardStopped: `stop` was set.
     """
     ordered = sorted(entries, key=lambda e: e.sort_key)
     replaced = ""
@@ -105,9 +117,11 @@ def write_shard(
         replaced = kept or ""
     records = _prepared(ordered, policy, read_ahead, executor, cpu)
     with ShardOutput(spec) as output:
-        work = output.frame_all(records, max_record_size)
+        work = output.frame_all(records, max_record_size, stop)
         if framed is not None:
             framed()
+        if stop is not None and stop.is_set():
+            raise ShardStopped(spec.file_name)
         output.commit()
     return output.result(sum(e.record_size for e in ordered), work, replaced), output.report
 
@@ -269,13 +283,23 @@ class ShardOutput:
             self._abort()
 
     def frame_all(
-        self, records: Iterable[tuple[ImageEntry, _Outcome | Future]], max_record_size: int | None
+        self,
+        records: Iterable[tuple[ImageEntry, _Outcome | Future]],
+        max_record_size: int | None,
+        stop: threading.Event | None = None,
     ) -> Counter[str]:
-        """Frames each prepared image in turn, or reports it; returns the work done."""
+        """Frames each prepared image in turn, or reports it; returns the work done.
+
+        Raises:
+            ShardStopped: `stop` was set (before an image).
+        """
         work: Counter[str] = Counter()
         writer, index, tally, counts = self.writer, self._index, self._tally, self._counts
         report = self.report
+        stopped = stop.is_set if stop is not None else bool
         for entry, encoded in records:
+            if stopped():
+                raise ShardStopped(self.spec.file_name)
             ready = _record_for(entry, encoded.result, report, max_record_size, work)
             if ready is None:
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import threading
 import time
 import zlib
 from dataclasses import replace
@@ -22,6 +23,7 @@ from beam_tfrecord.images import ImageError, ImagePolicy, check_image
 from beam_tfrecord.images.policy import Resize
 from beam_tfrecord.planning import Preparer
 from beam_tfrecord.report import shard_report_name
+from beam_tfrecord.shard_processes import ShardThreads
 from beam_tfrecord.shard_writer import write_shard
 from beam_tfrecord.splits import shuffle_key
 
@@ -110,6 +112,59 @@ def test_interrupted_write_leaves_no_file_under_the_final_name(planned, tmp_path
     with pytest.raises(KeyboardInterrupt):
         write_shard(spec, entries, POLICY)
     assert list((tmp_path / "out").iterdir()) == [], "neither a partial final file nor a temporary"
+
+
+class _SetAfter:
+    """A stop event that is found set from its `n`th look on, as if set while the shard was
+    being written."""
+
+    def __init__(self, n: int):
+        self.looks = 0
+        self._n = n
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        return self.looks > self._n
+
+
+@pytest.mark.parametrize("after", [0, 5, 12])
+def test_a_stopped_shard_is_abandoned_not_finished(planned, tmp_path, after):
+    """A build that stops (Ctrl-C) ends the shards its threads are writing rather than wait for
+    them: 7 s after a Ctrl-C on a gs:// build at 50 ms a request, as long as a shard takes on a
+    slow link. Stopped before an image, or once all are framed (12) but before it is published,
+    the shard leaves nothing behind."""
+    spec, entries, _ = planned
+    stop = _SetAfter(after)
+    with pytest.raises(shard_writer.ShardStopped, match=spec.file_name):
+        write_shard(spec, entries, POLICY, stop=stop)
+    assert stop.looks == after + 1  # it stopped at the first look that found it set
+    leftovers = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert leftovers == [], "neither a partial final file nor a temporary"
+    # Not set: the same shard is written whole.
+    result, _ = write_shard(spec, entries, POLICY, stop=_SetAfter(len(entries) + 1))
+    assert result.examples == len(entries)
+
+
+def test_shard_threads_shut_down_cancelled_stop_the_shards_they_write():
+    """What a build's teardown does when it stops: shards running on its threads are told to
+    stop (and abandon themselves), those not started are dropped; it no longer waits for them
+    to finish."""
+    threads = ShardThreads(1)
+    running = threading.Event()
+
+    def endless_shard(*, framed, stop):  # a shard whose reads never end, as on a silent store
+        running.set()
+        while not stop.is_set():
+            time.sleep(0.005)
+        raise shard_writer.ShardStopped("endless")
+
+    first = threads.submit(endless_shard, stop=threads.stopping)
+    assert running.wait(5)
+    shutting = threading.Thread(target=threads.shutdown, kwargs={"cancel": True})
+    shutting.start()
+    shutting.join(5)
+    assert not shutting.is_alive(), "shutdown waited for shards that never end"
+    assert isinstance(first.exception(), shard_writer.ShardStopped)
 
 
 def test_vanished_and_changed_sources_are_reported_not_written(planned):

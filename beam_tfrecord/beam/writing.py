@@ -143,6 +143,7 @@ class _WriteShardFn(_ReadAheadFn):
                     **how,
                     executor=self._executor,
                     cpu=self._cpu,
+                    stop=self._shard_threads.stopping,
                 )
             )
             # Shards framed and still uploading do not count against `shards_at_once`; these
@@ -168,9 +169,9 @@ class _WriteShardFn(_ReadAheadFn):
             # those being written end now rather than when they are done.
             self._pool.close(cancel=bool(self._pending))
         if getattr(self, "_shard_threads", None) is not None:
-            for future in self._pending:
-                future.cancel()
-            self._shard_threads.shutdown()
+            # Likewise: shards still being written on threads are abandoned, not finished (a
+            # Ctrl-C waited for them, seconds to minutes on a distant store).
+            self._shard_threads.shutdown(cancel=bool(self._pending))
         super().teardown()
 
     def _next_written(self):
