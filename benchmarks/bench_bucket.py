@@ -25,6 +25,11 @@ build's timeline (every 0.1 s: the build's cores busy, reads and uploads in flig
 shards open, from the build's own `-v` lines) goes to DIR/<row>.tsv, its log to DIR/<row>.log,
 and a summary of it, a line a second, is printed.
 
+With `--against DIR` (another checkout of the project, such as a `git worktree` of an earlier
+commit), it measures a change instead: for each store and delay, builds of this checkout and of
+DIR in turn, `--repeat` times each, against one server (each output removed after its build), and
+prints each side's median seconds and CPU per image; no local builds, goals or listing.
+
 Then the listing benchmark (`--listing N`, 0 for none): N objects in one flat prefix of a store
 that only lists (benchmarks/listing_server.py: fake-gcs-server cannot hold 200,000 objects in
 reasonable time) behind the proxy at `--listing-delay` ms a request, listed the way a build lists
@@ -268,7 +273,7 @@ def _timeline_text(
 
 def _build(
     row: Row, source: str, output: str, env: dict, cpus: str, store: _Store | None,
-    timeline_dir: Path | None,
+    timeline_dir: Path | None, tree: Path = REPO,
 ) -> None:  # fmt: skip
     """Runs one build, pinned to `cpus`; fills in the row's seconds and CPU."""
     command = ["taskset", "-c", cpus, sys.executable, "-m", "beam_tfrecord.cli", "build",
@@ -279,7 +284,8 @@ def _build(
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.time()
         process = subprocess.Popen(
-            command, cwd=REPO, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", **env},
+            command, cwd=tree,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(tree), **env},
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         store_before = store.cpu() if store else 0.0
@@ -444,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=REPO.parent / "bench-data")
     parser.add_argument("--markdown", type=Path, help="also write the table and goals here")
     parser.add_argument("--flags", default="", help="more build settings for every build, as one string")  # fmt: skip
+    parser.add_argument("--against", type=Path, help="another checkout: bucket builds of both, in turn")  # fmt: skip
+    parser.add_argument("--repeat", type=int, default=4, help="builds of each side with --against")  # fmt: skip
     args = parser.parse_args(argv)
     BUILD_FLAGS[:] = args.flags.split()
     delays = [int(d) for d in args.delays.split(",") if d.strip()]
@@ -458,6 +466,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"collection: {meta['images']} images, {meta['bytes'] / 1e6:.0f} MB in {source}")
     print(f"builds on CPU {args.build_cpus}; store and proxy on CPU {args.store_cpus}", flush=True)
     scratch = Path(tempfile.mkdtemp(prefix="bench-bucket-"))
+    if args.against is not None:
+        try:
+            return _compare(args, source, meta["images"], stores, delays, scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     rows: list[Row] = []
     listing: list[str] = []
     try:
@@ -515,6 +528,46 @@ def main(argv: list[str] | None = None) -> int:
             f"{meta['images']} JPEGs, {meta['bytes'] / 1e6:.0f} MB; builds on CPU "
             f"{args.build_cpus}, store and proxy on CPU {args.store_cpus}.\n\n{text}\n"
         )
+    return 0
+
+
+def _compare(
+    args: argparse.Namespace, source: Path, images: int, stores: list[str], delays: list[int],
+    scratch: Path,
+) -> int:  # fmt: skip
+    """`--against`: bucket builds of this checkout and of `args.against` in turn, on one server
+    per store; each side's median seconds and CPU per image."""
+    sides = {"this checkout": REPO, str(args.against): args.against.resolve()}
+    lines = []
+    for protocol in stores:
+        store = _Store(protocol, scratch)
+        try:
+            src = f"{store.bucket('photos')}/c{images}"
+            store.upload(source, src)
+            for delay in delays:
+                store.proxy.delay = delay / 1000
+                runs: dict[str, list[Row]] = {name: [] for name in sides}
+                for attempt in range(args.repeat):
+                    for name, tree in sides.items():
+                        bucket = f"out-{delay}-{attempt}-{len(runs[name])}-{abs(hash(name)) % 997}"
+                        output = f"{store.bucket(bucket)}/bench"
+                        row = Row(f"{name}, {protocol}://, {delay} ms", protocol, delay, images,
+                                  0.0, 0.0)  # fmt: skip
+                        _build(row, src, output, store.env, args.build_cpus, store, None, tree)
+                        store.fs.rm(output.split("://", 1)[1], recursive=True)
+                        runs[name].append(row)
+                for name, rows in runs.items():
+                    seconds = sorted(r.seconds for r in rows)
+                    cpu = sorted(r.cpu_us_per_image() for r in rows)
+                    lines.append(
+                        f"{protocol}:// at {delay} ms, {name}: median {seconds[len(rows) // 2]:.2f} s "
+                        f"({', '.join(f'{x:.2f}' for x in seconds)}), CPU "
+                        f"{cpu[len(rows) // 2]:.0f} us an image"
+                    )
+        finally:
+            store.close()
+    print()
+    print("\n".join(lines))
     return 0
 
 
