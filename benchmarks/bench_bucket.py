@@ -51,6 +51,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -271,6 +272,21 @@ def _timeline_text(
     return "\n".join(rows) + "\n", "\n".join(summary)
 
 
+def _uploaded(
+    stores: list[str], source: Path, images: int, scratch: Path
+) -> Iterator[tuple[_Store, str]]:
+    """Each store in turn, its server up and the collection uploaded to it: (the store, the
+    collection's folder URL there). The server stops when the next is asked for."""
+    for protocol in stores:
+        store = _Store(protocol, scratch)
+        try:
+            src = f"{store.bucket('photos')}/c{images}"
+            store.upload(source, src)
+            yield store, src
+        finally:
+            store.close()
+
+
 def _build(
     row: Row, source: str, output: str, env: dict, cpus: str, store: _Store | None,
     timeline_dir: Path | None, tree: Path = REPO,
@@ -479,33 +495,28 @@ def main(argv: list[str] | None = None) -> int:
         _build(local, str(source), str(out), {}, args.build_cpus, None, None)
         rows.append(local)
         local_shards = _local_shards(out)
-        for protocol in stores:
-            store = _Store(protocol, scratch)
-            try:
-                src = f"{store.bucket('photos')}/c{args.images}"
-                store.upload(source, src)
-                for delay in delays:
-                    pair = Row("local -> local", "", 0, meta["images"], 0.0, 0.0)
-                    pair_out = scratch / "local" / f"pair-{protocol}-{delay}" / "bench"
-                    _build(pair, str(source), str(pair_out), {}, args.build_cpus, None, None)
-                    store.proxy.delay = delay / 1000
-                    store.proxy.reset_counts()
-                    output = f"{store.bucket(f'out-{delay}')}/bench"
-                    row = Row(f"{protocol}:// -> {protocol}://, {delay} ms", protocol, delay,
-                              meta["images"], 0.0, 0.0)  # fmt: skip
-                    _build(row, src, output, store.env, args.build_cpus, store, args.timeline)
-                    row.most_in_flight = store.proxy.max_in_flight
-                    row.counts = store.proxy.reset_counts()
-                    row.identical = "yes" if store.shards(output) == local_shards else "NO"
-                    # The servers hold objects in memory, and fake-gcs-server's garbage
-                    # collector grows with them (5.3 s of its CPU for a build that took 3.7 s
-                    # after eight builds' outputs stayed): each row meets the store as the
-                    # first one did.
-                    store.fs.rm(output.split("://", 1)[1], recursive=True)
-                    row.pair = pair
-                    rows.append(row)
-            finally:
-                store.close()
+        for store, src in _uploaded(stores, source, args.images, scratch):
+            protocol = store.protocol
+            for delay in delays:
+                pair = Row("local -> local", "", 0, meta["images"], 0.0, 0.0)
+                pair_out = scratch / "local" / f"pair-{protocol}-{delay}" / "bench"
+                _build(pair, str(source), str(pair_out), {}, args.build_cpus, None, None)
+                store.proxy.delay = delay / 1000
+                store.proxy.reset_counts()
+                output = f"{store.bucket(f'out-{delay}')}/bench"
+                row = Row(f"{protocol}:// -> {protocol}://, {delay} ms", protocol, delay,
+                          meta["images"], 0.0, 0.0)  # fmt: skip
+                _build(row, src, output, store.env, args.build_cpus, store, args.timeline)
+                row.most_in_flight = store.proxy.max_in_flight
+                row.counts = store.proxy.reset_counts()
+                row.identical = "yes" if store.shards(output) == local_shards else "NO"
+                # The servers hold objects in memory, and fake-gcs-server's garbage
+                # collector grows with them (5.3 s of its CPU for a build that took 3.7 s
+                # after eight builds' outputs stayed): each row meets the store as the
+                # first one did.
+                store.fs.rm(output.split("://", 1)[1], recursive=True)
+                row.pair = pair
+                rows.append(row)
         if args.listing:
             build_cpus = {int(c) for c in args.build_cpus.split(",")}
             listing = _listing_benchmark(args.listing, args.listing_delay, build_cpus, scratch)
@@ -539,33 +550,27 @@ def _compare(
     per store; each side's median seconds and CPU per image."""
     sides = {"this checkout": REPO, str(args.against): args.against.resolve()}
     lines = []
-    for protocol in stores:
-        store = _Store(protocol, scratch)
-        try:
-            src = f"{store.bucket('photos')}/c{images}"
-            store.upload(source, src)
-            for delay in delays:
-                store.proxy.delay = delay / 1000
-                runs: dict[str, list[Row]] = {name: [] for name in sides}
-                for attempt in range(args.repeat):
-                    for name, tree in sides.items():
-                        bucket = f"out-{delay}-{attempt}-{len(runs[name])}-{abs(hash(name)) % 997}"
-                        output = f"{store.bucket(bucket)}/bench"
-                        row = Row(f"{name}, {protocol}://, {delay} ms", protocol, delay, images,
-                                  0.0, 0.0)  # fmt: skip
-                        _build(row, src, output, store.env, args.build_cpus, store, None, tree)
-                        store.fs.rm(output.split("://", 1)[1], recursive=True)
-                        runs[name].append(row)
-                for name, rows in runs.items():
-                    seconds = sorted(r.seconds for r in rows)
-                    cpu = sorted(r.cpu_us_per_image() for r in rows)
-                    lines.append(
-                        f"{protocol}:// at {delay} ms, {name}: median {seconds[len(rows) // 2]:.2f} s "
-                        f"({', '.join(f'{x:.2f}' for x in seconds)}), CPU "
-                        f"{cpu[len(rows) // 2]:.0f} us an image"
-                    )
-        finally:
-            store.close()
+    for store, src in _uploaded(stores, source, images, scratch):
+        protocol = store.protocol
+        for delay in delays:
+            store.proxy.delay = delay / 1000
+            runs: dict[str, list[Row]] = {name: [] for name in sides}
+            for attempt in range(args.repeat):
+                for side, (name, tree) in enumerate(sides.items()):
+                    output = f"{store.bucket(f'out-{delay}-{attempt}-{side}')}/bench"
+                    row = Row(f"{name}, {protocol}://, {delay} ms", protocol, delay, images,
+                              0.0, 0.0)  # fmt: skip
+                    _build(row, src, output, store.env, args.build_cpus, store, None, tree)
+                    store.fs.rm(output.split("://", 1)[1], recursive=True)
+                    runs[name].append(row)
+            for name, rows in runs.items():
+                seconds = sorted(r.seconds for r in rows)
+                cpu = sorted(r.cpu_us_per_image() for r in rows)
+                lines.append(
+                    f"{protocol}:// at {delay} ms, {name}: median {seconds[len(rows) // 2]:.2f} s "
+                    f"({', '.join(f'{x:.2f}' for x in seconds)}), CPU "
+                    f"{cpu[len(rows) // 2]:.0f} us an image"
+                )
     print()
     print("\n".join(lines))
     return 0
