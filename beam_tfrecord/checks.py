@@ -104,8 +104,7 @@ def preflight(
             nor --resume is given, it is not writable, or a store does not answer in time.
     """
     refuse_placeholders(config)
-    urls = [*config.inputs, config.output, *([config.input_list] if config.input_list else [])]
-    if not any(is_store_url(u) for u in urls):
+    if not config.reaches_a_store():
         _preflight(config, lock)
         return
     outcome: list[BaseException | None] = []

@@ -12,7 +12,7 @@ from typing import Any
 
 from beam_tfrecord.images.policy import ImagePolicy, PolicyError
 from beam_tfrecord.labels import class_name_problem
-from beam_tfrecord.locations import without_protocol
+from beam_tfrecord.locations import is_store_url, without_protocol
 from beam_tfrecord.settings import DEFAULT_EXTENSIONS, SETTINGS, Setting, default, image_settings
 from beam_tfrecord.settings import setting as setting_named
 from beam_tfrecord.wording import nearest
@@ -236,6 +236,18 @@ class BuildConfig:
     @property
     def split_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.splits)
+
+    def places(self) -> list[tuple[str, str]]:
+        """Where the build reads and writes, each URL with its setting: the inputs, the output,
+        the input list."""
+        places = [("input", url) for url in self.inputs] + [("output", self.output)]
+        if self.input_list:
+            places.append(("input_list", self.input_list))
+        return places
+
+    def reaches_a_store(self) -> bool:
+        """Whether the build reads or writes an object store (not this machine's disk or memory)."""
+        return any(is_store_url(url) for _, url in self.places())
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved settings as plain JSON-able data (for the manifest): flat, named as

@@ -23,7 +23,7 @@ import threading
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.head_start import MIN_MEAN_BYTES, HeadStart
 from beam_tfrecord.listing import local_bytes_reach
-from beam_tfrecord.locations import is_local_url, is_store_url
+from beam_tfrecord.locations import is_local_url
 from beam_tfrecord.measurement import measures
 from beam_tfrecord.planning import preparer
 from beam_tfrecord.readahead import usable_cores
@@ -171,8 +171,7 @@ def check_before_beam(config: BuildConfig) -> bool:
     process), starts its checks (`checks.preflight`) and, with --overwrite, the removal of an
     earlier build's manifest, on a thread while Beam is imported; whether it did. The pipeline
     waits for them and raises what they raised (`checked_before_beam`) before it runs."""
-    urls = [*config.inputs, config.output, *([config.input_list] if config.input_list else [])]
-    if not any(is_store_url(url) for url in urls):
+    if not config.reaches_a_store():
         return False
     from beam_tfrecord.checks import preflight
     from beam_tfrecord.manifest import discard_manifest

@@ -14,8 +14,9 @@ server of its own instead (`fork_from_server`): one process, started fresh, that
 modules once (Pillow, fsspec, the store's client: 0.2 s of CPU, 0.5 s with gcsfs) and forks
 every worker from there, where each would import them again. They ignore SIGINT, from their
 first instruction on (they start with it blocked): Ctrl-C reaches the whole process group, and
-what an interrupt stops is the launcher's to decide. SIGTERM, which the launcher sends them when it stops, ends a shard being written as
-any error would, its temporary file removed, and then the process.
+what an interrupt stops is the launcher's to decide. SIGTERM, which the launcher sends them
+when it stops, ends a shard being written as any error would, its temporary file removed, and
+then the process.
 """
 
 from __future__ import annotations

@@ -261,10 +261,10 @@ class ConvertImages(beam.PTransform):
             processes=self._shard_processes,
             # A shard on a store waits on round trips more than on the CPU: two written at once
             # take about the time of one, however small the build.
-            processes_min_bytes=0 if _reaches_a_store(config) else None,
+            processes_min_bytes=0 if config.reaches_a_store() else None,
             # Without processes (one core), two shards at once: one's last upload and commit
             # overlap the other's reads.
-            shards_at_once=2 if _reaches_a_store(config) else 1,
+            shards_at_once=2 if config.reaches_a_store() else 1,
         )
         report = (*reports, written["report"]) | "Report" >> beam.Flatten()
         # The report's lines go to files from the workers; the manifest gets only their counts.
@@ -494,9 +494,9 @@ def shard_processes(config: BuildConfig, options: PipelineOptions) -> int:
         or (direct.direct_num_workers or 1) != 1
     ):
         return 0
-    if not all(reached_alike(url) for _, url in _places(config)):
+    if not all(reached_alike(url) for _, url in config.places()):
         return 0
-    if _reaches_a_store(config) and not settings_travel():
+    if config.reaches_a_store() and not settings_travel():
         return 0
     cores = usable_cores()
     return cores if cores > 1 else 0
@@ -575,19 +575,6 @@ def build(
         return _build(config, options, runner, dry_run, wait, lock)
 
 
-def _places(config: BuildConfig) -> list[tuple[str, str]]:
-    """Where the build reads and writes, each with its setting."""
-    places = [("input", url) for url in config.inputs] + [("output", config.output)]
-    if config.input_list:
-        places.append(("input_list", config.input_list))
-    return places
-
-
-def _reaches_a_store(config: BuildConfig) -> bool:
-    """Whether the build reads or writes an object store (not this machine's disk or memory)."""
-    return any(is_store_url(url) for _, url in _places(config))
-
-
 def _reads_a_store(config: BuildConfig) -> bool:
     """Whether the build's images (or its input list) are on an object store."""
     return any(is_store_url(url) for url in (*config.inputs, config.input_list) if url)
@@ -595,7 +582,7 @@ def _reads_a_store(config: BuildConfig) -> bool:
 
 def _refuse_local_paths(config: BuildConfig, runner: str) -> None:
     """Dataflow's workers run elsewhere: a path on this machine is one they cannot reach."""
-    for setting, url in _places(config):
+    for setting, url in config.places():
         if is_local_url(url):
             raise ConfigError(
                 setting,
@@ -664,7 +651,7 @@ def _build(
     started = time.monotonic()
     processes = shard_processes(config, options)  # none for a dry run: that is Dataflow's
     if processes and (
-        _reaches_a_store(config)
+        config.reaches_a_store()
         or (
             not config.input_list
             and local_bytes_reach(
