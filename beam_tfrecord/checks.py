@@ -138,8 +138,12 @@ def _preflight(
     config: BuildConfig, lock: bool, checking: list[tuple[str, list[str]]] | None = None
 ) -> None:
     checking = [] if checking is None else checking
+    # What each step looks at, as it goes: a store's filesystem can stall in its making (gcsfs
+    # asking a metadata server for credentials, with no network), before any request.
+    checking.append(("output", [config.output]))
     output = _canonical(config.output)
     for pattern in config.inputs:
+        checking.append(("input", [pattern]))
         try:
             fs, path = fsspec.core.url_to_fs(pattern)
         except (ValueError, ImportError) as err:

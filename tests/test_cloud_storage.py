@@ -539,6 +539,30 @@ def silent_s3(monkeypatch, tmp_path) -> Iterator[str]:
         fsspec.get_filesystem_class("s3").clear_instance_cache()
 
 
+def test_a_store_whose_filesystem_cannot_be_made_is_named_as_the_input(tmp_path, monkeypatch):
+    """With no network, gcsfs's filesystem stalls in its making (asking a metadata server for
+    credentials), before any request. The refusal named --output and the local output folder:
+    nothing was marked as being checked yet."""
+    released = threading.Event()
+    made = fsspec.core.url_to_fs
+
+    def url_to_fs(url, *args, **kwargs):
+        if str(url).startswith("gs://unreachable"):
+            released.wait(30)
+        return made(url, *args, **kwargs)
+
+    monkeypatch.setattr(fsspec.core, "url_to_fs", url_to_fs)
+    pattern = "gs://unreachable/photos/**"
+    config = BuildConfig.from_settings({"inputs": [pattern], "output": str(tmp_path / "out")})
+    try:
+        with pytest.raises(ConfigError) as refused:
+            checks.preflight(config, timeout=1)
+    finally:
+        released.set()
+    assert refused.value.setting == "input"
+    assert str(refused.value).startswith(f"--input: {pattern!r}: no answer from the store in 1 s")
+
+
 @pytest.mark.parametrize("silent", ["input", "output"])
 def test_a_store_that_does_not_answer_is_named_alone(gcs_store, silent_s3, silent, tmp_path):  # noqa: F811
     """The checks before a build give a store a few seconds to answer; the refusal names the
