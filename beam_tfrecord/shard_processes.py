@@ -649,6 +649,8 @@ def _write(
                 max_record_size=max_record_size,
                 resume=resume,
                 read_ahead=read_ahead,
+                # As for a segment (`_prepare`): one core's share, one thread that checks.
+                inline=_worker["cores"] == 1,
                 **_threads(read_ahead),
             )
     finally:

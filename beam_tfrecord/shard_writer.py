@@ -77,6 +77,7 @@ def write_shard(
     cpu: threading.Semaphore | None = None,
     framed: Callable[[], object] | None = None,
     stop: threading.Event | None = None,
+    inline: bool = False,
 ) -> tuple[ShardResult, list[ReportEntry]]:
     """Writes one shard; returns what it holds and its report lines.
 
@@ -104,6 +105,8 @@ def write_shard(
         stop: once set, the shard stops before its next image, or before it is published, and
             is abandoned (its upload cancelled, its temporary file removed): a build that
             stops does not wait for a shard written on one of its threads to finish.
+        inline: the images are checked on this thread, for a process with one core's share
+            (`_checked_here`): threads beside it would only take turns with it at the GIL.
 
     Raises:
         ShardStopped: `stop` was set.
@@ -115,7 +118,7 @@ def write_shard(
         if isinstance(kept, tuple):
             return kept
         replaced = kept or ""
-    records = _prepared(ordered, policy, read_ahead, executor, cpu)
+    records = _prepared(ordered, policy, read_ahead, executor, cpu, inline)
     with ShardOutput(spec) as output:
         work = output.frame_all(records, max_record_size, stop)
         if framed is not None:

@@ -3,11 +3,13 @@ byte, as one process writing it image by image, hostile images normalized or rep
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from hostile_images import hostile_corpus
 from written_shards import file_digests, one_shard
 
-from beam_tfrecord import shard_writer
+from beam_tfrecord import shard_processes, shard_writer
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.shard_processes import ShardProcesses
@@ -91,6 +93,43 @@ def test_a_segment_checked_on_one_thread_is_the_segment_threads_prepare(
     )
     assert here == threaded
     assert bool(read_ahead_calls) == threads_read
+
+
+def test_a_shard_checked_on_one_thread_is_the_shard_threads_write(hostile, tmp_path):
+    """`write_shard(inline=True)`, as a worker process with one core's share writes: the same
+    shard, report and counts as the read-ahead threads make, hostile images alike."""
+    how = {"max_record_size": 1 << 20, "read_ahead": 4}
+    expected = write_shard(one_shard(tmp_path / "threads"), hostile, POLICY, **how)
+    here = write_shard(one_shard(tmp_path / "here"), hostile, POLICY, inline=True, **how)
+    assert here == expected
+    assert file_digests(tmp_path / "here") == file_digests(tmp_path / "threads")
+
+
+@pytest.mark.parametrize(("cores", "on_one_thread"), [(1, True), (2, False)])
+def test_a_worker_process_checks_a_whole_shard_on_its_thread_when_it_has_one_core(
+    hostile, tmp_path, monkeypatch, cores, on_one_thread
+):
+    """Threads that check images beside the one that frames them only take turns with it at
+    the GIL: a process with one core's share checks its shard's images on its own thread."""
+    checked_here = []
+    real = shard_writer._checked_here
+
+    def spied(*args, **kwargs):
+        checked_here.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shard_writer, "_checked_here", spied)
+    monkeypatch.setattr(
+        shard_processes,
+        "_worker",
+        {"cores": cores, "executor": None, "cpu": threading.Semaphore(cores)},
+    )
+    packed = shard_processes._packed(hostile)
+    result, _ = shard_processes._write(
+        one_shard(tmp_path / "out"), packed, POLICY, 1 << 20, False, 4
+    )
+    assert result.examples > 0
+    assert bool(checked_here) == on_one_thread
 
 
 def test_a_segment_is_cut_by_bytes_too_and_a_large_image_is_one_of_its_own(monkeypatch):
