@@ -33,6 +33,7 @@ __all__ = [
     "import_beam_for_one_local_build",
     "option_strings",
     "release_named_semaphores",
+    "reuse_image_memory",
     "run_exit_handlers",
     "subcommand_parsers",
 ]
@@ -123,6 +124,31 @@ def release_named_semaphores() -> None:
     import multiprocessing.util
 
     multiprocessing.util._run_finalizers(0)
+
+
+# --- Pillow --------------------------------------------------------------------------------
+
+# Pillow keeps no freed image memory by default: each decode, resize and encode of a photograph
+# maps fresh pages from the system and faults on every one of them (1.2 MB for a 640x480 image
+# decoded). A process of the tool's own keeps up to this many freed blocks of at most this size
+# (32 MB) for its next images: a build of 3,000 JPEGs resized took 3% less CPU and wall time
+# (farm-bench, both orders), its worker processes 0.35 against 1.0 million page faults each.
+PILLOW_BLOCKS = 8
+PILLOW_BLOCK_SIZE = 4 * 1024 * 1024
+
+
+def reuse_image_memory() -> None:
+    """Has Pillow keep freed image memory for the next images of this process, unless the
+    environment sets Pillow's own `PILLOW_BLOCKS_MAX` or `PILLOW_BLOCK_SIZE` (Pillow's block
+    allocator, whose settings are otherwise only those environment variables, read when Pillow
+    is imported; `Image.core`'s setters are what it calls with them, checked on Pillow 12).
+    """
+    if "PILLOW_BLOCKS_MAX" in os.environ or "PILLOW_BLOCK_SIZE" in os.environ:
+        return
+    from PIL import Image
+
+    Image.core.set_block_size(PILLOW_BLOCK_SIZE)
+    Image.core.set_blocks_max(PILLOW_BLOCKS)
 
 
 def _spawn_without_main() -> None:

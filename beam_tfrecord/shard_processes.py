@@ -44,7 +44,7 @@ import fsspec.config
 from beam_tfrecord import progress
 from beam_tfrecord.batches import PackedEntries, in_shard_order
 from beam_tfrecord.codec.record_index import index_file_name
-from beam_tfrecord.compat import SpawnWithoutMain, end_fork_server
+from beam_tfrecord.compat import SpawnWithoutMain, end_fork_server, reuse_image_memory
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.head_start import HeadStart, plan_digest, plan_shards
 from beam_tfrecord.images.decode import quiet_pillow_for_good
@@ -612,6 +612,7 @@ def _start_worker(log_level: int, fsspec_conf: dict[str, Any], cores: int) -> No
             os._exit(128 + signal.SIGTERM)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     quiet_pillow_for_good()  # this process is the tool's own
+    reuse_image_memory()
     for protocol, settings in fsspec_conf.items():
         fsspec.config.conf.setdefault(protocol, {}).update(settings)
     # The launcher's level for this tool's own lines (-v shows each shard written).

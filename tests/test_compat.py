@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -119,6 +120,40 @@ def test_end_fork_server_makes_the_forked_processes_cpu_this_processs_childrens(
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "6"], done.stderr
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [
+        ({}, [compat.PILLOW_BLOCKS, compat.PILLOW_BLOCK_SIZE]),
+        # The user's own settings of Pillow's allocator are theirs.
+        ({"PILLOW_BLOCKS_MAX": "0"}, [0, 16 * 1024 * 1024]),
+        ({"PILLOW_BLOCK_SIZE": "1m"}, [0, 1024 * 1024]),
+    ],
+)
+def test_reuse_image_memory_sets_pillows_block_cache_unless_the_environment_does(
+    environment, expected
+):
+    code = textwrap.dedent(
+        """
+        from PIL import Image
+        from beam_tfrecord.compat import reuse_image_memory
+
+        reuse_image_memory()
+        print(Image.core.get_blocks_max(), Image.core.get_block_size())
+        Image.new("RGB", (640, 480)).resize((320, 240))  # allocates and frees with the cache
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PILLOW_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, **environment},
+    )
+    assert done.returncode == 0, done.stderr
+    assert [int(v) for v in done.stdout.split()] == expected
 
 
 def test_spawned_processes_do_not_import_the_launchers_main_again(tmp_path):

@@ -7,9 +7,10 @@ import threading
 
 import pytest
 from hostile_images import hostile_corpus
+from PIL import Image
 from written_shards import file_digests, one_shard
 
-from beam_tfrecord import shard_processes, shard_writer
+from beam_tfrecord import compat, shard_processes, shard_writer
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ImageEntry
 from beam_tfrecord.shard_processes import ShardProcesses
@@ -130,6 +131,19 @@ def test_a_worker_process_checks_a_whole_shard_on_its_thread_when_it_has_one_cor
     )
     assert result.examples > 0
     assert bool(checked_here) == on_one_thread
+
+
+@pytest.mark.slow
+def test_worker_processes_keep_freed_image_memory_for_their_next_images():
+    """Pillow's block cache is on in the tool's worker processes (`compat.reuse_image_memory`):
+    a photograph's decode and resize no longer fault in fresh pages for every image."""
+    pool = ShardProcesses(1)
+    try:
+        blocks = pool._pool.submit(Image.core.get_blocks_max).result(timeout=120)
+        size = pool._pool.submit(Image.core.get_block_size).result(timeout=120)
+    finally:
+        pool.close()
+    assert (blocks, size) == (compat.PILLOW_BLOCKS, compat.PILLOW_BLOCK_SIZE)
 
 
 def test_a_segment_is_cut_by_bytes_too_and_a_large_image_is_one_of_its_own(monkeypatch):

@@ -27,7 +27,7 @@ from beam_tfrecord.commands.console import (
 )
 from beam_tfrecord.commands.starting import is_the_command
 from beam_tfrecord.commands.summary import print_submitted, print_summary
-from beam_tfrecord.compat import option_strings, release_named_semaphores
+from beam_tfrecord.compat import option_strings, release_named_semaphores, reuse_image_memory
 from beam_tfrecord.config import (
     COMMAND_LINE,
     BuildConfig,
@@ -334,6 +334,8 @@ def _run_build(
         # PNGs'.
         gc.set_threshold(10_000, 10, 10)
         gc.enable()
+        # Where this process checks images itself (a build without worker processes).
+        reuse_image_memory()
     result = None
     with (
         terminal_stream(not verbose, (ConfigError, BuildFailed)) as terminal,
