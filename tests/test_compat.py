@@ -144,7 +144,7 @@ def test_reuse_image_memory_sets_pillows_block_cache_unless_the_environment_does
         Image.new("RGB", (640, 480)).resize((320, 240))  # allocates and frees with the cache
         """
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PILLOW_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PILLOW_", "MALLOC_"))}
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
@@ -154,6 +154,47 @@ def test_reuse_image_memory_sets_pillows_block_cache_unless_the_environment_does
     )
     assert done.returncode == 0, done.stderr
     assert [int(v) for v in done.stdout.split()] == expected
+
+
+@pytest.mark.parametrize(
+    ("environment", "calls"),
+    [
+        (
+            {},
+            [
+                (compat._M_MMAP_THRESHOLD, compat.MALLOC_MMAP_THRESHOLD),
+                (compat._M_TRIM_THRESHOLD, compat.MALLOC_TRIM_THRESHOLD),
+            ],
+        ),
+        ({"MALLOC_TRIM_THRESHOLD_": "131072"}, []),  # the user's own settings are theirs
+        ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"}, []),
+    ],
+)
+def test_reuse_image_memory_sets_mallocs_thresholds_unless_the_environment_does(
+    monkeypatch, environment, calls
+):
+    for name in compat._MALLOC_ENVIRONMENT + compat._PILLOW_ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PILLOW_BLOCKS_MAX", "0")  # this process's Pillow left as it is
+    made = []
+    monkeypatch.setattr(compat, "_glibc_mallopt", lambda: lambda *call: made.append(call) or 1)
+    compat.reuse_image_memory()
+    assert made == calls
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux")
+    or "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""),
+    reason="glibc's malloc only",
+)
+def test_glibcs_mallopt_takes_the_thresholds():
+    """mallopt answers 1 where it took a setting (0 where it did not)."""
+    mallopt = compat._glibc_mallopt()
+    assert mallopt is not None
+    assert mallopt(compat._M_MMAP_THRESHOLD, compat.MALLOC_MMAP_THRESHOLD) == 1
+    assert mallopt(compat._M_TRIM_THRESHOLD, compat.MALLOC_TRIM_THRESHOLD) == 1
 
 
 def test_spawned_processes_do_not_import_the_launchers_main_again(tmp_path):
