@@ -42,6 +42,19 @@ def hostile(tmp_path) -> list[ImageEntry]:
     return entries
 
 
+def _spied(monkeypatch, module, name: str) -> list[tuple]:
+    """The positional arguments of each call of `module.name` from now on (it still runs)."""
+    calls: list[tuple] = []
+    real = getattr(module, name)
+
+    def spied(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spied)
+    return calls
+
+
 def test_segments_make_the_shard_one_writer_makes(hostile, tmp_path, monkeypatch):
     expected, expected_report = write_shard(
         one_shard(tmp_path / "one"), hostile, POLICY, max_record_size=1 << 20
@@ -81,14 +94,7 @@ def test_a_segment_checked_on_one_thread_is_the_segment_threads_prepare(
     assert any(r.reason == "vanished" for r in threaded.report)
     if reads == "waiting":
         monkeypatch.setattr(shard_writer, "_WAITED_SECONDS_PER_FILE", -1.0)
-    read_ahead_calls = []
-    real = shard_writer.ahead_of
-
-    def spied(*args, **kwargs):
-        read_ahead_calls.append(args)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(shard_writer, "ahead_of", spied)
+    read_ahead_calls = _spied(monkeypatch, shard_writer, "ahead_of")
     here = prepare_segment(
         ordered, POLICY, max_record_size=1 << 20, read_ahead=read_ahead, inline=True
     )
@@ -112,14 +118,7 @@ def test_a_worker_process_checks_a_whole_shard_on_its_thread_when_it_has_one_cor
 ):
     """Threads that check images beside the one that frames them only take turns with it at
     the GIL: a process with one core's share checks its shard's images on its own thread."""
-    checked_here = []
-    real = shard_writer._checked_here
-
-    def spied(*args, **kwargs):
-        checked_here.append(args)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(shard_writer, "_checked_here", spied)
+    checked_here = _spied(monkeypatch, shard_writer, "_checked_here")
     monkeypatch.setattr(
         shard_processes,
         "_worker",
