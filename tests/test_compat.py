@@ -325,6 +325,32 @@ def test_the_fn_api_runner_runs_a_pipeline_with_its_options():
     assert pipeline.run().state == PipelineState.DONE
 
 
+def test_a_bundle_run_here_is_sampled_promptly_and_beams_sampler_is_back_after():
+    """A bundle's end waits out its state sampler's sleep: within the run, Beam's sampler wakes
+    every 20 ms at most, not every 200 ms; the samplers a bundle makes are still Beam's class,
+    and after the run Beam's class is back as it was."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.worker import statesampler
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_tfrecord.beam.compat import PROMPT_SAMPLING_MS
+    from beam_tfrecord.beam.pipeline import LocalRunner
+
+    beams = statesampler.StateSampler
+
+    def sampler_of_this_bundle(_):
+        tracker = statesampler.get_current_tracker()
+        return (isinstance(tracker, beams), tracker.sampling_period_ms)
+
+    pipeline = beam.Pipeline(runner=LocalRunner(), options=PipelineOptions([]))
+    seen = pipeline | beam.Create([1]) | beam.Map(sampler_of_this_bundle)
+    assert_that(seen, equal_to([(True, PROMPT_SAMPLING_MS)]))
+    pipeline.run().wait_until_finish()
+    assert statesampler.StateSampler is beams
+    assert statesampler.DEFAULT_SAMPLING_PERIOD_MS > PROMPT_SAMPLING_MS
+
+
 def test_dofn_specs_are_found_once_per_dofn_within_the_block_and_beam_sees_state(monkeypatch):
     """Beam's callers find `get_dofn_specs` in its module at every call; within the block each
     DoFn's specs are found once, the same answer, and a stateful DoFn still runs with its
