@@ -85,7 +85,8 @@ def end_fork_server(seconds: float = 5.0) -> None:
     spawned processes' do. Left to end on its own when this process exits (it watches a pipe),
     it is no one's child by then, and every worker's CPU goes unreported. Called once the
     processes it forked have ended (their pool closed: each one's end came from the server,
-    which had reaped it). Killed if it has not ended within `seconds`.
+    which had reaped it), so nothing is left for it to do: it is ended by SIGTERM, and killed
+    if it has not ended within `seconds`.
 
     The server's pid and the write end of the pipe it watches are `ForkServer`'s private
     `_forkserver_pid` and `_forkserver_alive_fd` (checked: PYTHON_CHECKED); cleared, the next
@@ -99,6 +100,12 @@ def end_fork_server(seconds: float = 5.0) -> None:
     with contextlib.suppress(OSError):
         os.close(server._forkserver_alive_fd)
     server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
+    # Ended by its pipe alone, it would leave as a Python program does, freeing every module it
+    # imported one at a time: 40 ms of the end of every build, for nothing it holds. SIGTERM,
+    # which it takes as the system's default does, ends it at once (`_start_fork_server` in
+    # `shard_processes`), and what it reaped is counted all the same.
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + seconds
     try:
         while os.waitpid(pid, os.WNOHANG) == (0, 0):
@@ -106,7 +113,7 @@ def end_fork_server(seconds: float = 5.0) -> None:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 return
-            time.sleep(0.005)
+            time.sleep(0.001)
     except ChildProcessError:  # reaped already
         return
 

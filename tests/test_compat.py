@@ -122,6 +122,38 @@ def test_end_fork_server_makes_the_forked_processes_cpu_this_processs_childrens(
     assert done.stdout.split() == ["True", "6"], done.stderr
 
 
+def test_end_fork_server_ends_it_without_its_interpreters_exit(tmp_path):
+    """The server has nothing left to do once its processes have ended: it is ended at once,
+    not left to free every module it imported (its exit handlers, which would, never run)."""
+    (tmp_path / "left_as_a_program.py").write_text(
+        textwrap.dedent(
+            f"""
+            import atexit, pathlib
+            atexit.register(pathlib.Path({str(tmp_path / "exited")!r}).write_text, "ran")
+            """
+        )
+    )
+    code = textwrap.dedent(
+        """
+        import multiprocessing
+        from beam_tfrecord.compat import end_fork_server
+
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["left_as_a_program"])
+        with context.Pool(1) as pool:
+            print(pool.apply(sum, (range(4),)))
+        end_fork_server()
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["6"], done.stderr
+    assert not (tmp_path / "exited").exists()
+
+
 @pytest.mark.parametrize(
     ("environment", "expected"),
     [
