@@ -424,18 +424,40 @@ def _prepared(
     return (pair for run, outcomes in runs for pair in zip(run, outcomes.result(), strict=True))
 
 
-# A run's reads waited when this thread read blocks from a disk while reading them, or was off
-# its core for longer than this a file on average (a network or FUSE file system's reads, which
-# no disk counts; a read from the page cache keeps its thread on the core, and a thread
-# preempted once, for a few milliseconds, across a run of dozens of files stays below it).
+# Reads wait when the thread that checks the images spent longer than this a file, on average
+# over the shard so far, off its core while it gave the core up to wait for them: a disk's, a
+# network's or a FUSE file system's reads. A read from the page cache keeps its thread on the
+# core. Preemption does not count: with a launcher beside two workers on 2 cores, a worker is
+# preempted for a millisecond or two now and then, and a run of one 100 KB photograph that
+# took such a turn once looked like a wait (each of a build's ten shards went over to threads
+# that way, and the threads cost 0.2 s of CPU a process).
 _WAITED_SECONDS_PER_FILE = 200e-6
 
 
-def _disk_reads() -> int:
-    """Blocks this thread has read from disks so far (0 where the system does not say)."""
+class _ReadWaits:
+    """Whether this thread's reads wait (`_WAITED_SECONDS_PER_FILE`), from each run's."""
+
+    __slots__ = ("files", "waited")
+
+    def __init__(self) -> None:
+        self.files = 0
+        self.waited = 0.0
+
+    def add(self, files: int, off_core: float, gave_up_core: bool) -> bool:
+        """Counts a run of `files` reads, this long off the core, in which the thread gave
+        up its core to wait (or may have: where the system does not say); whether reads wait."""
+        self.files += files
+        if gave_up_core:
+            self.waited += off_core
+        return self.waited > self.files * _WAITED_SECONDS_PER_FILE
+
+
+def _waits() -> int | None:
+    """How many times this thread has given up its core to wait so far (its voluntary context
+    switches; involuntary ones are preemption); None where the system does not say."""
     if _RUSAGE_THREAD is None:
-        return 0
-    return resource.getrusage(_RUSAGE_THREAD).ru_inblock
+        return None
+    return resource.getrusage(_RUSAGE_THREAD).ru_nvcsw
 
 
 try:
@@ -453,9 +475,9 @@ def _checked_here(
     executor: ThreadPoolExecutor | None,
 ) -> Iterator[tuple[ImageEntry, _Outcome]]:
     """`_prepared` for a process with one core's share: every image checked on this thread,
-    as a plain loop would, its file read here while reads come from memory; once a run's reads
-    wait (`_WAITED_SECONDS_PER_FILE`), the rest are read `read_ahead` runs ahead on threads,
-    which keep the disk busy.
+    as a plain loop would, its file read here while reads come from memory; once reads wait
+    (`_ReadWaits`), the rest are read `read_ahead` runs ahead on threads, which keep the disk
+    busy.
 
     Threads that check images beside this one would only take turns with it at the GIL, and
     threads that read a page cache's files take it from this one as often: on 120,000 small
@@ -464,13 +486,15 @@ def _checked_here(
     times as long, so it reads ahead once a read is seen to wait.
     """
     runs = _runs(ordered)
+    waits = _ReadWaits()
     for run in runs:
-        blocks, started, cpu = _disk_reads(), time.perf_counter(), time.thread_time()
+        switches, started, cpu = _waits(), time.perf_counter(), time.thread_time()
         datas = _read_run(run)
         off_core = (time.perf_counter() - started) - (time.thread_time() - cpu)
         # Taken before the images are checked: a kept record (`ImageEntry.prepared`) is read
         # from its file then, which is no read of a source.
-        waited = _disk_reads() > blocks or off_core > len(run) * _WAITED_SECONDS_PER_FILE
+        gave_up_core = switches is None or _waits() != switches
+        waited = waits.add(len(run), off_core, gave_up_core)
         yield from _outcomes(run, datas, encode)
         if waited and read_ahead:
             break

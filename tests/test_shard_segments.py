@@ -4,6 +4,7 @@ byte, as one process writing it image by image, hostile images normalized or rep
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from hostile_images import hostile_corpus
@@ -100,6 +101,33 @@ def test_a_segment_checked_on_one_thread_is_the_segment_threads_prepare(
     )
     assert here == threaded
     assert bool(read_ahead_calls) == threads_read
+
+
+def test_reads_wait_when_the_thread_gave_up_its_core_for_them_not_when_it_was_preempted():
+    """A run of one 100 KB photograph whose read was preempted for 2 ms is no sign that reads
+    wait; a read that blocked is, and a single short wait among many quick reads is not."""
+    per_file = shard_writer._WAITED_SECONDS_PER_FILE
+    waits = shard_writer._ReadWaits()
+    assert not waits.add(1, 0.002, gave_up_core=False)  # preempted: its core taken from it
+    assert not waits.add(1, 0.0, gave_up_core=False)
+    assert waits.add(1, 10 * per_file, gave_up_core=True)  # blocked, for a disk or a network
+
+    quick = shard_writer._ReadWaits()
+    assert not any(quick.add(1, per_file / 10, gave_up_core=True) for _ in range(30))
+    assert not quick.add(1, 2 * per_file, gave_up_core=True)  # one wait: the average stays low
+    assert quick.add(64, 64 * 2 * per_file, gave_up_core=True)  # a run of them: it does not
+
+
+def test_the_thread_tells_a_wait_for_a_read_from_a_preemption():
+    """What `_ReadWaits` is told: a thread that sleeps gave its core up (a voluntary switch), a
+    thread that only computes did not."""
+    before = shard_writer._waits()
+    if before is None:
+        pytest.skip("this system does not count a thread's context switches")
+    sum(range(10_000))
+    assert shard_writer._waits() == before
+    time.sleep(0.01)
+    assert shard_writer._waits() > before
 
 
 def test_a_shard_checked_on_one_thread_is_the_shard_threads_write(hostile, tmp_path):
