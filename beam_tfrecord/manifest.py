@@ -44,6 +44,7 @@ __all__ = [
     "GivenClasses",
     "Inputs",
     "Manifest",
+    "ManifestError",
     "ShardSummary",
     "SplitSummary",
     "Work",
@@ -51,6 +52,7 @@ __all__ = [
     "discard_manifest",
     "is_build_file",
     "manifest_written_here",
+    "parse_manifest",
     "publish_text",
     "read_manifest",
     "remove_files",
@@ -480,20 +482,50 @@ def discard_manifest(output_dir: str) -> None:
     )
 
 
+class ManifestError(ValueError):
+    """A manifest.json that is not a build's: not JSON, or not the object a build writes."""
+
+
+def parse_manifest(text: str | bytes, url: str) -> dict[str, Any]:
+    """A manifest.json's text as the build's manifest, checked for what every reader of it takes
+    for granted: a JSON object with a list of shards, each an object naming its file.
+
+    Raises:
+        ManifestError: it is not; the message names `url` and what is wrong.
+    """
+    try:
+        manifest = json.loads(text)
+    except ValueError as error:  # also a UnicodeDecodeError of bytes that are not UTF-8
+        raise ManifestError(f"{url}: not a build's manifest: not valid JSON ({error})") from None
+    shards = manifest.get("shards") if isinstance(manifest, dict) else None
+    if not isinstance(manifest, dict):
+        why = f"a JSON {type(manifest).__name__}, not an object"
+    elif not isinstance(shards, list):
+        why = 'no list of "shards"'
+    elif not all(isinstance(s, dict) and isinstance(s.get("file"), str) for s in shards):
+        why = 'a shard of its "shards" names no file'
+    else:
+        return manifest
+    raise ManifestError(f"{url}: not a build's manifest: {why}")
+
+
 def read_manifest(output_dir: str) -> dict[str, Any]:
     """The build's manifest.
 
     Raises:
         FileNotFoundError: the folder holds no manifest, or does not exist.
         NotADirectoryError: `output_dir` is a file.
+        ManifestError: its manifest.json is not a build's (`parse_manifest`).
     """
+    url = posixpath.join(output_dir, MANIFEST_FILE)
     try:
         # One request on an object store: opened as a file, it took seven round trips in turn
         # (gcsfs asks after the object and its "folder" twice before the read), at the end of
         # every build.
-        return json.loads(read_source(posixpath.join(output_dir, MANIFEST_FILE)))
+        text = read_source(url)
     except NotADirectoryError:
         raise NotADirectoryError(f"{output_dir}: a file, not a build folder") from None
+    return parse_manifest(text, url)
 
 
 def is_build_file(file_name: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import posixpath
 import random
 import sys
@@ -18,7 +17,7 @@ from fsspec.core import url_to_fs
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.records import sample_record
-from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE
+from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, parse_manifest
 from beam_tfrecord.shard_names import ShardName, parse_shard_name
 from beam_tfrecord.storage import to_url
 from beam_tfrecord.wording import count as plural
@@ -158,10 +157,7 @@ def _read_manifest(source: str, storage_options: Mapping[str, Any]) -> dict[str,
         raise NotADirectoryError(f"{source}: a file, not a build folder") from None
     except FileNotFoundError:
         return None
-    try:
-        return json.loads(text)
-    except ValueError as error:
-        raise ValueError(f"{url}: not a JSON manifest: {error}") from None
+    return parse_manifest(text, url)
 
 
 def _manifest_shards(source: str, manifest: Mapping[str, Any], split: str | None) -> list[Shard]:

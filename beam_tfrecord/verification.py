@@ -9,7 +9,6 @@ does not list is damage: a reader globbing the build's shards would read it too.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import posixpath
 from collections.abc import Iterable
@@ -31,7 +30,13 @@ from beam_tfrecord.codec.framing import (
 from beam_tfrecord.codec.reader import TFRecordReader
 from beam_tfrecord.codec.record_index import IndexCheck, index_candidates
 from beam_tfrecord.locations import has_protocol
-from beam_tfrecord.manifest import BUILD_FILES, BUILD_FOLDERS, MANIFEST_FILE
+from beam_tfrecord.manifest import (
+    BUILD_FILES,
+    BUILD_FOLDERS,
+    MANIFEST_FILE,
+    ManifestError,
+    parse_manifest,
+)
 from beam_tfrecord.shard_names import is_shard_name
 from beam_tfrecord.storage import sequential_read_options
 
@@ -235,6 +240,12 @@ class ManifestShards:
 
     def __init__(self) -> None:
         self._folders: dict[str, dict[str, dict[str, Any]] | None] = {}
+        self._damaged: dict[str, str] = {}
+
+    def damaged(self) -> list[tuple[str, str]]:
+        """The manifests read that are not a build's (not JSON, or not the object a build
+        writes), each with what is wrong: their folders' files are checked on their own."""
+        return sorted(self._damaged.items())
 
     def shard(self, url: str) -> dict[str, Any] | None:
         """The manifest's entry for the file; None if its folder's manifest lists no such shard,
@@ -261,22 +272,22 @@ class ManifestShards:
     def _listing(self, folder: str) -> dict[str, dict[str, Any]] | None:
         if folder not in self._folders:
             listing = None
-            with (
-                contextlib.suppress(OSError),
-                fsspec.open(posixpath.join(folder, MANIFEST_FILE), "rb") as f,
-            ):
-                listing = _shard_listing(f)
+            url = posixpath.join(folder, MANIFEST_FILE)
+            with contextlib.suppress(OSError):  # none there: an unfinished build, or no build
+                with fsspec.open(url, "rb") as f:
+                    text = f.read()
+                try:
+                    listing = _shard_listing(text, url)
+                except ManifestError as error:  # the files are checked on their own
+                    self._damaged[url] = str(error).removeprefix(f"{url}: ")
             self._folders[folder] = listing
         return self._folders[folder]
 
 
-def _shard_listing(manifest_file: Any) -> dict[str, dict[str, Any]] | None:
-    """The shards an open manifest.json lists, by file name; None if it is not a build's."""
-    try:
-        manifest = json.load(manifest_file)
-        return {s["file"]: s for s in manifest["shards"]}
-    except (ValueError, TypeError, KeyError, AttributeError):
-        return None  # not a build's manifest: the files are checked on their own
+def _shard_listing(text: bytes, url: str) -> dict[str, dict[str, Any]]:
+    """The shards a manifest.json's text lists, by file name (`parse_manifest`'s ManifestError
+    if it is not a build's)."""
+    return {shard["file"]: shard for shard in parse_manifest(text, url)["shards"]}
 
 
 def _frame_is_whole(damage: CorruptRecordError) -> bool:
@@ -486,11 +497,11 @@ class _BuildFolders:
             return None
         if folder not in self._listings:
             listing = None
-            with (
-                contextlib.suppress(OSError),
-                self._fs.open(posixpath.join(folder, MANIFEST_FILE), "rb") as f,
-            ):
-                listing = _shard_listing(f)
+            url = posixpath.join(folder, MANIFEST_FILE)
+            # Not a build's manifest: its folder's files are checked on their own (and
+            # `ManifestShards` says why).
+            with contextlib.suppress(OSError, ManifestError), self._fs.open(url, "rb") as f:
+                listing = _shard_listing(f.read(), url)
             self._listings[folder] = listing
         return self._listings[folder]
 

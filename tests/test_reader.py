@@ -282,3 +282,14 @@ def test_raw_pixels_are_read_as_the_array_they_are():
         decode_image(pixels.tobytes(), 4, "raw", (2, 4))
     with pytest.raises(ValueError, match="height and width"):
         decode_image(pixels.tobytes(), 4, "raw")
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"shards": {}}'])
+def test_a_manifest_that_is_not_a_builds_is_refused_by_name(built, tmp_path, text):
+    out = tmp_path / "copy"
+    shutil.copytree(built[0], out)
+    (out / "manifest.json").write_text(text)
+    with pytest.raises(ValueError, match=rf"^{out / 'manifest.json'}: not a build's manifest: "):
+        Dataset(str(out))
+    with pytest.raises(ValueError, match="not a build's manifest"):
+        list_shards(str(out))

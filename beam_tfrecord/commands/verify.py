@@ -88,9 +88,21 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         totals["damaged"] += not report.ok and not stray and not unreadable
     for url in missing:
         print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
+    # A build folder whose manifest cannot be read as one is no finished build: its shards were
+    # held to nothing. With --loose, as for a folder without one, the files alone count.
+    damaged_manifests = [] if args.loose else manifests.damaged()
+    for url, why in damaged_manifests:
+        print(f"DAMAGED  {url}: {why}; the shards beside it were checked on their own")
     incomplete = [] if args.loose else incomplete_builds(args.paths, files)
     _print_incomplete(incomplete)
-    failed = totals["damaged"] or totals["stray"] or totals["unreadable"] or missing or incomplete
+    failed = (
+        totals["damaged"]
+        or totals["stray"]
+        or totals["unreadable"]
+        or missing
+        or incomplete
+        or damaged_manifests
+    )
     mixed_sets = sum(len(mixed) for *_, mixed in incomplete)
     sound = len(files) - totals["damaged"] - totals["stray"] - totals["unreadable"]
     print(
@@ -104,6 +116,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
             else ""
         )
         + (f", {len(missing)} MISSING" if missing else "")
+        + (f", {_count(len(damaged_manifests), 'manifest')} DAMAGED" if damaged_manifests else "")
         + (f", {len(incomplete)} INCOMPLETE" if incomplete else "")
         + (f", {mixed_sets} MIXED" if mixed_sets else "")
         + (f"; {_count(len(others), 'other file')} not checked (not the build's)" if others else "")

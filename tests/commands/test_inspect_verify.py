@@ -562,3 +562,32 @@ def test_verify_a_folder_of_builds_holds_each_to_its_own_manifest(build_copy, ca
     assert f"OK       {loose}: 2 records, " in out_text
     assert f"total: {len(manifest['shards']) + 1} files, " in out_text
     assert out_text.rstrip().endswith("; 1 other file not checked (not the build's)")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{", "not valid JSON (Expecting property name enclosed in double quotes"),
+        ("", "not valid JSON (Expecting value"),
+        ("[]", "a JSON list, not an object"),
+        ("{}", 'no list of "shards"'),
+        ('{"shards": [1]}', 'a shard of its "shards" names no file'),
+    ],
+)
+def test_verify_fails_a_build_folder_whose_manifest_is_not_a_builds(build_copy, capsys, text, why):
+    """A manifest.json that cannot be read as a build's holds its shards to nothing: verify
+    checks them on their own and says so, and fails, as it fails a folder without one; with
+    --loose the files alone count."""
+    out, manifest = build_copy
+    (out / "manifest.json").write_text(text)
+    assert main(["verify", str(out)]) == 1
+    printed = capsys.readouterr().out
+    path = out / "manifest.json"
+    assert f"DAMAGED  {path}: not a build's manifest: {why}" in printed
+    assert "the shards beside it were checked on their own" in printed
+    shards = len(manifest["shards"])
+    assert printed.splitlines()[-1].startswith(f"total: {shards} files, ")
+    assert f"{shards} OK, 0 DAMAGED, 1 manifest DAMAGED" in printed.splitlines()[-1]
+
+    assert main(["verify", "--loose", str(out)]) == 0
+    assert "manifest DAMAGED" not in capsys.readouterr().out

@@ -258,3 +258,24 @@ def test_preview_draws_raw_pixels(tmp_path, capsys):
     assert main(["preview", str(out), "-o", str(sheet)]) == 0, capsys.readouterr().err
     assert "could not be shown" not in capsys.readouterr().err
     assert Image.open(sheet).size[0] > 0
+
+
+@pytest.mark.parametrize("text", ["{", "[]"])
+@pytest.mark.parametrize("command", ["spec", "preview"])
+def test_a_manifest_that_is_not_a_builds_is_named_in_one_line(
+    built, tmp_path, capsys, command, text
+):
+    """Not a traceback, nor JSON's words alone: which file is wrong, and how."""
+    import shutil
+
+    out = tmp_path / "pets"
+    shutil.copytree(built, out)
+    (out / "manifest.json").write_text(text)
+    args = [command, str(out)] + (
+        ["-o", str(tmp_path / "grid.png")] if command == "preview" else []
+    )
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"beam-tfrecord {command}: error: {out / 'manifest.json'}: not a build's")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "grid.png").exists()
