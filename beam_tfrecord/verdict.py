@@ -198,7 +198,8 @@ class Verdict:
                 "lost them between stages; nothing was published"
             )
         return (
-            f"no image was written: {self.counts.skipped} inputs were reported "
+            f"no image was written: {count(self.counts.skipped, 'input')} "
+            f"{'was' if self.counts.skipped == 1 else 'were'} reported "
             f"({self._reasons()}); nothing was published, see {url}{hint}"
         )
 

@@ -91,6 +91,10 @@ def test_the_messages_word_for_word():
         "no image was written: 120 inputs were reported (corrupt: 20, unknown_class: 100); "
         "nothing was published, see out/report.jsonl; HINT"
     )
+    assert decide(Counts(1, 0, {"empty_file": 1})).message(URL) == (
+        "no image was written: 1 input was reported (empty_file: 1); nothing was published, "
+        "see out/report.jsonl"
+    )
     assert decide(Counts(0, 0, {})).message(URL) == (
         "no image was written and no input was reported: none was listed, or the runner lost "
         "them between stages; nothing was published"

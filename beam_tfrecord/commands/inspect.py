@@ -235,8 +235,10 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     # not records (as verify takes a folder).
     own: list[str] = []  # a build's manifest, labels, report and indexes, named one by one
     files, unmatched = expand_or_complain(args.files, "inspect", others=[], own=own)
-    status = 1 if unmatched else 0
-    if own:
+    status = 1 if unmatched or not files else 0
+    if own and not files:  # `inspect out/labels.txt` shows nothing: not a success
+        print_error("inspect", f"nothing to show: {builds_own(own)}")
+    elif own:
         print(f"beam-tfrecord inspect: skipped {builds_own(own)}", file=sys.stderr)
     limit = args.records or None
     for url in files:

@@ -17,6 +17,7 @@ from beam_tfrecord.commands.arguments import (
     add_compression_argument,
     builds_own,
     expand_or_complain,
+    print_error,
 )
 from beam_tfrecord.shard_names import count_suffix
 from beam_tfrecord.verification import (
@@ -125,7 +126,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     )
     if not_examples:
         print("(files of records that are not tf.train.Examples can be checked with --raw)")
-    return 1 if unmatched or failed else 0
+    if not files and own:  # `verify out/labels.txt`: a script's `verify ... &&` must not pass
+        print_error("verify", f"nothing to check: {builds_own(own)}")
+    return 1 if unmatched or failed or not files else 0
 
 
 def _check_file(

@@ -456,11 +456,14 @@ def test_a_build_folder_named_file_by_file_as_a_shell_expands_out_star(build_cop
         f" 0 DAMAGED; not checked: {len(own)} of the build's own files, not TFRecord files "
         f"({', '.join(Path(p).name for p in own[:4])} and {len(own) - 4} more)"
     )
-    # The files in its index and reports folders, named one by one, are the build's too.
+    # The files in its index and reports folders, named one by one, are the build's too: none
+    # is called damaged, but with nothing else named nothing was checked, which is no pass.
     inner = sorted(str(p) for p in (out / "index").iterdir())
     alone = _run([*_cli(), "verify", str(out / "manifest.json"), *inner])
-    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert alone.returncode == 1, alone.stdout + alone.stderr
     assert alone.stdout.splitlines()[-1].startswith("total: 0 files, 0 records, 0 bytes")
+    assert "DAMAGED  " not in alone.stdout
+    assert alone.stderr.startswith("beam-tfrecord verify: error: nothing to check: ")
 
     shown = _run([*_cli(), "inspect", "-n", "1", *star])
     assert shown.returncode == 0, shown.stderr
@@ -591,3 +594,16 @@ def test_verify_fails_a_build_folder_whose_manifest_is_not_a_builds(build_copy, 
 
     assert main(["verify", "--loose", str(out)]) == 0
     assert "manifest DAMAGED" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+@pytest.mark.parametrize("name", ["labels.txt", "report.jsonl", "index"])
+def test_a_path_that_names_only_the_builds_own_files_checks_nothing_and_fails(
+    build_copy, capsys, command, name
+):
+    """`verify out/labels.txt && publish` must not pass: nothing was checked."""
+    out, _ = build_copy
+    assert main([command, str(out / name)]) == 1
+    err = capsys.readouterr().err
+    what = "nothing to check" if command == "verify" else "nothing to show"
+    assert f"beam-tfrecord {command}: error: {what}: the build's own {name}" in err
