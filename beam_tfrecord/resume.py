@@ -126,7 +126,7 @@ def _report_disagreement(
         # would not balance.
         return (
             f"its report names {stranger.relpath}, which this build does not plan for it "
-            "(inputs changed)"
+            "(inputs, seed, splits or shard sizes changed)"
         )
     return None
 

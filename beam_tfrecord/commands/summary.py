@@ -47,11 +47,12 @@ def print_summary(
     _warn_out_of_bounds(manifest.get("shards", ()), config, out)
     _warn_folder_class(manifest["classes"], config, out)
     _note_other_extensions(getattr(result, "counters", None) or {}, config, out)
-    if config.image.validate == "header":
+    if config.image.validate in ("header", "none"):
         # Documented, but a user who wrote a truncated download without a word should hear it.
+        checked = "by header only" if config.image.validate == "header" else "not at all"
         print(
-            "NOTE: images were checked by header only (--validate header): truncated or corrupt "
-            "image data is not detected; --validate decode finds it",
+            f"NOTE: images were checked {checked} (--validate {config.image.validate}): "
+            "truncated or corrupt image data is not detected; --validate decode finds it",
             file=out,
         )
     for name, split in manifest["splits"].items():

@@ -871,16 +871,21 @@ def src_with_truncated(tmp_path_factory) -> Path:
     return root
 
 
-def test_13_a_header_only_build_says_truncated_data_is_not_detected(src_with_truncated, tmp_path):
+@pytest.mark.parametrize(
+    ("validate", "checked"), [("header", "by header only"), ("none", "not at all")]
+)
+def test_13_a_header_only_build_says_truncated_data_is_not_detected(
+    src_with_truncated, tmp_path, validate, checked
+):
     out = tmp_path / "out"
     done = run(
         "build", "--input", str(src_with_truncated), "--output", str(out),
-        "--validate", "header", cwd=tmp_path,
+        "--validate", validate, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    notes = [line for line in done.stdout.splitlines() if "--validate header" in line]
+    notes = [line for line in done.stdout.splitlines() if f"--validate {validate}" in line]
     assert notes == [
-        "NOTE: images were checked by header only (--validate header): truncated or corrupt "
+        f"NOTE: images were checked {checked} (--validate {validate}): truncated or corrupt "
         "image data is not detected; --validate decode finds it"
     ]
     # What is written does not change: the truncated file is among the images written.
