@@ -267,12 +267,24 @@ class Progress:
         """Writes the current line (a new line when not on a terminal)."""
         line = self.line(read_counts(self._folder) if self._folder else collections.Counter())
         if self._tty:
+            # Within the terminal's width, less its last column: a line that wraps leaves its
+            # first row behind at every redraw, since "\r" returns to the start of the last.
+            line = line[: max(1, self._columns() - 1)]
             pad = max(0, self._width - len(line))
             self._width = len(line)
             self._write("\r" + line + " " * pad)
         else:
             self._write(line + "\n")
         self.updates += 1
+
+    def _columns(self) -> int:
+        """The terminal's width: $COLUMNS if set, else the stream's terminal's, else 80."""
+        if os.environ.get("COLUMNS", "").isdigit():
+            return int(os.environ["COLUMNS"])
+        try:
+            return os.get_terminal_size(self._stream.fileno()).columns
+        except (AttributeError, ValueError, OSError):  # no descriptor, or not a terminal
+            return shutil.get_terminal_size().columns
 
     def _write(self, text: str) -> None:
         try:

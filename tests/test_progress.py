@@ -8,6 +8,8 @@ import json
 import os
 import time
 
+import pytest
+
 from beam_tfrecord import progress
 from beam_tfrecord.progress import ENV, Progress, read_counts
 
@@ -155,3 +157,21 @@ def test_an_in_process_build_counts_every_input(tmp_path):
     assert counts["written_bytes"] == sum(
         p.stat().st_size for p in (tmp_path / "out").glob("out-*.tfrecord-*")
     )
+
+
+@pytest.mark.parametrize("columns", [80, 40, 2])
+def test_the_line_on_a_terminal_fits_within_its_width(monkeypatch, columns):
+    """A line as wide as the terminal wraps, and "\\r" returns to the start of its last row
+    only: every redraw would leave a row behind."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    counts = collections.Counter(listed=46, total=46, planned=46, to_write=46, written=45)
+    wide = Progress(io.StringIO(), tty=True).line(counts) + " | and more to say"
+    assert len(wide) > 80
+    stream = io.StringIO()
+    shown = Progress(stream, tty=True)
+    monkeypatch.setattr(shown, "line", lambda _: wide)
+    shown.show()
+    shown.show()
+    frames = stream.getvalue().split("\r")[1:]
+    assert len(frames) == 2
+    assert all(frame == wide[: max(1, columns - 1)] for frame in frames)
