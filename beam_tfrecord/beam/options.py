@@ -77,7 +77,27 @@ def check_beam_args(
     name = runner_name(known)
     if name is not None:
         _check_runner(name)
+    _check_values(known, name)
     return known
+
+
+def _check_values(known: argparse.Namespace, runner: str | None) -> None:
+    """Refuses the option values Beam takes at parsing and fails on only once the pipeline
+    runs, with a traceback (after the output folder was made)."""
+    workers = getattr(known, "direct_num_workers", None)
+    if workers is not None and workers < 0:
+        raise FlagError(
+            "direct_num_workers",
+            f"--direct_num_workers: {workers} is not a number of workers (0: one a core)",
+        )
+    if (runner or "").lower() in ("portablerunner", "portable") and not getattr(
+        known, "job_endpoint", None
+    ):
+        raise FlagError(
+            "job_endpoint",
+            f"--runner={runner} needs --job_endpoint, the address of the job service to submit "
+            "to (host:port); or name the runner behind it (--runner=FlinkRunner, SparkRunner)",
+        )
 
 
 def _looks_like_path(arg: str) -> bool:

@@ -53,6 +53,19 @@ CASES = [
         "--classes:",
         "cannot read",
     ),
+    # Beam takes these at parsing and fails on them only as the pipeline runs, in a traceback.
+    (
+        "negative_workers",
+        ["--direct_num_workers=-1"],
+        "--direct_num_workers:",
+        "-1 is not a number of workers",
+    ),
+    (
+        "portable_runner_without_its_job_service",
+        ["--runner=PortableRunner"],
+        "--runner=PortableRunner needs --job_endpoint",
+        "host:port",
+    ),
 ]
 
 
