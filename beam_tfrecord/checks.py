@@ -24,7 +24,7 @@ from beam_tfrecord.listing import (
     read_input_list_chunk,
 )
 from beam_tfrecord.locations import has_protocol, is_local, is_object_store, is_store_url
-from beam_tfrecord.manifest import MANIFEST_FILE
+from beam_tfrecord.manifest import MANIFEST_FILE, REPORT_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.storage import is_store_refusal, store_reason
@@ -266,6 +266,12 @@ def _check_output_here(config: BuildConfig, lock: bool) -> None:
     # A killed build's lock file (unlocked, or it would have refused this build) is not a file
     # of a build.
     listed = [e for e in listed if posixpath.basename(e["name"].rstrip("/")) != LOCK_FILE]
+    # A build that published nothing (no image written, or none accepted) leaves its
+    # report.jsonl alone, for the user to read why; a build run again after the fix replaces it.
+    if [(posixpath.basename(e["name"].rstrip("/")), e.get("type")) for e in listed] == [
+        (REPORT_FILE, "file")
+    ]:
+        listed = []
     existing = [e["name"] for e in listed]
     if existing and not (config.overwrite or config.resume):
         has_build = any(posixpath.basename(p.rstrip("/")) == MANIFEST_FILE for p in existing)

@@ -379,7 +379,7 @@ def test_the_end_of_a_build_takes_a_request_for_each_of_its_steps(request, proto
     parts = {0: b'{"path": "a"}\n', 3: b'{"path": "b"}\n{"path": "c"}\n'}
     for part, data in parts.items():
         fs.pipe_file(fsspec.core.url_to_fs(report.part_url(output, part))[1], data)
-    fs.pipe_file(f"{root}/{MANIFEST_FILE}", b'{"name": "pets"}')
+    fs.pipe_file(f"{root}/{MANIFEST_FILE}", b'{"name": "pets", "shards": []}')
     fs.invalidate_cache()
 
     store.proxy.reset_counts()
@@ -391,7 +391,7 @@ def test_the_end_of_a_build_takes_a_request_for_each_of_its_steps(request, proto
     assert store.proxy.reset_counts()["list"] == 1
     report.remove_parts(output)  # nothing left: one listing
     assert store.proxy.reset_counts() == {"list": 1}
-    assert read_manifest(output) == {"name": "pets"}
+    assert read_manifest(output) == {"name": "pets", "shards": []}
     assert store.proxy.reset_counts() == {"read": 1}
 
     objects = _objects(output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,29 @@ def test_non_empty_output_without_overwrite(src, tmp_path, capsys):
     # As it says: the build goes in beside the file, which stays.
     assert main(["build", "--input", f"{src}/**", "--output", str(out), "--overwrite"]) == 0
     assert _snapshot(out)["keep.txt"] == b"precious"
+
+
+def test_a_build_that_published_nothing_is_built_again_without_overwrite(src, tmp_path, capsys):
+    """A build that writes no image leaves its report.jsonl, to say why; run again after the
+    fix, the build is not refused for the file the tool itself left, and replaces it."""
+    out = tmp_path / "out"
+    typo = ["--labels", r"regex:^(\w+)/.*\.jpeg$"]  # no image ends in .jpeg
+    assert main(["build", "--input", f"{src}/**", "--output", str(out), *typo]) == 1
+    assert "no image was written" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["report.jsonl"]
+    left = (out / "report.jsonl").read_text().splitlines()
+    assert left and all(json.loads(line)["reason"] == "no_label" for line in left)
+
+    assert main(["build", "--input", f"{src}/**", "--output", str(out)]) == 0
+    assert (out / "manifest.json").exists()
+    assert (out / "report.jsonl").read_text() != "\n".join(left) + "\n"
+    # Anything more than that report is still a folder to refuse.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "report.jsonl").write_text("")
+    (other / "notes.txt").write_text("mine")
+    assert main(["build", "--input", f"{src}/**", "--output", str(other)]) == 2
+    assert "already holds 2 files" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
