@@ -106,7 +106,7 @@ class Work(TypedDict):
     at most once (benchmarks/README.md reads these).
 
     Attributes:
-        reads: sources read.
+        reads: sources read, those read and then refused (truncated, not an image...) too.
         bytes_read: their bytes (the collection's size, when every image is read once).
         decodes: images decoded in full (`--validate decode`, or an image re-encoded).
         encodes: images encoded (normalized or transformed).

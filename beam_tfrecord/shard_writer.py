@@ -642,6 +642,7 @@ class _Outcome:
 class _SourceChanged(Exception):
     def __init__(self, listed: int, now: int):
         super().__init__(f"the file changed since it was listed ({listed} -> {now} bytes)")
+        self.now = now
 
 
 def _record_for(
@@ -673,9 +674,14 @@ def _record_for(
         skip(Reason.READ_ERROR, f"cannot read: {err}")
         return None
     except ImageError as err:
+        # Read whole, and found wanting: a read all the same (its size was checked first).
+        work["reads"] += 1
+        work["bytes_read"] += entry.source_size
         skip(err.code, err.message)
         return None
     except _SourceChanged as err:
+        work["reads"] += 1
+        work["bytes_read"] += err.now
         skip(Reason.SOURCE_CHANGED, str(err))
         return None
     info = ready.info

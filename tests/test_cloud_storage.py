@@ -1035,7 +1035,8 @@ def test_dedup_hashes_through_the_async_reader_with_retries(
         store.proxy.fault = None
     assert all(seen[relpath] == 3 for relpath in TRANSIENT), seen
     assert result.manifest["inputs"]["written"] == len(images)
-    assert result.manifest["work"]["reads"] == len(images)  # the shard writers' reads
+    # The shard writers' reads: every image, and the truncated one, read and refused.
+    assert result.manifest["work"]["reads"] == len(images) + 1
     assert proxy.max_in_flight > 4, "reads overlap"
     assert 0 < most_threads[0] <= worker_threads()
 

@@ -112,6 +112,25 @@ def test_a_default_build_reads_and_decodes_each_image_once(counted, tmp_path):
     }
 
 
+def test_an_image_read_and_refused_counts_among_the_reads(counted, tmp_path):
+    """`work.reads` is the sources read: a truncated JPEG and a text file named .jpg are read
+    whole before they are refused, and reported; the reads and their bytes are the listing's."""
+    written, _ = counted
+    fs = fsspec.filesystem("counting")
+    cut = written["cat/cat_0000.jpg"][:-200]
+    bad = {"cat/cut.jpg": cut, "dog/notes.jpg": b"not an image at all\n" * 40}
+    for relpath, data in bad.items():
+        fs.pipe_file(f"/src/{relpath}", data)
+    CountingFileSystem.reads.clear()
+    manifest = _build(tmp_path)
+    assert manifest["inputs"]["written"] == len(written)
+    assert manifest["inputs"]["skipped"] == len(bad)
+    assert set(_source_reads().values()) == {1}
+    everything = {**written, **bad}
+    assert manifest["work"]["reads"] == len(everything)
+    assert manifest["work"]["bytes_read"] == sum(len(d) for d in everything.values())
+
+
 def test_a_resized_build_on_estimated_sizes_decodes_and_encodes_each_image_once(counted, tmp_path):
     written, calls = counted
     manifest = _build(tmp_path, resize="24", encode="jpeg", transformed_sizes="estimate")
