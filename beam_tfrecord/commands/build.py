@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import gc
 import logging
 import os
@@ -510,10 +511,39 @@ def _discard_partial_files(output: str) -> None:
         _LOG.warning("could not remove the partial files in %s: %s", output, err)
 
 
-def _finished_shards(output: str) -> int | None:
-    """How many finished shards (by their names) `output` holds; None if it cannot be listed."""
-    names = _finished_shard_names(output)
-    return None if names is None else len(names)
+def _finished_shards(output: str, since: float | None = None) -> tuple[int, int] | None:
+    """How many finished shards (by their names) `output` holds, and of those how many were
+    written before `since` (a time.time(); 0 when not asked, or when the store does not say
+    when a shard was written); None if it cannot be listed."""
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(output)
+        fs.invalidate_cache(path)  # object stores cache listings
+        listed = fs.ls(path, detail=True) if fs.isdir(path) else []
+    except OSError:
+        return None
+    by_name = {posixpath.basename(e["name"].rstrip("/")): e for e in listed}
+    names = shard_names(list(by_name))
+    if since is None:
+        return len(names), 0
+    # A second's grace for file systems that keep coarse times.
+    older = [n for n in names if (_written_at(by_name[n]) or since) < since - 1.0]
+    return len(names), len(older)
+
+
+def _written_at(entry: dict) -> float | None:
+    """When a listed file was last written, as a time.time(), from what its file system's listing
+    says (a local file's mtime, gcsfs's `updated`, s3fs's `LastModified`); None if it does not."""
+    value = entry.get("mtime", entry.get("LastModified", entry.get("updated")))
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return None
 
 
 def _finished_shard_names(output: str) -> list[str] | None:
@@ -533,15 +563,21 @@ def _report_interruption(
 ) -> None:
     """One or two lines: what the interrupted build finished (counted if the store answers by
     `until`, a time.monotonic(); not asked when None), and the command that goes on."""
-    counted: list[int | None] = []
+    counted: list[tuple[int, int] | None] = []
+    # With --overwrite the replaced build's shards stay until this one publishes: they are not
+    # what this one finished (its --resume removes those of another plan).
+    since = time.time() - seconds if config.overwrite else None
     if until is not None:
         _within(
             max(0.0, until - time.monotonic()),
-            lambda: counted.append(_finished_shards(config.output)),
+            lambda: counted.append(_finished_shards(config.output, since)),
         )
     finished = counted[0] if counted else None
     if finished is not None:
-        kept = f"{count(finished, 'finished shard')} kept in {config.output}"
+        shards, older = finished
+        kept = f"{count(shards - older, 'finished shard')} kept in {config.output}"
+        if older:
+            kept += f" (beside {count(older, 'shard')} of the build it was replacing)"
     else:
         kept = f"the finished shards kept in {config.output}"
     print(
