@@ -12,7 +12,20 @@ from collections.abc import Iterable
 
 from beam_tfrecord.shard_names import is_shard_name, parse_shard_name, shard_order
 
-__all__ = ["missing_shards", "mixed_sets", "shard_names"]
+__all__ = ["finished_shard_names", "missing_shards", "mixed_sets", "shard_names"]
+
+
+def finished_shard_names(output: str) -> list[str] | None:
+    """The finished shards (by their names) the folder `output` holds; None if it cannot be
+    listed."""
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(output)
+        fs.invalidate_cache(path)  # object stores cache listings
+        return shard_names(fs.ls(path, detail=False)) if fs.isdir(path) else []
+    except OSError:
+        return None
 
 
 def shard_names(paths: Iterable[str]) -> list[str]:

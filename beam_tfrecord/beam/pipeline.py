@@ -45,6 +45,7 @@ from beam_tfrecord.beam.transforms import (
     PlanShards,
 )
 from beam_tfrecord.beam.writing import WriteReport, WriteShards
+from beam_tfrecord.build_folder import finished_shard_names
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
@@ -385,6 +386,10 @@ def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
                 return BuildFailed(f"{message}; {fix}, then build again (nothing was written)")
             if fix:
                 message += f"; {fix}, then go on"
+            if step is None and finished_shard_names(output) == []:
+                # The runner itself, before any step: a Flink or Spark runner fetching its job
+                # server offline. There is nothing to go on from.
+                return BuildFailed(f"{message}; nothing was written")
             return BuildFailed(
                 f"{message}; the shards it finished are kept in {output}", retry=True
             )

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from beam_tfrecord.build_folder import shard_names
+from beam_tfrecord.build_folder import finished_shard_names, shard_names
 from beam_tfrecord.checks import refuse_placeholders
 from beam_tfrecord.commands.console import (
     Interruption,
@@ -258,7 +258,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
     try:
         try:
             config, options, beam_args = _settings(args, extra, verbose, started, early)
-            finished_before = _finished_shard_names(config.output) if config.resume else None
+            finished_before = finished_shard_names(config.output) if config.resume else None
             result, interruption = _run_build(config, options, beam_args, args.wait, verbose)
         except BaseException:
             if early.stopped():
@@ -544,18 +544,6 @@ def _written_at(entry: dict) -> float | None:
         with contextlib.suppress(ValueError):
             return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     return None
-
-
-def _finished_shard_names(output: str) -> list[str] | None:
-    """The finished shards (by their names) `output` holds; None if it cannot be listed."""
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(output)
-        fs.invalidate_cache(path)  # object stores cache listings
-        return shard_names(fs.ls(path, detail=False)) if fs.isdir(path) else []
-    except OSError:
-        return None
 
 
 def _report_interruption(

@@ -426,3 +426,24 @@ def test_no_image_bytes_through_any_group_by_key(collection, tmp_path):
                 label=f"Check{i}",
             )
     assert smallest_image > 1500, "the test would not notice image bytes otherwise"
+
+
+def test_a_runner_that_fails_before_any_step_wrote_nothing_to_go_on_from(tmp_path):
+    """A Flink or Spark runner offline fails fetching its job server, before any step: the
+    build said "the shards it finished are kept" and offered --resume, with no shard there."""
+    from urllib.error import URLError
+
+    from beam_tfrecord.beam.pipeline import _io_failure
+
+    out = tmp_path / "out"
+    out.mkdir()
+    failure = _io_failure(URLError("[Errno -2] Name or service not known"), str(out))
+    assert str(failure) == (
+        "the build failed: <urlopen error [Errno -2] Name or service not known>; "
+        "nothing was written"
+    )
+    assert not failure.retry
+    (out / "out-train.tfrecord-00000-of-00002").write_bytes(b"")
+    failure = _io_failure(URLError("[Errno -2] Name or service not known"), str(out))
+    assert str(failure).endswith(f"; the shards it finished are kept in {out}")
+    assert failure.retry
