@@ -97,15 +97,17 @@ def end_fork_server(seconds: float = 5.0) -> None:
     pid = getattr(server, "_forkserver_pid", None)
     if pid is None:
         return
-    with contextlib.suppress(OSError):
-        os.close(server._forkserver_alive_fd)
-    server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
     # Ended by its pipe alone, it would leave as a Python program does, freeing every module it
     # imported one at a time: 40 ms of the end of every build, for nothing it holds. SIGTERM,
     # which it takes as the system's default does, ends it at once (`_start_fork_server` in
-    # `shard_processes`), and what it reaped is counted all the same.
+    # `shard_processes`), and what it reaped is counted all the same. Sent before its pipe is
+    # closed: the other way round, a server woken at once by the closing was already on its
+    # way out as a program when the signal came.
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGTERM)
+    with contextlib.suppress(OSError):
+        os.close(server._forkserver_alive_fd)
+    server._forkserver_alive_fd = server._forkserver_pid = server._forkserver_address = None
     deadline = time.monotonic() + seconds
     try:
         while os.waitpid(pid, os.WNOHANG) == (0, 0):

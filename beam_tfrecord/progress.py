@@ -269,7 +269,10 @@ class Progress:
         if self._tty:
             # Within the terminal's width, less its last column: a line that wraps leaves its
             # first row behind at every redraw, since "\r" returns to the start of the last.
-            line = line[: max(1, self._columns() - 1)]
+            # A width no one knows cuts nothing.
+            columns = self._columns()
+            if columns is not None:
+                line = line[: max(1, columns - 1)]
             pad = max(0, self._width - len(line))
             self._width = len(line)
             self._write("\r" + line + " " * pad)
@@ -277,14 +280,15 @@ class Progress:
             self._write(line + "\n")
         self.updates += 1
 
-    def _columns(self) -> int:
-        """The terminal's width: $COLUMNS if set, else the stream's terminal's, else 80."""
+    def _columns(self) -> int | None:
+        """The terminal's width: $COLUMNS if set, else the stream's terminal's; None when
+        neither says (a terminal whose size was never set reports 0)."""
         if os.environ.get("COLUMNS", "").isdigit():
-            return int(os.environ["COLUMNS"])
+            return int(os.environ["COLUMNS"]) or None
         try:
-            return os.get_terminal_size(self._stream.fileno()).columns
+            return os.get_terminal_size(self._stream.fileno()).columns or None
         except (AttributeError, ValueError, OSError):  # no descriptor, or not a terminal
-            return shutil.get_terminal_size().columns
+            return None
 
     def _write(self, text: str) -> None:
         try:

@@ -175,3 +175,18 @@ def test_the_line_on_a_terminal_fits_within_its_width(monkeypatch, columns):
     frames = stream.getvalue().split("\r")[1:]
     assert len(frames) == 2
     assert all(frame == wide[: max(1, columns - 1)] for frame in frames)
+
+
+def test_a_terminal_whose_width_no_one_knows_gets_the_whole_line(monkeypatch):
+    """A terminal whose size was never set reports 0 columns (a pseudo-terminal, in CI): the
+    line is not cut to nothing."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    stream = io.StringIO()  # no descriptor: no terminal to ask
+    shown = Progress(stream, tty=True)
+    wide = "listed 46 | planned 46 of 46 | written 45 of 46 images " * 3
+    monkeypatch.setattr(shown, "line", lambda _: wide)
+    shown.show()
+    assert stream.getvalue() == "\r" + wide
+    monkeypatch.setenv("COLUMNS", "0")
+    shown.show()
+    assert stream.getvalue().endswith("\r" + wide)
