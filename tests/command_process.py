@@ -45,3 +45,10 @@ def group_is_gone(pgid: int, seconds: float = 10.0) -> bool:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
+
+
+def wide_terminal(columns: int = 400) -> None:
+    """In a child on a pseudo-terminal (`pty.fork`), before it runs the command: a terminal
+    wide enough for the whole progress line, which the command cuts to the terminal's width
+    ($COLUMNS if set, as here, else the terminal's own)."""
+    os.environ["COLUMNS"] = str(columns)

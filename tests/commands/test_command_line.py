@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from command_process import group_is_gone
+from command_process import group_is_gone, wide_terminal
 from imagegen import make_collection
 
 pytestmark = pytest.mark.slow
@@ -643,6 +643,7 @@ def _run_in_pty(args: list[str], cwd: Path) -> tuple[int, str, float]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: the build, its stdout and stderr the terminal
         os.chdir(cwd)
+        wide_terminal()  # the whole progress line, whatever the terminal it runs from says
         os.execv(COMMAND[0], [*COMMAND, *args])
     started = time.monotonic()
     output = b""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from command_process import wide_terminal
 from imagegen import make_collection
 from PIL import Image
 
@@ -235,6 +236,7 @@ def _run_in_pty(args: list[str], cwd: Path) -> tuple[int, str]:
     pid, fd = pty.fork()
     if pid == 0:  # the child: the build, its stdout and stderr the terminal
         os.chdir(cwd)
+        wide_terminal()  # the whole progress line, whatever the terminal it runs from says
         os.execv(COMMAND[0], [*COMMAND, *args])
     output = b""
     while True:
