@@ -12,20 +12,30 @@ from collections.abc import Iterable
 
 from beam_tfrecord.shard_names import is_shard_name, parse_shard_name, shard_order
 
-__all__ = ["finished_shard_names", "missing_shards", "mixed_sets", "shard_names"]
+__all__ = ["finished_shard_names", "finished_shards", "missing_shards", "mixed_sets", "shard_names"]
 
 
-def finished_shard_names(output: str) -> list[str] | None:
-    """The finished shards (by their names) the folder `output` holds; None if it cannot be
+def finished_shards(output: str) -> dict[str, dict] | None:
+    """The finished shards the folder `output` holds, by name in shard order, each with what its
+    file system's listing says of it (size, when it was written...); None if it cannot be
     listed."""
     import fsspec
 
     try:
         fs, path = fsspec.core.url_to_fs(output)
         fs.invalidate_cache(path)  # object stores cache listings
-        return shard_names(fs.ls(path, detail=False)) if fs.isdir(path) else []
+        listed = fs.ls(path, detail=True) if fs.isdir(path) else []
     except OSError:
         return None
+    by_name = {posixpath.basename(entry["name"].rstrip("/")): entry for entry in listed}
+    return {name: by_name[name] for name in shard_names(by_name)}
+
+
+def finished_shard_names(output: str) -> list[str] | None:
+    """The finished shards (by their names) the folder `output` holds; None if it cannot be
+    listed."""
+    shards = finished_shards(output)
+    return None if shards is None else list(shards)
 
 
 def shard_names(paths: Iterable[str]) -> list[str]:

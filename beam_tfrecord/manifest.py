@@ -483,7 +483,13 @@ def discard_manifest(output_dir: str) -> None:
 
 
 class ManifestError(ValueError):
-    """A manifest.json that is not a build's: not JSON, or not the object a build writes."""
+    """A manifest.json that is not a build's: not JSON, or not the object a build writes.
+
+    Its message is "URL: REASON"; `reason` alone says what is wrong."""
+
+    def __init__(self, url: str, why: str):
+        self.reason = f"not a build's manifest: {why}"
+        super().__init__(f"{url}: {self.reason}")
 
 
 def parse_manifest(text: str | bytes, url: str) -> dict[str, Any]:
@@ -496,7 +502,7 @@ def parse_manifest(text: str | bytes, url: str) -> dict[str, Any]:
     try:
         manifest = json.loads(text)
     except ValueError as error:  # also a UnicodeDecodeError of bytes that are not UTF-8
-        raise ManifestError(f"{url}: not a build's manifest: not valid JSON ({error})") from None
+        raise ManifestError(url, f"not valid JSON ({error})") from None
     shards = manifest.get("shards") if isinstance(manifest, dict) else None
     if not isinstance(manifest, dict):
         why = f"a JSON {type(manifest).__name__}, not an object"
@@ -506,7 +512,7 @@ def parse_manifest(text: str | bytes, url: str) -> dict[str, Any]:
         why = 'a shard of its "shards" names no file'
     else:
         return manifest
-    raise ManifestError(f"{url}: not a build's manifest: {why}")
+    raise ManifestError(url, why)
 
 
 def read_manifest(output_dir: str) -> dict[str, Any]:

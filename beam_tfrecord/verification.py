@@ -279,7 +279,7 @@ class ManifestShards:
                 try:
                     listing = _shard_listing(text, url)
                 except ManifestError as error:  # the files are checked on their own
-                    self._damaged[url] = str(error).removeprefix(f"{url}: ")
+                    self._damaged[url] = error.reason
             self._folders[folder] = listing
         return self._folders[folder]
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from beam_tfrecord.build_folder import finished_shard_names, shard_names
+from beam_tfrecord.build_folder import finished_shard_names, finished_shards
 from beam_tfrecord.checks import refuse_placeholders
 from beam_tfrecord.commands.console import (
     Interruption,
@@ -515,21 +515,14 @@ def _finished_shards(output: str, since: float | None = None) -> tuple[int, int]
     """How many finished shards (by their names) `output` holds, and of those how many were
     written before `since` (a time.time(); 0 when not asked, or when the store does not say
     when a shard was written); None if it cannot be listed."""
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(output)
-        fs.invalidate_cache(path)  # object stores cache listings
-        listed = fs.ls(path, detail=True) if fs.isdir(path) else []
-    except OSError:
+    shards = finished_shards(output)
+    if shards is None:
         return None
-    by_name = {posixpath.basename(e["name"].rstrip("/")): e for e in listed}
-    names = shard_names(list(by_name))
     if since is None:
-        return len(names), 0
+        return len(shards), 0
     # A second's grace for file systems that keep coarse times.
-    older = [n for n in names if (_written_at(by_name[n]) or since) < since - 1.0]
-    return len(names), len(older)
+    older = [n for n, entry in shards.items() if (_written_at(entry) or since) < since - 1.0]
+    return len(shards), len(older)
 
 
 def _written_at(entry: dict) -> float | None:
