@@ -27,7 +27,7 @@ from beam_tfrecord.locations import has_protocol, is_local, is_object_store, is_
 from beam_tfrecord.manifest import MANIFEST_FILE, REPORT_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
-from beam_tfrecord.storage import is_store_refusal, store_reason
+from beam_tfrecord.storage import is_store_refusal, special_file_kind, store_reason
 from beam_tfrecord.wording import count
 
 __all__ = ["STORE_TIMEOUT_SECONDS", "preflight", "refuse_placeholders"]
@@ -199,6 +199,8 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
             fs, path = fsspec.core.url_to_fs(pattern)
             if not has_magic(path) and not fs.exists(path):
                 raise ConfigError("input", f"{pattern!r} does not exist{_taken_from(pattern)}")
+            if not has_magic(path) and is_local(fs) and (kind := special_file_kind(path)):
+                raise ConfigError("input", f"{pattern!r} is {kind}, not an image file")
             base = pattern_base(pattern)
             if has_magic(path) and base and not fs.exists(pattern_base(path)):
                 bucket = path.split("/", 1)[0]

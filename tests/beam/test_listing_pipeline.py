@@ -121,6 +121,30 @@ def test_linked_folders_and_files_are_built_and_a_broken_link_is_reported(tmp_pa
     assert (tmp_path / "out" / "labels.txt").read_text().split() == ["apple", "banana"]
 
 
+def test_a_named_pipe_among_the_images_is_reported_and_never_waited_on(tmp_path):
+    """A named pipe (or socket, or device) with an image's name is listed and reported as
+    unreadable, not lost from the books, and not opened: a plain open would wait for a writer
+    for ever."""
+    import json
+    import os
+    import shutil
+
+    source = tmp_path / "source"
+    shutil.copytree("samples/fruits/apple", source / "apple")
+    os.mkfifo(source / "apple" / "pipe.jpg")
+    result = build(_config(tmp_path / "out", inputs=(f"{source}/**",)), [])
+    inputs = result.manifest["inputs"]
+    assert inputs["listed"] == len(list((source / "apple").iterdir()))
+    assert inputs["written"] + inputs["skipped"] == inputs["listed"] and not inputs["unaccounted"]
+    report = [json.loads(line) for line in (tmp_path / "out" / "report.jsonl").open()]
+    [pipe] = [r for r in report if r["relpath"] == "apple/pipe.jpg"]
+    assert (pipe["action"], pipe["reason"]) == ("skipped", "read_error")
+    assert (
+        pipe["message"]
+        == f"cannot read: {str(source / 'apple' / 'pipe.jpg')!r} is a named pipe, not a file"
+    )
+
+
 def test_a_file_named_two_ways_is_one_input_written_once(tmp_path):
     """`src/cat/..` is `src`, and a list line `/abs/src/cat/a.jpg` is the file that `cat/a.jpg`
     names beside the list: each file is written once (it was twice, in two splits), and an

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,19 @@ def test_input_folder_that_does_not_exist(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["build", "--input", str(tmp_path / "nope"), "--output", str(out)]) == 2
     assert f"--input: '{tmp_path / 'nope'}' does not exist" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_an_input_that_is_a_named_pipe_is_refused_without_waiting_on_it(tmp_path, capsys):
+    """Opened the plain way, a named pipe waits for a writer for ever: the build is refused at
+    once, saying what the path is."""
+    pipe = tmp_path / "photo.jpg"
+    os.mkfifo(pipe)
+    out = tmp_path / "out"
+    assert main(["build", "--input", str(pipe), "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input: {str(pipe)!r} is a named pipe, not an image file\n"
+    )
     assert not out.exists()
 
 
