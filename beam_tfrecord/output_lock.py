@@ -15,6 +15,7 @@ Object stores have no such lock; their outputs are not locked (docs/guide/output
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import logging
@@ -39,6 +40,9 @@ LOCK_FILE = ".beam-tfrecord.lock"
 
 # The locks this process holds: the lock file's path -> its open descriptor.
 _held: dict[str, int] = {}
+# The lock files whose folders `lock_output` created: a build that fails before it writes
+# anything leaves no empty folder behind (`release_output`).
+_made: set[str] = set()
 _guard = threading.Lock()
 # Each retry follows another build's end (or a folder removed): a few are plenty.
 _ATTEMPTS = 10
@@ -69,7 +73,9 @@ def lock_output(output: str) -> None:
         if path in _held:
             return
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if not os.path.isdir(os.path.dirname(path)):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                _made.add(path)
         except OSError as err:
             raise ConfigError("output", f"{output!r} is not writable: {err}") from None
         for attempt in itertools.count():
@@ -146,11 +152,17 @@ def _holder(fd: int) -> str:
     return f" (process {pid})" if pid.isdigit() else ""
 
 
-def release_output(output: str) -> None:
-    """Removes the lock file and releases the lock, if this process holds it; else nothing."""
+def release_output(output: str, *, failed: bool = False) -> None:
+    """Removes the lock file and releases the lock, if this process holds it; else nothing.
+
+    A build that `failed`, in a folder its lock created, removes the folder too if nothing is
+    left in it: a job its runner refused (an unreachable cluster, say) leaves no trace.
+    """
     path = _lock_path(output)
     with _guard:
         fd = _held.pop(path, None)
+        made = path in _made
+        _made.discard(path)
         if fd is None:
             return
         try:
@@ -159,3 +171,6 @@ def release_output(output: str) -> None:
             pass
         finally:
             os.close(fd)
+        if failed and made:
+            with contextlib.suppress(OSError):  # not empty: what the build wrote stays
+                os.rmdir(os.path.dirname(path))

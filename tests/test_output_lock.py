@@ -40,6 +40,23 @@ def test_the_lock_is_taken_in_a_new_folder_and_its_file_goes_with_it(tmp_path):
     release_output(str(out))  # not held: nothing
 
 
+def test_a_failed_build_removes_the_folder_its_lock_made_only_if_it_is_empty(tmp_path):
+    made, kept, existing = tmp_path / "made", tmp_path / "kept", tmp_path / "existing"
+    existing.mkdir()
+    for out in (made, kept, existing):
+        lock_output(str(out))
+    (kept / "report.part").write_text("written before the failure\n")
+    for out in (made, kept, existing):
+        release_output(str(out), failed=True)
+    assert not made.exists()
+    assert [p.name for p in kept.iterdir()] == ["report.part"]
+    assert existing.is_dir() and list(existing.iterdir()) == []
+    # A build that ends well keeps the folder it made, empty or not.
+    lock_output(str(made))
+    release_output(str(made))
+    assert made.is_dir()
+
+
 def test_a_folder_locked_by_another_holder_is_refused_naming_it(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

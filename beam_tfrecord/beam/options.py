@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import posixpath
+import socket
 from collections.abc import Iterable, Sequence
 
 from beam_tfrecord.beam.compat import OptionRefused, beam_flags, beam_option_parser
@@ -18,7 +19,7 @@ from beam_tfrecord.compat import option_strings
 from beam_tfrecord.config import ConfigError
 from beam_tfrecord.wording import nearest
 
-__all__ = ["FlagError", "beam_flag_names", "check_beam_args", "runner_name"]
+__all__ = ["FlagError", "beam_flag_names", "check_beam_args", "check_job_service", "runner_name"]
 
 
 class FlagError(ConfigError):
@@ -90,14 +91,51 @@ def _check_values(known: argparse.Namespace, runner: str | None) -> None:
             "direct_num_workers",
             f"--direct_num_workers: {workers} is not a number of workers (0: one a core)",
         )
-    if (runner or "").lower() in ("portablerunner", "portable") and not getattr(
-        known, "job_endpoint", None
-    ):
+    if (runner or "").lower() in ("portablerunner", "portable"):
+        endpoint = getattr(known, "job_endpoint", None)
+        if not endpoint:
+            raise FlagError(
+                "job_endpoint",
+                f"--runner={runner} needs --job_endpoint, the address of the job service to "
+                "submit to (host:port); or name the runner behind it (--runner=FlinkRunner, "
+                "SparkRunner)",
+            )
+
+
+# How long a job service may take to accept a connection. Beam's own wait is
+# --job_server_timeout (300 s), with no word meanwhile: a build given a wrong address sat
+# silent for five minutes and then ended in a traceback.
+_CONNECT_TIMEOUT = 10.0
+
+
+def check_job_service(runner: str, endpoint: str | None) -> None:
+    """Refuses a portable runner's --job_endpoint that no server answers at: one connection,
+    before anything is written (Beam's gRPC channel would retry it, silently, for
+    --job_server_timeout). Beam's own in-process job service ("embed") is not looked for."""
+    if runner.lower() not in ("portablerunner", "portable") or not endpoint or endpoint == "embed":
+        return
+    host, _, port = endpoint.rpartition(":")
+    host = host.strip("[]")  # [::1]:8099
+    if not host or not port.isdigit():
         raise FlagError(
             "job_endpoint",
-            f"--runner={runner} needs --job_endpoint, the address of the job service to submit "
-            "to (host:port); or name the runner behind it (--runner=FlinkRunner, SparkRunner)",
+            f"--job_endpoint: {endpoint!r} is not an address (host:port, such as localhost:8099)",
         )
+    try:
+        socket.create_connection((host, int(port)), timeout=_CONNECT_TIMEOUT).close()
+    except OSError as err:
+        if isinstance(err, socket.gaierror):
+            why = f"no host is called {host!r}"
+        elif isinstance(err, TimeoutError):
+            why = f"no answer in {_CONNECT_TIMEOUT:.0f} s"
+        else:
+            why = err.strerror or str(err)
+            why = why[:1].lower() + why[1:]
+        raise FlagError(
+            "job_endpoint",
+            f"--job_endpoint: no job service answers at {endpoint!r} ({why}); start it first "
+            "(the Flink or Spark job server), or check the address",
+        ) from None
 
 
 def _looks_like_path(arg: str) -> bool:

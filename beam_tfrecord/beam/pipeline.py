@@ -35,7 +35,7 @@ from beam_tfrecord.beam.compat import (
     without_step_names,
 )
 from beam_tfrecord.beam.measuring import MeasureImages, discard_kept_records
-from beam_tfrecord.beam.options import check_beam_args, runner_name
+from beam_tfrecord.beam.options import check_beam_args, check_job_service, runner_name
 from beam_tfrecord.beam.transforms import (
     METRICS_NAMESPACE,
     DropDuplicates,
@@ -449,6 +449,30 @@ def _refused_as_config_error(runner, options: PipelineOptions, step: Callable[[]
         if refusal is None:
             raise
         raise ConfigError("runner", f"{_runner_name(options)}: {refusal}") from None
+    except Exception as err:
+        if isinstance(runner, LocalRunner) or not _is_rpc_error(err):
+            raise
+        # A job service's answer to the submission (a portable runner's): what it said, not
+        # a gRPC traceback. Something that is no job service answers so too (an HTTP server
+        # says UNIMPLEMENTED).
+        code = err.code() if callable(getattr(err, "code", None)) else None
+        said = err.details() if callable(getattr(err, "details", None)) else str(err)
+        endpoint = options.get_all_options().get("job_endpoint")
+        where = f" at {endpoint!r}" if endpoint else ""
+        raise ConfigError(
+            "runner",
+            f"{_runner_name(options)}: the job service{where} refused the job"
+            f"{f' ({code.name})' if code is not None else ''}: {said}",
+        ) from None
+
+
+def _is_rpc_error(err: BaseException) -> bool:
+    """Whether `err` is gRPC's error for a call that failed (grpc is imported only then)."""
+    if not type(err).__module__.startswith("grpc"):
+        return False
+    import grpc
+
+    return isinstance(err, grpc.RpcError)
 
 
 def _submitted(
@@ -573,6 +597,7 @@ def build(
     runner = _runner(options)
     if not isinstance(runner, LocalRunner):
         config = _whole_local_paths(config)
+        check_job_service(name, options.get_all_options().get("job_endpoint"))
     # A job not waited for runs on after this process has returned, maybe ended: no lock
     # held here would cover it. Nor is there one on object stores.
     lock = not dry_run and (wait or isinstance(runner, LocalRunner)) and is_lockable(config.output)
@@ -622,7 +647,7 @@ def _released_at_end(output: str, lock: bool) -> Iterator[None]:
     try:
         yield
     except Exception:
-        release_output(output)
+        release_output(output, failed=True)
         raise
     release_output(output)
 
