@@ -91,6 +91,15 @@ def _check_values(known: argparse.Namespace, runner: str | None) -> None:
             "direct_num_workers",
             f"--direct_num_workers: {workers} is not a number of workers (0: one a core)",
         )
+    for flag in ("flink_job_server_jar", "spark_job_server_jar"):
+        jar = getattr(known, flag, None)
+        if jar and "://" not in jar and not os.path.isfile(jar):
+            # Beam finds out only when the job is submitted, in a traceback.
+            raise FlagError(
+                flag,
+                f"--{flag}: {jar!r} is not a file (give the job server's jar, or an http(s) URL "
+                "to fetch it from; without the flag Beam downloads the one of its version)",
+            )
     if (runner or "").lower() in ("portablerunner", "portable"):
         endpoint = getattr(known, "job_endpoint", None)
         if not endpoint:

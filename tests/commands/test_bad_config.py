@@ -63,6 +63,12 @@ CASES = [
         "-1 is not a number of workers",
     ),
     (
+        "job_server_jar_that_is_not_there",
+        ["--runner=SparkRunner", "--spark_job_server_jar=no/such/job-server.jar"],
+        "--spark_job_server_jar: 'no/such/job-server.jar' is not a file",
+        "http(s) URL",
+    ),
+    (
         "portable_runner_without_its_job_service",
         ["--runner=PortableRunner"],
         "--runner=PortableRunner needs --job_endpoint",
