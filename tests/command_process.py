@@ -52,3 +52,14 @@ def wide_terminal(columns: int = 400) -> None:
     wide enough for the whole progress line, which the command cuts to the terminal's width
     ($COLUMNS if set, as here, else the terminal's own)."""
     os.environ["COLUMNS"] = str(columns)
+
+
+# A folder whose sitecustomize makes a named pipe read as a file whose read stalls until the
+# test writes it (tests/stalling_disk): for the PYTHONPATH of a build that must stop mid-shard.
+STALLING_DISK = str(Path(__file__).resolve().parent / "stalling_disk")
+
+
+def with_stalling_disk(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the stalling disk's folder first on its PYTHONPATH."""
+    rest = env.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": STALLING_DISK + (os.pathsep + rest if rest else "")}

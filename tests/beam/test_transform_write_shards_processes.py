@@ -19,6 +19,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+from command_process import with_stalling_disk
 from test_transform_write_shards import _shards
 
 from beam_tfrecord import shard_writer
@@ -358,11 +359,14 @@ def test_a_build_of_many_small_images_writes_in_processes_started_early(
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
 @pytest.mark.parametrize("stop", ["close", "sigterm"])
-def test_a_shard_being_written_ends_when_the_build_stops_and_leaves_no_temporary(tmp_path, stop):
+def test_a_shard_being_written_ends_when_the_build_stops_and_leaves_no_temporary(
+    tmp_path, stop, monkeypatch
+):
     """A shard that is being written ends, its temporary file removed: by close(cancel=True), as
     a stopping build's shard writer calls it, or by SIGTERM to its process, which then exits.
-    Here the shard's image never arrives (a named pipe nobody writes to): waiting would never
-    see it end."""
+    Here the shard's image never arrives (a named pipe nobody writes to, which the worker reads
+    as a stalled file: tests/stalling_disk): waiting would never see it end."""
+    monkeypatch.setenv("PYTHONPATH", with_stalling_disk(dict(os.environ))["PYTHONPATH"])
     stuck = tmp_path / "src" / "cat" / "stuck.jpg"
     stuck.parent.mkdir(parents=True)
     os.mkfifo(stuck)

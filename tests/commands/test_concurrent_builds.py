@@ -2,8 +2,8 @@
 before it writes or removes anything, and the first goes on untouched.
 
 Every test runs the real command in subprocesses, on real files. A build is held in the middle
-of writing by an image that is a named pipe: its shard waits for data the test sends when it
-is done looking.
+of writing by an image that is a named pipe, read as a stalled file (tests/stalling_disk): its
+shard waits for data the test sends when it is done looking.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from command_process import with_stalling_disk
 from imagegen import make_collection
 
 from beam_tfrecord.output_lock import LOCK_FILE
@@ -31,6 +32,14 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _stalling_disk(monkeypatch):
+    """Every build here reads the named pipe as a file whose read stalls until it gets its
+    image (a build of its own refuses pipes): see tests/stalling_disk."""
+    monkeypatch.setenv("PYTHONPATH", with_stalling_disk(dict(os.environ))["PYTHONPATH"])
+
 
 # One shard, written one image at a time: once the shard waits on the pipe, nothing in the
 # folder changes until the pipe gets its data.
