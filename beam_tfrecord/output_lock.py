@@ -72,12 +72,7 @@ def lock_output(output: str) -> None:
     with _guard:
         if path in _held:
             return
-        try:
-            if not os.path.isdir(os.path.dirname(path)):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                _made.add(path)
-        except OSError as err:
-            raise ConfigError("output", f"{output!r} is not writable: {err}") from None
+        _make_folder(output, path)
         for attempt in itertools.count():
             try:
                 fd = _open(path)
@@ -130,6 +125,16 @@ def lock_output(output: str) -> None:
         except OSError:  # opened read-only: the message names no process
             pass
         _held[path] = fd
+
+
+def _make_folder(output: str, path: str) -> None:
+    """Creates the folder of the lock file `path`, if it is not there (`_made` notes it)."""
+    try:
+        if not os.path.isdir(os.path.dirname(path)):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            _made.add(path)
+    except OSError as err:
+        raise ConfigError("output", f"{output!r} is not writable: {err}") from None
 
 
 def _open(path: str) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from beam_tfrecord.beam.compat import OptionRefused, beam_flags, beam_option_parser
 from beam_tfrecord.compat import option_strings
 from beam_tfrecord.config import ConfigError
+from beam_tfrecord.locations import has_protocol
 from beam_tfrecord.wording import nearest
 
 __all__ = ["FlagError", "beam_flag_names", "check_beam_args", "check_job_service", "runner_name"]
@@ -93,7 +94,7 @@ def _check_values(known: argparse.Namespace, runner: str | None) -> None:
         )
     for flag in ("flink_job_server_jar", "spark_job_server_jar"):
         jar = getattr(known, flag, None)
-        if jar and "://" not in jar and not os.path.isfile(jar):
+        if jar and not has_protocol(jar) and not os.path.isfile(jar):
             # Beam finds out only when the job is submitted, in a traceback.
             raise FlagError(
                 flag,
