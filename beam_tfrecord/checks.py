@@ -224,6 +224,37 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
             f"{pattern!r} matches no image file (extensions {', '.join(config.extensions)}; "
             f"hidden files and folders are ignored){_taken_from(pattern)}",
         )
+    _check_folders_left_out(pattern, config)
+
+
+def _check_folders_left_out(pattern: str, config: BuildConfig) -> None:
+    """Refuses a pattern that matches image files and also folders holding images, which it
+    does not take (`photos/*` over `photos/stray.jpg`, `photos/cat/`, `photos/dog/`): the build
+    would take the one stray image and leave every class folder out without a word. A pattern
+    ending in `/` names folders only: it takes no file."""
+    below = pattern.rstrip("/") + "/**"
+    if has_magic(pattern) and pattern.endswith("/"):
+        raise ConfigError(
+            "input",
+            f"{pattern!r} ends with '/': it names folders, and takes no file; to take the "
+            f"images below them, write {below!r}",
+        )
+    with _store_refusals("input", f"{pattern!r} cannot be listed"):
+        folders = [
+            folder
+            for folder in matching_folders(pattern)
+            if first_match(folder.rstrip("/") + "/**", config.extensions) is not None
+        ]
+    if folders:
+        named = ", ".join(repr(posixpath.basename(f.rstrip("/"))) for f in folders[:3])
+        more = f" and {len(folders) - 3} more" if len(folders) > 3 else ""
+        raise ConfigError(
+            "input",
+            f"{pattern!r} matches image files, and {count(len(folders), 'folder')} of images "
+            f"({named}{more}) whose images it does not take; to take them too, write "
+            f"{pattern_base(pattern).rstrip('/') + '/**'!r}, or to take only the files, name "
+            "them (*.jpg)",
+        )
 
 
 def _taken_from(pattern: str) -> str:

@@ -124,6 +124,32 @@ def test_a_pattern_that_matches_only_folders_says_how_to_take_their_images(tmp_p
     assert not out.exists()
 
 
+def test_a_pattern_that_matches_a_stray_file_and_class_folders_is_refused(tmp_path, capsys):
+    """`photos/*` over a stray image and two class folders took the one image and left both
+    folders out without a word; a pattern ending in `/` (folders only) took the file too."""
+    for name in ["cat/1.jpg", "dog/2.jpg", "stray.jpg", "notes/readme.txt"]:
+        (tmp_path / "photos" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "photos" / name).write_bytes(b"x")
+    out = tmp_path / "out"
+    photos = f"{tmp_path}/photos"
+    assert main(["build", "--input", f"{photos}/*", "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input: '{photos}/*' matches image files, and 2 folders "
+        f"of images ('cat', 'dog') whose images it does not take; to take them too, write "
+        f"'{photos}/**', or to take only the files, name them (*.jpg)\n"
+    )
+    assert main(["build", "--input", f"{photos}/*/", "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input: '{photos}/*/' ends with '/': it names folders, "
+        f"and takes no file; to take the images below them, write '{photos}/*/**'\n"
+    )
+    assert not out.exists()
+    # Naming the files takes them alone; a folder of no images (notes/) refuses nothing.
+    (tmp_path / "photos" / "cat" / "1.jpg").unlink()
+    (tmp_path / "photos" / "dog" / "2.jpg").unlink()
+    assert main(["build", "--input", f"{photos}/*", "--output", str(out)]) != 2
+
+
 def test_input_folder_that_does_not_exist(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["build", "--input", str(tmp_path / "nope"), "--output", str(out)]) == 2
