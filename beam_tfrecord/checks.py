@@ -16,6 +16,7 @@ import fsspec
 from beam_tfrecord.build_folder import shard_names
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.listing import (
+    InputListError,
     first_match,
     has_magic,
     input_list_chunks,
@@ -265,10 +266,23 @@ def _taken_from(pattern: str) -> str:
     return f" (a relative path: taken from the current folder, {os.getcwd()})"
 
 
+# The first bytes of an input list read before anything is written: a list saved in another
+# encoding, or in another layout, shows it in its first lines; a later bad line stops the
+# build as cleanly, once it runs.
+_LIST_CHECKED_BYTES = 1 << 20
+
+
 def _check_input_list(input_list: str) -> None:
     with _store_refusals("input_list", f"{input_list!r} cannot be read", also=(ValueError,)):
-        if not input_list_chunks(input_list):
+        chunks = input_list_chunks(input_list)
+        if not chunks:
             raise ConfigError("input_list", f"{input_list!r} is empty")
+        url, start, end = chunks[0]
+        try:
+            for _ in read_input_list_chunk((url, start, min(end, _LIST_CHECKED_BYTES))):
+                pass
+        except InputListError as err:
+            raise ConfigError("input_list", str(err)) from None
 
 
 def _check_output(config: BuildConfig, lock: bool) -> None:

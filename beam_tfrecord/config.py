@@ -149,7 +149,7 @@ def parse_classes(value: str | Sequence[str] | None) -> tuple[str, ...] | None:
 
             path = value[1:]
             try:
-                with fsspec.open(path, "rt", encoding="utf-8") as f:
+                with fsspec.open(path, "rt", encoding="utf-8-sig") as f:  # a BOM is no name
                     names = [line.rstrip("\n") for line in f]
             except (OSError, ValueError) as err:
                 raise ConfigError("classes", f"cannot read class list {path!r}: {err}") from None

@@ -21,6 +21,7 @@ from beam_tfrecord.storage import to_url
 from beam_tfrecord.store_listing import pages
 
 __all__ = [
+    "InputListError",
     "ListingTask",
     "SourceFile",
     "expand_pattern",
@@ -617,7 +618,10 @@ def parse_input_line(line: str, list_url: str) -> SourceFile | None:
     if fields and fields[0].strip().lower() == "path" and fields[1:2] in ([], ["label"]):
         return None  # a header row
     if len(fields) > 2 or not fields or not fields[0].strip():
-        raise ValueError(f"{list_url}: expected `path` or `path,label`, got {line.rstrip()!r}")
+        raise ValueError(
+            f"expected `path` or `path,label` (a path with a comma is quoted: "
+            f'"my,photo.jpg",cat), got {line.rstrip()!r}'
+        )
     path = fields[0].strip()
     label = fields[1].strip() if len(fields) == 2 and fields[1].strip() else None
     if has_protocol(path):
@@ -668,11 +672,24 @@ def input_list_chunks(list_url: str, chunk_bytes: int = 64 << 20) -> list[tuple[
     ]
 
 
+class InputListError(ValueError):
+    """A line of an input list that is not `path` or `path,label` in UTF-8 text; the message
+    names the list and the line (by its number in a list read from its start, else by the byte
+    it starts at)."""
+
+
+# What a spreadsheet's "CSV UTF-8" puts at the front of the file: not part of the first path.
+_BOM = b"\xef\xbb\xbf"
+
+
 def read_input_list_chunk(chunk: tuple[str, int, int]) -> Iterator[SourceFile]:
     """The entries of the lines that start inside one byte range of an input list.
 
     A line belongs to the range its first byte is in, so ranges split anywhere read every line
     exactly once.
+
+    Raises:
+        InputListError: a line that is not UTF-8, or not `path` or `path,label`.
     """
     list_url, start, end = chunk
     fs, path = fsspec.core.url_to_fs(list_url)
@@ -681,10 +698,23 @@ def read_input_list_chunk(chunk: tuple[str, int, int]) -> Iterator[SourceFile]:
             f.seek(start - 1)
             if f.read(1) != b"\n":
                 f.readline()  # the line in progress belongs to the previous range
-        while f.tell() < end:
+        number = 0
+        while (at := f.tell()) < end:
             raw = f.readline()
             if not raw:
                 break
-            entry = parse_input_line(raw.decode("utf-8"), list_url)
+            number += 1
+            if at == 0 and raw.startswith(_BOM):
+                raw = raw[len(_BOM) :]
+            where = f"line {number}" if start == 0 else f"the line at byte {at}"
+            try:
+                entry = parse_input_line(raw.decode("utf-8"), list_url)
+            except UnicodeDecodeError as err:
+                raise InputListError(
+                    f"{list_url}: {where} is not UTF-8 text (byte 0x{raw[err.start]:02x}); "
+                    "save the list as UTF-8"
+                ) from None
+            except ValueError as err:
+                raise InputListError(f"{list_url}: {where}: {err}") from None
             if entry is not None:
                 yield entry

@@ -155,7 +155,19 @@ def test_yaml_then_flags_flags_win(tmp_path):
         ("input: [a]\noutput: o\nlabels: none\nclasses: [a]\n", [], "--classes", "needs --labels"),
         ("input: [a]\noutput: o\n", ["--overwrite", "--resume"], "--resume", "cannot go with"),
         ("- a\n- b\n", [], "--config", "must hold a mapping"),
-        ("input: [a\n", [], "--config", "cannot be read"),
+        ("input: [a\n", [], "--config", "cannot be read, line 2: expected ',' or ']'"),
+        (
+            "input: [a]\nseed: 1\noutput: o\nseed: 2\n",
+            [],
+            "--config",
+            "line 4: 'seed' is given twice",
+        ),
+        (
+            "input: [a]\nmin_shard_size: 1MB\noutput: o\nmin-shard-size: 2MB\n",
+            [],
+            "--config",
+            "sets min_shard_size twice ('min_shard_size' and 'min-shard-size'); keep one",
+        ),
         ("input: 5\noutput: o\n", [], "--input", "must be a path or glob, or a list of them"),
         ("input: [a]\noutput: o\nresize: 6.5\n", [], "--resize", "a size such as 256"),
     ],
@@ -167,6 +179,29 @@ def test_bad_settings_name_the_setting(tmp_path, yaml_text, flags, setting, mess
         config_from_args(_args("--config", str(yaml_file), *flags))
     assert str(err.value).startswith(setting + ":"), str(err.value)
     assert message in str(err.value)
+
+
+def test_a_config_in_another_encoding_is_refused_and_a_byte_order_mark_is_no_key(tmp_path):
+    """Notepad saves UTF-16, with a byte-order mark: refused in one line, not a traceback. A
+    UTF-8 file with a mark (a spreadsheet's, an editor's) reads as it would without one."""
+    text = "input: [a]\noutput: o\nseed: 7\n"
+    utf16 = tmp_path / "utf16.yaml"
+    utf16.write_bytes(text.encode("utf-16"))
+    with pytest.raises(ConfigError) as err:
+        config_from_args(_args("--config", str(utf16)))
+    assert str(err.value) == (
+        f"--config: {str(utf16)!r} is not UTF-8 text (byte 0xff at 0); save it as UTF-8"
+    )
+    marked = tmp_path / "marked.yaml"
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert config_from_args(_args("--config", str(marked))).seed == 7
+
+
+def test_a_class_list_file_with_a_byte_order_mark(tmp_path):
+    classes = tmp_path / "classes.txt"
+    classes.write_bytes(b"\xef\xbb\xbfapple\r\nbanana\n")
+    config = config_from_args(_args("--input", "a", "--output", "o", "--classes", f"@{classes}"))
+    assert config.classes == ("apple", "banana")
 
 
 def test_missing_config_file(tmp_path):

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_tfrecord.listing import (
+    InputListError,
     ListingTask,
     SourceFile,
     expand_pattern,
@@ -265,9 +266,7 @@ def test_parse_input_line(line, expected):
 
 
 def test_parse_input_line_refuses_bad_lines():
-    with pytest.raises(
-        ValueError, match=r"/lists/l.csv: expected `path` or `path,label`, got 'a,b,c'"
-    ):
+    with pytest.raises(ValueError, match=r"expected `path` or `path,label` .*, got 'a,b,c'"):
         parse_input_line("a,b,c", "/lists/l.csv")
 
 
@@ -286,6 +285,46 @@ def test_input_list_chunks_read_every_line_once(tmp_path_factory, names, chunk, 
     entries = [e for c in input_list_chunks(str(path), chunk) for e in read_input_list_chunk(c)]
     assert [e.relpath for e in entries] == names
     assert [e.label for e in entries] == [n[0] for n in names]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_path(tmp_path):
+    """A spreadsheet's "CSV UTF-8" starts with one: its header row was read as an image named
+    '\ufeffpath' of the class 'label'."""
+    path = tmp_path / "list.csv"
+    path.write_bytes(b"\xef\xbb\xbfpath,label\r\ncat/1.jpg,cat\r\n")
+    entries = [e for c in input_list_chunks(str(path)) for e in read_input_list_chunk(c)]
+    assert [(e.relpath, e.label) for e in entries] == [("cat/1.jpg", "cat")]
+    path.write_bytes(b"\xef\xbb\xbfcat/1.jpg,cat\n")
+    entries = [e for c in input_list_chunks(str(path)) for e in read_input_list_chunk(c)]
+    assert [(e.relpath, e.label) for e in entries] == [("cat/1.jpg", "cat")]
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (
+            b"cat/1.jpg,cat\ncat/2.jpg,caf\xe9\n",
+            "line 2 is not UTF-8 text (byte 0xe9); save the list as UTF-8",
+        ),
+        (b"# list\n\ndir/my,photo.jpg,cat\n", "line 3: expected `path` or `path,label`"),
+        (b"cat/1.jpg,cat\n,apple\n", "line 2: expected `path` or `path,label`"),
+    ],
+)
+def test_a_bad_line_of_an_input_list_is_named_by_its_number(tmp_path, content, says):
+    path = tmp_path / "list.csv"
+    path.write_bytes(content)
+    with pytest.raises(InputListError) as err:
+        list(read_input_list_chunk(input_list_chunks(str(path))[0]))
+    assert str(err.value) == f"{path}: {says}" or str(err.value).startswith(f"{path}: {says}")
+
+
+def test_a_bad_line_in_a_later_chunk_is_named_by_the_byte_it_starts_at(tmp_path):
+    path = tmp_path / "list.csv"
+    path.write_bytes(b"cat/1.jpg\ncat/2.jpg\na,b,c\n")
+    chunks = input_list_chunks(str(path), 10)
+    assert len(chunks) == 3
+    with pytest.raises(InputListError, match=r": the line at byte 20: expected"):
+        list(read_input_list_chunk(chunks[2]))
 
 
 def test_local_bytes_reach_counts_the_files_of_the_suffixes_below_each_pattern(tmp_path):

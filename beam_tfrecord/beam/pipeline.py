@@ -51,7 +51,7 @@ from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
 from beam_tfrecord.early_start import checked_before_beam, head_start, taken_before_beam
 from beam_tfrecord.entries import ShardResult
-from beam_tfrecord.listing import local_bytes_reach
+from beam_tfrecord.listing import InputListError, local_bytes_reach
 from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, reached_alike
 from beam_tfrecord.manifest import (
     REPORT_FILE,
@@ -732,6 +732,9 @@ def _run(
                 if not dry_run and wait and getattr(result, "has_job", True) is not False:
                     result.wait_until_finish()
     except Exception as err:
+        listed = next((e for e in _chain(err) if isinstance(e, InputListError)), None)
+        if listed is not None:  # a bad line past what the checks read: the list is to fix
+            raise ConfigError("input_list", without_step_names(str(listed))) from None
         interrupt = _interruption(err)
         if interrupt is not None:
             # Beam wraps what stopped a transform in a RuntimeError, a Ctrl-C too: the caller (a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import gc
 import logging
 import os
@@ -111,10 +112,24 @@ def _load_yaml(path: str) -> dict[str, Any]:
     import yaml
 
     try:
-        with fsspec.open(path, "r", encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        # utf-8-sig: a byte-order mark (Notepad's, a spreadsheet's) is not part of the first key.
+        with fsspec.open(path, "rb") as f:
+            text = f.read().decode("utf-8-sig")
+        data = yaml.load(text, Loader=_unique_keys_loader())
     except FileNotFoundError:
         raise ConfigError("config", f"{path!r} does not exist") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            "config",
+            f"{path!r} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at {err.start}); "
+            "save it as UTF-8",
+        ) from None
+    except yaml.MarkedYAMLError as err:  # one line: where, and what is wrong there
+        mark = err.problem_mark
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(
+            "config", f"{path!r} cannot be read{where}: {err.problem or err.context}"
+        ) from None
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError("config", f"{path!r} cannot be read: {err}") from None
     if data is None:
@@ -123,10 +138,39 @@ def _load_yaml(path: str) -> dict[str, Any]:
         raise ConfigError(
             "config", f"{path!r} must hold a mapping of settings, not {type(data).__name__}"
         )
+    named: dict[str, str] = {}
     for key in data:  # refused here, where the file can be named
-        if BuildConfig.setting_of(key) is None:
+        setting = BuildConfig.setting_of(key)
+        if setting is None:
             raise ConfigError("config", f"{path!r}: {unknown_setting(str(key))}")
+        if setting in named:  # `min_shard_size` and `min-shard-size`: which one is meant?
+            raise ConfigError(
+                "config",
+                f"{path!r} sets {setting} twice ({named[setting]!r} and {key!r}); keep one",
+            )
+        named[setting] = str(key)
     return data
+
+
+@functools.cache
+def _unique_keys_loader() -> type:
+    """yaml's SafeLoader, refusing a mapping that gives one key twice (where it keeps the last
+    without a word: `seed: 1` then, further down, `seed: 2`)."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: set = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{key!r} is given twice", key_node.start_mark
+                    )
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeys
 
 
 def config_from_args(args: argparse.Namespace) -> BuildConfig:

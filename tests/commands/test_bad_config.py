@@ -150,6 +150,30 @@ def test_a_pattern_that_matches_a_stray_file_and_class_folders_is_refused(tmp_pa
     assert main(["build", "--input", f"{photos}/*", "--output", str(out)]) != 2
 
 
+@pytest.mark.parametrize("checked_bytes", [1 << 20, 16], ids=["checked", "found-by-the-pipeline"])
+def test_a_bad_input_list_line_is_one_line_naming_it_and_nothing_is_left(
+    src, tmp_path, capsys, monkeypatch, checked_bytes
+):
+    """A list in another encoding, or with a line that is not `path,label`, ended in a Beam
+    traceback, after the output folder was made. The checks read the list's first megabyte; a
+    bad line further on stops the pipeline that reads it, as cleanly."""
+    from beam_tfrecord import checks
+
+    monkeypatch.setattr(checks, "_LIST_CHECKED_BYTES", checked_bytes)
+    images = sorted(p.relative_to(src) for p in src.rglob("*.jpg"))
+    listing = tmp_path / "list.csv"
+    lines = [f"{src / p},{p.parent}" for p in images] + ["dir/my,photo.jpg,cat"]
+    listing.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    assert main(["build", "--input-list", str(listing), "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input-list: {listing}: line {len(lines)}: expected "
+        '`path` or `path,label` (a path with a comma is quoted: "my,photo.jpg",cat), got '
+        "'dir/my,photo.jpg,cat'\n"
+    )
+    assert not out.exists()
+
+
 def test_input_folder_that_does_not_exist(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["build", "--input", str(tmp_path / "nope"), "--output", str(out)]) == 2
