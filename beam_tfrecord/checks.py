@@ -24,7 +24,13 @@ from beam_tfrecord.listing import (
     pattern_base,
     read_input_list_chunk,
 )
-from beam_tfrecord.locations import has_protocol, is_local, is_object_store, is_store_url
+from beam_tfrecord.locations import (
+    has_protocol,
+    is_local,
+    is_object_store,
+    is_store_url,
+    protocol_problem,
+)
 from beam_tfrecord.manifest import MANIFEST_FILE, REPORT_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
@@ -76,11 +82,15 @@ _BUCKET = re.compile(r"^(?P<protocol>gs|gcs)://(?P<bucket>[^/]*)")
 
 
 def refuse_placeholders(config: BuildConfig) -> None:
-    """GCS bucket names are lowercase: an uppercase one is a placeholder left in."""
+    """Refuses a URL no filesystem here opens (`protocol_problem`), and a placeholder left in:
+    GCS bucket names are lowercase, so an uppercase one is."""
     urls = [("input", u) for u in config.inputs] + [("output", config.output)]
     if config.input_list:
         urls.append(("input_list", config.input_list))
     for setting, url in urls:
+        problem = protocol_problem(url)
+        if problem is not None:
+            raise ConfigError(setting, f"{url!r}: {problem}")
         match = _BUCKET.match(url)
         if match and match["bucket"] != match["bucket"].lower():
             raise ConfigError(

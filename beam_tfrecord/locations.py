@@ -7,7 +7,10 @@ made) or by fsspec filesystem. A URL names its protocol (`gs://b/x`, `memory://x
 
 from __future__ import annotations
 
+import importlib.util
+
 import fsspec
+from fsspec.registry import known_implementations, registry
 from fsspec.utils import get_protocol
 
 __all__ = [
@@ -22,6 +25,7 @@ __all__ = [
     "is_s3fs",
     "is_store_url",
     "protocol_of",
+    "protocol_problem",
     "reached_alike",
     "without_protocol",
 ]
@@ -38,6 +42,24 @@ def has_protocol(url: str) -> bool:
     """Whether `url` names its protocol (`gs://b/x`, `file:///x`), rather than being a plain
     path on this machine (as listing gives local files)."""
     return "://" in url
+
+
+def protocol_problem(url: str) -> str | None:
+    """Why no filesystem on this machine opens `url`: a protocol fsspec does not know, or one
+    whose package is not installed (`az://` without adlfs); None when one does. Nothing is
+    imported to tell."""
+    if not has_protocol(url):
+        return None
+    protocol = get_protocol(url)
+    if protocol in registry:
+        return None
+    known = known_implementations.get(protocol)
+    if known is None:
+        return f"no filesystem is known for {protocol}:// (such as gs://, s3://, or a path)"
+    package = known["class"].split(".", 1)[0]
+    if importlib.util.find_spec(package) is None:
+        return known.get("err") or f"{protocol}:// needs the package {package}, not installed"
+    return None
 
 
 def without_protocol(url: str) -> str:

@@ -13,6 +13,7 @@ from beam_tfrecord.locations import (
     is_object_store,
     is_remote,
     is_store_url,
+    protocol_problem,
     reached_alike,
     without_protocol,
 )
@@ -70,3 +71,15 @@ def test_gcsfs_is_told_from_other_gs_filesystems():
     assert not is_gcsfs(ElsewhereGCS())
     assert not is_gcsfs(fsspec.filesystem("memory"))
     assert not is_gcsfs(fsspec.filesystem("file"))
+
+
+def test_a_protocol_no_filesystem_here_opens_is_told_without_importing_it():
+    assert protocol_problem("photos/cat.jpg") is None
+    assert protocol_problem("gs://b/x") is None and protocol_problem("memory://x") is None
+    assert protocol_problem("foo://bar") == (
+        "no filesystem is known for foo:// (such as gs://, s3://, or a path)"
+    )
+    # adlfs is not installed here: fsspec knows the protocol, and what to install for it.
+    assert protocol_problem("az://container/ds") == (
+        "Install adlfs to access Azure Datalake Gen2 and Azure Blob Storage"
+    )

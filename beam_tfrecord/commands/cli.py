@@ -108,6 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as err:
             from beam_tfrecord.storage import is_store_refusal, store_reason
 
+            if _from_fsspec_registry(err):
+                # A URL no filesystem here opens (`foo://`, `az://` without adlfs): the user's
+                # to fix, in one line.
+                print(f"beam-tfrecord {args.command}: error: {err}", file=sys.stderr)
+                return 2
             if not is_store_refusal(err):
                 raise
             # A store that cannot be asked (no credentials, a wrong endpoint) is the user's to
@@ -117,6 +122,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             _end_processes_not_taken()
     return status
+
+
+def _from_fsspec_registry(err: BaseException) -> bool:
+    """Whether `err` is fsspec's refusal of a URL's protocol: raised where it looks protocols
+    up (an unknown one, or one whose package is missing)."""
+    if not isinstance(err, (ValueError, ImportError)) or err.__traceback__ is None:
+        return False
+    tb = err.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename.endswith(os.path.join("fsspec", "registry.py"))
 
 
 def _end_processes_not_taken() -> None:

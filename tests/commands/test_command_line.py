@@ -1305,6 +1305,25 @@ def test_22_a_missing_path_is_one_line_naming_the_command(tmp_path, command, say
 
 
 @pytest.mark.parametrize(
+    "command",
+    [
+        ["build", "--input", "{src}", "--output", "foo://bar/ds"],
+        ["verify", "foo://bar/ds"],
+        ["inspect", "foo://bar/ds"],
+        ["preview", "{src}", "-o", "foo://bar/sheet.png"],
+    ],
+    ids=["build", "verify", "inspect", "preview"],
+)
+def test_22_a_url_no_filesystem_opens_is_one_line(src, tmp_path, command):
+    """A protocol fsspec does not know (or whose package is missing) ended in its traceback."""
+    done = run(*(arg.format(src=src) for arg in command), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"beam-tfrecord {command[0]}: error: ")
+    assert "foo" in line and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
     ("command", "given", "says"),
     [
         (["inspect"], "folder", "a folder with no TFRecord files below it (hidden files and "
