@@ -12,7 +12,8 @@ import argparse
 import os
 import posixpath
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from beam_tfrecord.beam.compat import OptionRefused, beam_flags, beam_option_parser
 from beam_tfrecord.compat import option_strings
@@ -92,15 +93,6 @@ def _check_values(known: argparse.Namespace, runner: str | None) -> None:
             "direct_num_workers",
             f"--direct_num_workers: {workers} is not a number of workers (0: one a core)",
         )
-    for flag in ("flink_job_server_jar", "spark_job_server_jar"):
-        jar = getattr(known, flag, None)
-        if jar and not has_protocol(jar) and not os.path.isfile(jar):
-            # Beam finds out only when the job is submitted, in a traceback.
-            raise FlagError(
-                flag,
-                f"--{flag}: {jar!r} is not a file (give the job server's jar, or an http(s) URL "
-                "to fetch it from; without the flag Beam downloads the one of its version)",
-            )
     if (runner or "").lower() in ("portablerunner", "portable"):
         endpoint = getattr(known, "job_endpoint", None)
         if not endpoint:
@@ -118,10 +110,22 @@ def _check_values(known: argparse.Namespace, runner: str | None) -> None:
 _CONNECT_TIMEOUT = 10.0
 
 
-def check_job_service(runner: str, endpoint: str | None) -> None:
-    """Refuses a portable runner's --job_endpoint that no server answers at: one connection,
-    before anything is written (Beam's gRPC channel would retry it, silently, for
-    --job_server_timeout). Beam's own in-process job service ("embed") is not looked for."""
+def check_job_service(runner: str, options: Mapping[str, Any]) -> None:
+    """Refuses, before anything is written, what a runner would fail on only once the job is
+    submitted, in a traceback: a job server's jar (--flink_job_server_jar,
+    --spark_job_server_jar) that is not a file here, where the runner starts it; and a portable
+    runner's --job_endpoint that no server answers at, in one connection (Beam's gRPC channel
+    would retry it, silently, for --job_server_timeout). Beam's own in-process job service
+    ("embed") is not looked for."""
+    for flag in ("flink_job_server_jar", "spark_job_server_jar"):
+        jar = options.get(flag)
+        if jar and not has_protocol(jar) and not os.path.isfile(jar):
+            raise FlagError(
+                flag,
+                f"--{flag}: {jar!r} is not a file (give the job server's jar, or an http(s) URL "
+                "to fetch it from; without the flag Beam downloads the one of its version)",
+            )
+    endpoint = options.get("job_endpoint")
     if runner.lower() not in ("portablerunner", "portable") or not endpoint or endpoint == "embed":
         return
     host, _, port = endpoint.rpartition(":")

@@ -597,7 +597,7 @@ def build(
     runner = _runner(options)
     if not isinstance(runner, LocalRunner):
         config = _whole_local_paths(config)
-        check_job_service(name, options.get_all_options().get("job_endpoint"))
+        check_job_service(name, options.get_all_options())
     # A job not waited for runs on after this process has returned, maybe ended: no lock
     # held here would cover it. Nor is there one on object stores.
     lock = not dry_run and (wait or isinstance(runner, LocalRunner)) and is_lockable(config.output)

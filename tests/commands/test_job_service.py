@@ -48,14 +48,14 @@ def test_nothing_listening_is_refused_at_once_and_no_folder_is_made(tmp_path, ca
 )
 def test_an_address_that_cannot_be_reached_is_named(endpoint, says):
     with pytest.raises(FlagError, match=r"^--job_endpoint: ") as refused:
-        check_job_service("PortableRunner", endpoint)
+        check_job_service("PortableRunner", {"job_endpoint": endpoint})
     assert says in str(refused.value)
 
 
 def test_other_runners_and_the_embedded_job_service_are_not_looked_for(closed_port):
-    check_job_service("PortableRunner", "embed")
-    check_job_service("FlinkRunner", f"127.0.0.1:{closed_port}")
-    check_job_service("DirectRunner", None)
+    check_job_service("PortableRunner", {"job_endpoint": "embed"})
+    check_job_service("FlinkRunner", {"job_endpoint": f"127.0.0.1:{closed_port}"})
+    check_job_service("DirectRunner", {})
 
 
 @pytest.mark.slow
