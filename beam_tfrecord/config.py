@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import math
+import os
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +14,7 @@ from typing import Any
 
 from beam_tfrecord.images.policy import ImagePolicy, PolicyError
 from beam_tfrecord.labels import class_name_problem
-from beam_tfrecord.locations import is_store_url, without_protocol
+from beam_tfrecord.locations import has_protocol, is_store_url, without_protocol
 from beam_tfrecord.settings import DEFAULT_EXTENSIONS, SETTINGS, Setting, default, image_settings
 from beam_tfrecord.settings import setting as setting_named
 from beam_tfrecord.wording import nearest
@@ -498,8 +500,12 @@ _CHECKS = {
 
 
 def _default_name(output: str) -> str:
-    tail = output.rstrip("/").rsplit("/", 1)[-1]
-    tail = without_protocol(tail) or "dataset"
+    """The output folder's own name, as a dataset name: `.` and `..` are the names of folders
+    they stand for (`--output .` in a folder `flowers` builds `flowers`)."""
+    path = output if has_protocol(output) else os.path.abspath(output or ".")
+    tail = posixpath.basename(without_protocol(path).rstrip("/"))
+    if tail in ("", ".", ".."):
+        return "dataset"
     return re.sub(r"[^A-Za-z0-9_.-]", "_", tail) or "dataset"
 
 

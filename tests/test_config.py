@@ -283,3 +283,23 @@ def test_a_resize_written_as_a_number_is_the_resize_its_text_is(tmp_path):
     assert BuildConfig.from_settings(
         {"input": ["a"], "output": "o", "resize": 64}
     ).image.resize == (Resize.parse("64"))
+
+
+@pytest.mark.parametrize(
+    ("output", "name"),
+    [
+        (".", "here"),
+        ("./", "here"),
+        ("x/.", "x"),
+        ("x/sub/..", "x"),
+        ("out/fruits/", "fruits"),
+        ("gs://bucket/datasets/v1/", "v1"),
+        ("/", "dataset"),
+        ("my photos", "my_photos"),
+    ],
+)
+def test_the_name_is_the_output_folders_own(tmp_path, monkeypatch, output, name):
+    """`--output .` was named '.', which the name's own check then refused, naming --name."""
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    assert BuildConfig.from_settings({"input": ["a"], "output": output}).name == name
