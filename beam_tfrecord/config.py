@@ -38,7 +38,9 @@ _SIZE_UNITS = {
 }  # fmt: skip
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 # Split names end up in file names, so keep them to characters that are safe on every filesystem.
-_SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.]*$")
+# A split's name is part of its shards' file names (`{name}-{split}.tfrecord-...`, so no '-'),
+# and what TFDS's `split=` reads (its names are `[\w-]+`, so no '.': `a.b` was refused there).
+_SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]*$")
 _RATIO_TOLERANCE = 1e-6
 
 # The settings (flags, config keys, the manifest's `config`) that make a build's ImagePolicy, in
@@ -102,6 +104,16 @@ def parse_splits(value: str | Mapping[str, Any]) -> tuple[tuple[str, float], ...
     """Parses `train=0.8,validation=0.1,test=0.1` (or a mapping) into ordered (name, ratio) pairs."""
     if isinstance(value, Mapping):
         items = [(str(k), v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)) and all(
+        isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in value
+    ):
+        items = [(str(name), ratio) for name, ratio in value]
+    elif isinstance(value, (list, tuple)):  # a config file's `splits: [train, test]`
+        raise ConfigError(
+            "splits",
+            f"expected split names with their ratios, such as {{train: 0.8, test: 0.2}} in a "
+            f"config file, got a list: {value!r}",
+        )
     else:
         items = []
         for part in str(value).split(","):
@@ -109,7 +121,11 @@ def parse_splits(value: str | Mapping[str, Any]) -> tuple[tuple[str, float], ...
                 continue
             name, sep, ratio = part.partition("=")
             if not sep:
-                raise ConfigError("splits", f"expected name=ratio, got {part.strip()!r}")
+                raise ConfigError(
+                    "splits",
+                    f"expected name=ratio, got {part.strip()!r} (such as train=0.8,test=0.2; in "
+                    "a config file, a mapping: {train: 0.8, test: 0.2})",
+                )
             items.append((name.strip(), ratio.strip()))
     if not items:
         raise ConfigError("splits", "at least one split is needed, e.g. train=1")
@@ -118,7 +134,13 @@ def parse_splits(value: str | Mapping[str, Any]) -> tuple[tuple[str, float], ...
         if not _SPLIT_NAME_RE.match(name):
             raise ConfigError(
                 "splits",
-                f"split name {name!r} must be letters, digits, '_' or '.' (it is used in file names)",
+                f"split name {name!r} must be letters, digits or '_' (it is part of file names, "
+                "and what TFDS's split= reads)",
+            )
+        if name.lower() == "all":
+            raise ConfigError(
+                "splits",
+                f"split name {name!r} is TFDS's name for every split at once; choose another",
             )
         try:
             ratio = float(raw)

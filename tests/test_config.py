@@ -56,7 +56,7 @@ def test_parse_splits():
         ("test", 0.1),
     )
     assert parse_splits({"a": 0.5, "b": 0.5}) == (("a", 0.5), ("b", 0.5))
-    assert parse_splits("all=1") == (("all", 1.0),)
+    assert parse_splits("every=1") == (("every", 1.0),)
 
 
 @pytest.mark.parametrize(
@@ -303,3 +303,27 @@ def test_the_name_is_the_output_folders_own(tmp_path, monkeypatch, output, name)
     (tmp_path / "here").mkdir()
     monkeypatch.chdir(tmp_path / "here")
     assert BuildConfig.from_settings({"input": ["a"], "output": output}).name == name
+
+
+@pytest.mark.parametrize(
+    ("splits", "says"),
+    [
+        ("a.b=0.5,c=0.5", "split name 'a.b' must be letters, digits or '_'"),
+        ("all=0.5,train=0.5", "split name 'all' is TFDS's name for every split at once"),
+        (["train", "test"], "expected split names with their ratios, such as {train: 0.8"),
+        ("train", "expected name=ratio, got 'train' (such as train=0.8,test=0.2"),
+    ],
+)
+def test_split_names_tfds_cannot_load_and_a_list_of_names_are_refused(splits, says):
+    """TFDS refused `split='a.b'`, and `split='all'` recursed until Python stopped it; a list
+    of names in a config file was refused with a fragment of its Python form."""
+    with pytest.raises(ConfigError) as err:
+        BuildConfig.from_settings({"input": ["a"], "output": "o", "splits": splits})
+    assert str(err.value).startswith(f"--splits: {says}")
+
+
+def test_splits_as_pairs_from_python():
+    config = BuildConfig.from_settings(
+        {"input": ["a"], "output": "o", "splits": [("train", 0.75), ["test", 0.25]]}
+    )
+    assert config.splits == (("train", 0.75), ("test", 0.25))
