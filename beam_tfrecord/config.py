@@ -417,11 +417,9 @@ def _choice(setting: Setting, value: Any, config: BuildConfig) -> Any:
 
 
 def _extensions(setting: Setting, value: Any, config: BuildConfig) -> tuple[str, ...]:
-    exts = tuple(
-        e.lower() if e.startswith(".") else "." + e.lower()
-        for e in (value.split(",") if isinstance(value, str) else value)
-        if e.strip()
-    )
+    # `*.jpg`, as a shell user writes a kind of file, is `.jpg`.
+    given = (e.strip().lstrip("*") for e in (value.split(",") if isinstance(value, str) else value))
+    exts = tuple(e.lower() if e.startswith(".") else "." + e.lower() for e in given if e)
     if not exts:
         raise ConfigError(setting.key, "at least one extension is needed")
     return exts

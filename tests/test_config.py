@@ -327,3 +327,10 @@ def test_splits_as_pairs_from_python():
         {"input": ["a"], "output": "o", "splits": [("train", 0.75), ["test", 0.25]]}
     )
     assert config.splits == (("train", 0.75), ("test", 0.25))
+
+
+def test_extensions_written_as_shell_patterns_are_their_suffixes():
+    config = BuildConfig.from_settings(
+        {"input": ["a"], "output": "o", "extensions": "*.jpg, PNG ,.webp"}
+    )
+    assert config.extensions == (".jpg", ".png", ".webp")

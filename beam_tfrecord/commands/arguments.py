@@ -22,7 +22,10 @@ __all__ = [
 
 def non_negative_int(text: str) -> int:
     """An argparse type for counts such as `-n`: 0 or more."""
-    number = int(text)
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if number < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
     return number

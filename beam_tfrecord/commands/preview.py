@@ -178,8 +178,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-o",
         "--out",
         default="preview.png",
-        metavar="PNG",
-        help="where to write the PNG (default: %(default)s)",
+        metavar="FILE",
+        help="where to write the sheet: a PNG, or a JPEG or WebP by its suffix (.jpg, .webp) "
+        "(default: %(default)s)",
     )
     parser.add_argument(
         "--overwrite",
@@ -187,14 +188,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="replace the PNG if it exists (without it, an existing file is refused)",
     )
     parser.add_argument(
-        "--columns", type=_positive, default=8, help="images per row (default: %(default)s)"
+        "--columns",
+        type=_columns,
+        default=8,
+        help=f"images per row, at most {_MOST_COLUMNS} (default: %(default)s)",
     )
     parser.add_argument(
         "--size",
-        type=_positive,
+        type=_size,
         default=128,
         metavar="PX",
-        help="thumbnail size in pixels (default: %(default)s)",
+        help=f"thumbnail size in pixels, at most {_MOST_PIXELS} (default: %(default)s)",
     )
     parser.add_argument(
         "--seed",
@@ -205,11 +209,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _positive(text: str) -> int:
-    number = int(text)
+def _positive(text: str, most: int | None = None) -> int:
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {number}")
+    if most is not None and number > most:
+        raise argparse.ArgumentTypeError(f"must be {most:,} or less, got {number:,}")
     return number
+
+
+def _columns(text: str) -> int:
+    return _positive(text, _MOST_COLUMNS)
+
+
+def _size(text: str) -> int:
+    return _positive(text, _MOST_PIXELS)
+
+
+# A sheet is for looking at: wider than this many tiles, or tiles larger than this, it is an
+# image of tens of thousands of pixels a side that no screen shows.
+_MOST_COLUMNS = 64
+_MOST_PIXELS = 1024
+
+# What the sheet is written as, by -o's suffix; any other suffix (or none) gets a PNG.
+_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP", ".png": "PNG"}
+
+
+def _format_of(out: str) -> str:
+    name = out.rsplit("/", 1)[-1].lower()
+    return next((f for suffix, f in _FORMATS.items() if name.endswith(suffix)), "PNG")
 
 
 def _refusal(out: str, overwrite: bool) -> str | None:
@@ -279,7 +310,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         return 1
     sheet = _contact_sheet(tiles, args.columns, args.size)
     buffer = io.BytesIO()
-    sheet.save(buffer, "PNG", optimize=True)
+    image_format = _format_of(args.out)
+    if image_format == "PNG":
+        sheet.save(buffer, "PNG", optimize=True)
+    else:
+        sheet.convert("RGB").save(buffer, image_format)
     try:
         with fsspec.open(args.out, "wb") as f:
             f.write(buffer.getvalue())

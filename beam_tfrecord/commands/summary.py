@@ -159,10 +159,11 @@ def _note_other_extensions(counters: dict[str, int], config: BuildConfig, out) -
         if name.startswith(OTHER_EXTENSIONS) and n
     }
     if by_suffix:
-        files = count(sum(by_suffix.values()), "image file")
+        total = sum(by_suffix.values())
         kinds = ", ".join(f"{suffix}: {n}" for suffix, n in by_suffix.items())
         print(
-            f"NOTE: {files} of other kinds were not taken ({kinds}): --extensions "
+            f"NOTE: {count(total, 'image file')} of other kinds {'was' if total == 1 else 'were'} "
+            f"not taken ({kinds}): --extensions "
             f"{','.join(e.lstrip('.') for e in config.extensions)} leaves them out",
             file=out,
         )

@@ -836,6 +836,40 @@ def test_12_preview_refuses_to_replace_a_file_without_overwrite(built, tmp_path)
     assert sheet.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
 
+@pytest.mark.parametrize(
+    ("name", "starts"),
+    [("sheet.jpg", b"\xff\xd8\xff"), ("sheet.webp", b"RIFF"), ("sheet", b"\x89PNG")],
+)
+def test_12_preview_writes_the_format_its_file_name_says(built, tmp_path, name, starts):
+    """`-o sheet.jpg` held PNG bytes under a JPEG's name."""
+    done = run("preview", str(built), "-o", str(tmp_path / name), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / name).read_bytes().startswith(starts)
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--size", "5000"], "argument --size: must be 1,024 or less, got 5,000"),
+        (["--columns", "x"], "argument --columns: expected a whole number, got 'x'"),
+        (["-n", "x"], "argument -n/--images: expected a whole number, got 'x'"),
+    ],
+)
+def test_12_preview_sizes_are_bounded_and_named(built, tmp_path, flags, says):
+    """`--size 5000` made a sheet of 20,000 pixels a side; `-n x` named an internal function."""
+    done = run("preview", str(built), "-o", str(tmp_path / "s.png"), *flags, cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"beam-tfrecord preview: error: {says}" in done.stderr
+    assert not (tmp_path / "s.png").exists()
+
+
+def test_12_inspect_names_a_count_that_is_not_one(built, tmp_path):
+    done = run("inspect", str(built), "-n", "x", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "argument -n/--records: expected a whole number, got 'x'" in done.stderr
+    assert "non_negative_int" not in done.stderr
+
+
 def test_12_preview_refuses_the_default_file_too(built, tmp_path):
     (tmp_path / "preview.png").write_bytes(b"an earlier sheet")
     refused = run("preview", str(built), cwd=tmp_path)
