@@ -46,7 +46,8 @@ class Reason(str, Enum):
     """The image's record alone is larger than `--max-shard-size`."""
     DUPLICATE = "duplicate"
     """With `--dedup`: byte-identical to another input (the one of the smallest relative path),
-    which was written instead."""
+    which was written instead. That one has a line too, with action `kept`, naming its copies:
+    it was written, and is not counted among the skipped."""
     # The image checks (ImageError.code, beam_tfrecord.images).
     EMPTY_FILE = "empty_file"
     """The file has zero bytes."""
@@ -250,7 +251,9 @@ class ReportEntry:
         reason: the code (`Reason`) saying why it was not written, or `normalized`.
         message: one line for people, naming what was wrong (`--labels ... finds no label in
             'x.jpg'`, `the data ends before the image does`...).
-        action: `skipped` (not written) or `modified` (written, but changed).
+        action: `skipped` (not written), `modified` (written, but changed), or `kept` (with
+            `--dedup`, the one copy of identical inputs that was written: reason `duplicate`,
+            its message naming the copies left out; not counted as skipped).
         split: the split it was planned for, when it got that far.
         label: its label, when it has one.
         notes: for `modified`, what was changed (`NOTE_CODES`: `cmyk_converted`, `resized`...).
@@ -260,7 +263,7 @@ class ReportEntry:
     relpath: str
     reason: str
     message: str
-    action: str = "skipped"  # "skipped", or "modified" for written images the build had to change
+    action: str = "skipped"  # or "modified" (written, changed), or "kept" (--dedup's copy kept)
     split: str | None = None
     label: str | None = None
     notes: tuple[str, ...] = field(default=())
