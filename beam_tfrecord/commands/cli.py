@@ -108,6 +108,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as err:
             from beam_tfrecord.storage import is_store_refusal, store_reason
 
+            if isinstance(err, StdoutFailed):
+                # `> /dev/full`: the command's own output cannot be written, which is not the
+                # build's output disk being full.
+                _silence_stdout()
+                print(
+                    f"beam-tfrecord {args.command}: error: cannot write to standard output: "
+                    f"{err.strerror or err}",
+                    file=sys.stderr,
+                )
+                return 1
             if _from_fsspec_registry(err):
                 # A URL no filesystem here opens (`foo://`, `az://` without adlfs): the user's
                 # to fix, in one line.
@@ -122,6 +132,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             _end_processes_not_taken()
     return status
+
+
+class StdoutFailed(OSError):
+    """Standard output could not be written (`> /dev/full`): not the build's own output."""
+
+
+class _GuardedStdout:
+    """Standard output, whose write errors are StdoutFailed: told apart from the same error on
+    the build's output folder (`No space left on device`, either way)."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:  # a reader gone (`| head`): handled as such
+            raise
+        except OSError as err:
+            raise StdoutFailed(err.errno, err.strerror) from err
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as err:
+            raise StdoutFailed(err.errno, err.strerror) from err
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _from_fsspec_registry(err: BaseException) -> bool:
@@ -146,7 +187,19 @@ def _end_processes_not_taken() -> None:
 
 def entry() -> None:
     """The `beam-tfrecord` executable: runs the command, then ends the process (`exit_process`)."""
+    _open_closed_streams()
     exit_process(main())
+
+
+def _open_closed_streams() -> None:
+    """A command started with stdout or stderr closed (`>&-`) has None there: what it would
+    print goes nowhere, as to /dev/null, rather than failing on the first print. And an error
+    writing to stdout is told apart from one writing the build (`_GuardedStdout`)."""
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115  # for the life of the process
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+    sys.stdout = _GuardedStdout(sys.stdout)
 
 
 def exit_process(status: int) -> None:

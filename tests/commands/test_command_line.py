@@ -611,6 +611,38 @@ def test_6_a_closed_pipe_ends_quietly(built, tmp_path, command):
     assert status in (0, 141)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_6_a_full_stdout_is_named_as_such_and_the_build_is_whole(src, tmp_path):
+    """`> /dev/full` was reported as "[Errno 28] No space left on device", which reads as the
+    output folder's disk being full; the build it ran was complete."""
+    out = tmp_path / "out"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [*COMMAND, "build", "--input", str(src), "--output", str(out)],
+            stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "beam-tfrecord build: error: cannot write to standard output: No space left on device"
+    ]
+    assert run("verify", str(out), cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "command", [["inspect", "{out}"], ["build", "--input", "{src}", "--output", "{new}"]]
+)
+def test_6_a_closed_stdout_prints_nowhere_and_fails_nothing(src, built, tmp_path, command):
+    """Started with stdout closed (`>&-`), a command failed on its first print with an
+    AttributeError traceback: it now prints nowhere, as to /dev/null."""
+    args = [a.format(out=built, src=src, new=tmp_path / "new") for a in command]
+    done = subprocess.run(
+        [*COMMAND, *args], stdin=subprocess.DEVNULL, stdout=None, stderr=subprocess.PIPE,
+        text=True, cwd=tmp_path, timeout=300, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+
+
 # 7. Quiet by default; -v shows Beam's lines.
 
 
