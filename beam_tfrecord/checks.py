@@ -212,6 +212,16 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
                 raise ConfigError("input", f"{pattern!r} does not exist{_taken_from(pattern)}")
             if not has_magic(path) and is_local(fs) and (kind := special_file_kind(path)):
                 raise ConfigError("input", f"{pattern!r} is {kind}, not an image file")
+            if has_magic(path) and fs.exists(path):
+                # `Photos [2023]`: a name that reads as a wildcard, and means itself.
+                literal = re.sub(r"([*?\[])", r"[\1]", pattern)
+                literal += "/**" if fs.isdir(path) else ""
+                raise ConfigError(
+                    "input",
+                    f"{pattern!r} is a path whose name holds a wildcard character (*, ? or [), "
+                    f"read as a pattern that matches no image file; to take it as it is, write "
+                    f"{literal!r}",
+                )
             base = pattern_base(pattern)
             if has_magic(path) and base and not fs.exists(pattern_base(path)):
                 bucket = path.split("/", 1)[0]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from imagegen import make_collection
+from PIL import Image
 
 from beam_tfrecord.cli import main
 
@@ -172,6 +173,24 @@ def test_a_bad_input_list_line_is_one_line_naming_it_and_nothing_is_left(
         "'dir/my,photo.jpg,cat'\n"
     )
     assert not out.exists()
+
+
+def test_a_folder_whose_name_reads_as_a_wildcard_says_how_to_take_it(tmp_path, capsys):
+    """`Photos [2023]` is a glob (`[2023]`: one of 2, 0, 3) that matches nothing: it was refused
+    as matching no image file, with no word of the escape that takes the folder."""
+    folder = tmp_path / "src" / "Photos [2023]"
+    (folder / "cat").mkdir(parents=True)
+    Image.new("RGB", (8, 8)).save(folder / "cat" / "1.jpg")
+    out = tmp_path / "out"
+    assert main(["build", "--input", str(folder), "--output", str(out)]) == 2
+    escaped = f"{tmp_path}/src/Photos [[]2023]/**"
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input: {str(folder)!r} is a path whose name holds a "
+        "wildcard character (*, ? or [), read as a pattern that matches no image file; to take "
+        f"it as it is, write {escaped!r}\n"
+    )
+    assert not out.exists()
+    assert main(["build", "--input", escaped, "--output", str(out), "--splits", "train=1"]) == 0
 
 
 def test_input_folder_that_does_not_exist(tmp_path, capsys):
