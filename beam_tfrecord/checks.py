@@ -174,7 +174,7 @@ def _preflight(
     checks = [functools.partial(_check_input, pattern, config) for pattern in config.inputs]
     sources = list(config.inputs)
     if config.input_list is not None:
-        checks.append(functools.partial(_check_input_list, config.input_list))
+        checks.append(functools.partial(_check_input_list, config.input_list, config.labels))
         sources.append(config.input_list)
     remote = [u for u in sources if is_store_url(u)]
     setting = "input_list" if remote == [config.input_list] else "input"
@@ -292,15 +292,23 @@ def _taken_from(pattern: str) -> str:
 _LIST_CHECKED_BYTES = 1 << 20
 
 
-def _check_input_list(input_list: str) -> None:
+def _check_input_list(input_list: str, labels: str = "dir") -> None:
     with _store_refusals("input_list", f"{input_list!r} cannot be read", also=(ValueError,)):
         chunks = input_list_chunks(input_list)
         if not chunks:
             raise ConfigError("input_list", f"{input_list!r} is empty")
         url, start, end = chunks[0]
         try:
-            for _ in read_input_list_chunk((url, start, min(end, _LIST_CHECKED_BYTES))):
-                pass
+            for entry in read_input_list_chunk((url, start, min(end, _LIST_CHECKED_BYTES))):
+                if labels == "none" and entry.label is not None:
+                    # The list's labels would be dropped, yet still leave out a file that two
+                    # lines label two ways: which is meant is the user's to say.
+                    raise ConfigError(
+                        "labels",
+                        f"--labels none builds without labels, and {input_list!r} gives them "
+                        f"({entry.relpath!r}: {entry.label!r}); leave --labels out to use "
+                        "them, or give a list of paths alone",
+                    )
         except InputListError as err:
             raise ConfigError("input_list", str(err)) from None
 

@@ -193,6 +193,24 @@ def test_a_folder_whose_name_reads_as_a_wildcard_says_how_to_take_it(tmp_path, c
     assert main(["build", "--input", escaped, "--output", str(out), "--splits", "train=1"]) == 0
 
 
+def test_labels_none_with_a_labelled_input_list_is_refused(src, tmp_path, capsys):
+    """The list's labels were dropped without a word, yet a file two lines labelled two ways was
+    still left out as conflicting_labels, in a build without labels."""
+    image = sorted(src.rglob("*.jpg"))[0]
+    listing = tmp_path / "list.csv"
+    listing.write_text(f"{image},apple\n{image},banana\n")
+    out = tmp_path / "out"
+    assert (
+        main(["build", "--input-list", str(listing), "--output", str(out), "--labels", "none"]) == 2
+    )
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --labels: --labels none builds without labels, and "
+        f"{str(listing)!r} gives them ({str(image).lstrip('/')!r}: 'apple'); leave --labels out "
+        "to use them, or give a list of paths alone\n"
+    )
+    assert not out.exists()
+
+
 def test_input_folder_that_does_not_exist(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["build", "--input", str(tmp_path / "nope"), "--output", str(out)]) == 2
