@@ -50,10 +50,12 @@ __all__ = [
     "Work",
     "build_manifest",
     "discard_manifest",
+    "forget_written_here",
     "is_build_file",
     "manifest_written_here",
     "parse_manifest",
     "publish_text",
+    "published_here",
     "read_manifest",
     "remove_files",
     "remove_stale_files",
@@ -357,12 +359,28 @@ def write_build_files(
     text = json.dumps(manifest, indent=1, ensure_ascii=False) + "\n"
     publish_text(posixpath.join(output_dir, MANIFEST_FILE), text)
     _WRITTEN_HERE[output_dir] = text
+    _PUBLISHED_HERE.add(output_dir)
     return list(done[: len(meanwhile)])
 
 
 # The manifest this process last wrote into each output folder, as written: the launcher of a
 # build that finalized here takes it without reading it back, a round trip on a store.
 _WRITTEN_HERE: dict[str, str] = {}
+# The output folders whose manifest this process wrote, since a build there started
+# (`forget_written_here`): kept after the manifest itself is taken.
+_PUBLISHED_HERE: set[str] = set()
+
+
+def published_here(output_dir: str) -> bool:
+    """Whether this process wrote `output_dir`'s manifest.json since a build there started
+    (`forget_written_here`): the build there is published."""
+    return output_dir in _PUBLISHED_HERE
+
+
+def forget_written_here(output_dir: str) -> None:
+    """Forgets a manifest this process wrote into `output_dir`: a build starts there."""
+    _WRITTEN_HERE.pop(output_dir, None)
+    _PUBLISHED_HERE.discard(output_dir)
 
 
 def manifest_written_here(output_dir: str) -> dict[str, Any] | None:
@@ -564,10 +582,12 @@ def remove_temporaries(output_dir: str) -> list[str]:
     removed = []
     for folder in ("", INDEX_DIR, SHARD_REPORTS_DIR):
         try:
-            listed = fs.ls(posixpath.join(path, folder) if folder else path, detail=False)
+            listed = fs.ls(posixpath.join(path, folder) if folder else path, detail=True)
         except FileNotFoundError:
             continue
-        for name in sorted(posixpath.basename(p.rstrip("/")) for p in listed):
+        files = [e["name"] for e in listed if e.get("type") != "directory"]
+        # A temporary folder (the report's parts) is `report.remove_parts`'s to remove.
+        for name in sorted(posixpath.basename(p.rstrip("/")) for p in files):
             if is_temporary(name):
                 fs.rm(posixpath.join(path, folder, name) if folder else posixpath.join(path, name))
                 removed.append(posixpath.join(folder, name))

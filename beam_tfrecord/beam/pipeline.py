@@ -57,6 +57,7 @@ from beam_tfrecord.manifest import (
     REPORT_FILE,
     build_manifest,
     discard_manifest,
+    forget_written_here,
     manifest_written_here,
     read_manifest,
     remove_files,
@@ -677,7 +678,7 @@ def _build(
     if config.overwrite and not dry_run and not checked:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)
-    manifest_written_here(config.output)  # an earlier build's, in this process: not this one's
+    forget_written_here(config.output)  # an earlier build's, in this process: not this one's
     started = time.monotonic()
     processes = shard_processes(config, options)  # none for a dry run: that is Dataflow's
     if processes and (

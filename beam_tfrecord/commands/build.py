@@ -588,6 +588,19 @@ def _report_interruption(
 ) -> None:
     """One or two lines: what the interrupted build finished (counted if the store answers by
     `until`, a time.monotonic(); not asked when None), and the command that goes on."""
+    from beam_tfrecord.manifest import MANIFEST_FILE, published_here
+
+    if published_here(config.output):
+        # Stopped after its manifest was written: the build is whole, only its summary and
+        # last tidying were left. Saying "no manifest.json yet, --resume" would be untrue.
+        print(
+            f"{prog}: interrupted ({interruption.name}) after {seconds:.1f} s, once the build "
+            f"was published: {config.output} holds it whole ({MANIFEST_FILE} is written); only "
+            f"its summary was not printed. To check it: beam-tfrecord verify {config.output}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
     counted: list[tuple[int, int] | None] = []
     # With --overwrite the replaced build's shards stay until this one publishes: they are not
     # what this one finished (its --resume removes those of another plan).
