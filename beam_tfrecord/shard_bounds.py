@@ -16,7 +16,14 @@ from beam_tfrecord.config import format_size
 __all__ = ["OutOfBounds", "shards_out_of_bounds"]
 
 # Why a shard is outside the bounds: the first that applies.
-PLANNED_SO = "planned so: their split's records are too large for bounds this close"
+# Shards are cut at equal byte offsets of a split's shuffled records (`sharding.num_shards`),
+# which can keep every shard inside bounds at least a record or two apart: with records this
+# large beside the bounds' gap, some shards take one record more or fewer than others.
+PLANNED_SO = (
+    "planned so: their split's records are too large beside the bounds' gap (shards are cut at "
+    "equal byte offsets, each within about one record of the same size: bounds two of the "
+    "largest records apart keep every shard inside)"
+)
 ESTIMATED = "planned on estimated sizes; --transformed-sizes measure keeps the bounds"
 SHRANK = "images were left out or re-encoded smaller when written (report.jsonl)"
 GREW = "images grew when re-encoded so that TensorFlow decodes them (report.jsonl)"
