@@ -61,7 +61,8 @@ class Reason(str, Enum):
     CORRUPT = "corrupt"
     """The data is damaged or inconsistent: it does not decode, or its headers contradict it."""
     TOO_MANY_PIXELS = "too_many_pixels"
-    """Width times height is above `--max-pixels` (a guard against decompression bombs)."""
+    """Width times height is above `--max-pixels` (a guard against decompression bombs), or,
+    with `--resize`, that of the image it would be resized to."""
     NEED_FULL_DATA = "need_full_data"
     """Only a prefix of the file was checked, and the answer needs the whole file."""
     # Written, but re-encoded or transformed (action "modified").

@@ -273,6 +273,16 @@ def _reencoded(
         # MPO (camera stereo pairs) counts as jpeg: TensorFlow decodes its primary image.
         notes.append("first_frame_of_animation")
     notes.extend(_source_depth_notes(im, data, fmt))
+    if policy.resize is not None:
+        # max_pixels bounds what the build holds decoded, an enlargement's output too: a 96 px
+        # image at --resize 9000 was a 9000x10286 record, 780 MB of one process to make.
+        width, height = policy.resize.output_size(*shown)
+        if width * height > policy.max_pixels:
+            raise ImageError(
+                "too_many_pixels",
+                f"--resize makes it {width}x{height} = {width * height:,} pixels, more than "
+                f"max_pixels={policy.max_pixels:,}",
+            )
     with _pillow_allows(im.size[0] * im.size[1]):
         image = _decoded_upright(im, fmt, policy, notes, orientation, shown)
         if policy.resize is not None:

@@ -195,3 +195,22 @@ def test_build_with_transforms_decodes_in_tensorflow(tmp_path, settings, check, 
                 assert max(h, w) <= 64 and f["image/format"] == [b"jpeg"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["resize"] == settings["resize"]
+
+
+def test_an_enlargement_past_max_pixels_is_refused_before_it_is_made():
+    """max_pixels bounds what the build holds decoded: a 96x110 image at --resize 9000 became a
+    9000x10312 record, hundreds of megabytes of one process to make."""
+    from beam_tfrecord.images import ImageError
+
+    policy = ImagePolicy(resize=Resize("short", size=9000), max_pixels=50_000_000)
+    with pytest.raises(ImageError) as err:
+        encode_for_tensorflow(_jpeg(96, 110), policy)
+    assert err.value.code == "too_many_pixels"
+    assert err.value.message == (
+        "--resize makes it 9000x10312 = 92,808,000 pixels, more than max_pixels=50,000,000"
+    )
+    # Within the bound, the same enlargement is made.
+    encoded, info = encode_for_tensorflow(
+        _jpeg(96, 110), ImagePolicy(resize=Resize("short", size=300))
+    )
+    assert (info.width, info.height) == (300, 344)
