@@ -531,7 +531,12 @@ def _default_name(output: str) -> str:
 
 def unknown_setting(key: str) -> str:
     """Why `key` is refused as a setting: the nearest known one, else the list of them all."""
-    names = sorted("input" if name == "inputs" else name for name in BuildConfig.setting_names())
+    hidden = {setting.name for setting in SETTINGS if setting.hidden}
+    names = sorted(
+        "input" if name == "inputs" else name
+        for name in BuildConfig.setting_names()
+        if name not in hidden
+    )
     close = nearest(key, names)
     if close:
         return f"unknown setting {key!r}; did you mean {close!r}?"

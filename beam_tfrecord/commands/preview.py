@@ -255,11 +255,17 @@ def _refusal(out: str, overwrite: bool) -> str | None:
 
 
 def _first_split(output: str) -> str:
+    """The build's first split that holds records (its first, if none does or none says)."""
     try:
-        splits = list(read_manifest(output).get("splits", {}))
+        splits = read_manifest(output).get("splits", {})
     except FileNotFoundError:
-        splits = []
-    return splits[0] if splits else "train"
+        splits = {}
+    held = [
+        name
+        for name, info in splits.items()
+        if not isinstance(info, dict) or info.get("examples", 1) > 0
+    ]
+    return (held or list(splits) or ["train"])[0]
 
 
 def _unknown_split(output: str, split: str) -> str | None:

@@ -279,3 +279,14 @@ def test_a_manifest_that_is_not_a_builds_is_named_in_one_line(
     assert err.startswith(f"beam-tfrecord {command}: error: {out / 'manifest.json'}: not a build's")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "grid.png").exists()
+
+
+def test_preview_without_a_split_shows_the_first_that_holds_records(tmp_path, capsys):
+    """A build whose first split is empty (train=0) was refused for its empty split, with no
+    word of the split that holds the images."""
+    out = tmp_path / "out"
+    flags = ["--splits", "train=0,validation=1"]
+    assert main(["build", "--input", "samples/fruits", "--output", str(out), *flags]) == 0
+    capsys.readouterr()
+    assert main(["preview", str(out), "-o", str(tmp_path / "sheet.png")]) == 0
+    assert "of split 'validation'" in capsys.readouterr().out
