@@ -210,7 +210,5 @@ def test_an_enlargement_past_max_pixels_is_refused_before_it_is_made():
         "--resize makes it 9000x10312 = 92,808,000 pixels, more than max_pixels=50,000,000"
     )
     # Within the bound, the same enlargement is made.
-    _, info = encode_for_tensorflow(
-        _jpeg(96, 110), ImagePolicy(resize=Resize("short", size=300))
-    )
+    _, info = encode_for_tensorflow(_jpeg(96, 110), ImagePolicy(resize=Resize("short", size=300)))
     assert (info.width, info.height) == (300, 344)
