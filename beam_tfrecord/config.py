@@ -41,6 +41,9 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 # A split's name is part of its shards' file names (`{name}-{split}.tfrecord-...`, so no '-'),
 # and what TFDS's `split=` reads (its names are `[\w-]+`, so no '.': `a.b` was refused there).
 _SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]*$")
+# A dataset's name starts its shards' file names (`photos-v1.0-train.tfrecord-...`): a split name
+# follows it, so it may hold '.' and '-' (`photos-v1.0`).
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _RATIO_TOLERANCE = 1e-6
 
 # The settings (flags, config keys, the manifest's `config`) that make a build's ImagePolicy, in
@@ -406,7 +409,7 @@ def _output(setting: Setting, value: Any, config: BuildConfig) -> str:
 def _name(setting: Setting, value: Any, config: BuildConfig) -> str:
     if value is None:
         value = _default_name(config.output)
-    if not value or not isinstance(value, str) or not _SPLIT_NAME_RE.match(value.replace("-", "_")):
+    if not value or not isinstance(value, str) or not _NAME_RE.match(value):
         raise ConfigError(setting.key, f"{value!r} must be letters, digits, '-', '_' or '.'")
     return value
 

@@ -334,3 +334,17 @@ def test_extensions_written_as_shell_patterns_are_their_suffixes():
         {"input": ["a"], "output": "o", "extensions": "*.jpg, PNG ,.webp"}
     )
     assert config.extensions == (".jpg", ".png", ".webp")
+
+
+@pytest.mark.parametrize("name", ["photos-v1.0", "a.b", "x.5", "v1_2-rc.3"])
+def test_a_dataset_name_may_hold_dots_and_dashes(name):
+    """Split names lost their '.', which TFDS cannot read; a dataset's name shared their rule by
+    mistake, and `--output out/photos-v1.0` was refused."""
+    assert BuildConfig.from_settings({"input": ["a"], "output": f"out/{name}"}).name == name
+    assert BuildConfig.from_settings({"input": ["a"], "output": "o", "name": name}).name == name
+
+
+@pytest.mark.parametrize("name", [".hidden", "-dash", "a b", "a/b", "ünï"])
+def test_a_dataset_name_that_cannot_start_a_file_name_is_refused(name):
+    with pytest.raises(ConfigError, match="must be letters, digits"):
+        BuildConfig.from_settings({"input": ["a"], "output": "o", "name": name})
