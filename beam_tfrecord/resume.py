@@ -19,7 +19,7 @@ from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, ShardResult, 
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.locations import has_protocol, is_local
 from beam_tfrecord.report import shard_report_name
-from beam_tfrecord.storage import publish, sequential_read_options
+from beam_tfrecord.storage import publish, sequential_read_options, written_at
 from beam_tfrecord.wording import count
 
 __all__ = ["keep_finished"]
@@ -118,6 +118,12 @@ def _report_disagreement(
         return (
             f"the file of its image {changed.relpath} changed after the shard was written "
             "(a change that keeps the file's size shows in no record)"
+        )
+    replaced = _left_out_and_replaced(fs, final_path, report)
+    if replaced is not None:
+        return (
+            f"its image {replaced.relpath}, left out as {replaced.reason}, was written again "
+            "after the shard was"
         )
     planned = {e.url for e in ordered}
     stranger = next((r for r in report if r.url not in planned), None)
@@ -224,6 +230,51 @@ def _changed_since_written(fs, shard_path: str, ordered: list[ImageEntry]) -> Im
         except OSError:  # gone: the shard holds it as it was, or reports it
             continue
         if changed > written:
+            return entry
+    return None
+
+
+# Why an image was left out that a new copy of its file may mend: its bytes, or its absence.
+_MENDABLE = frozenset(
+    {
+        Reason.TRUNCATED, Reason.CORRUPT, Reason.EMPTY_FILE, Reason.UNKNOWN_FORMAT,
+        Reason.UNSUPPORTED, Reason.TOO_MANY_PIXELS, Reason.NEED_FULL_DATA,
+        Reason.SOURCE_CHANGED, Reason.VANISHED,
+    }
+)  # fmt: skip
+
+
+def _left_out_and_replaced(fs, shard_path: str, report: list[ReportEntry]) -> ReportEntry | None:
+    """On an object store, the first image the shard left out for its bytes whose object was
+    written after the shard (a broken upload replaced, say); None if there is none.
+
+    A kept record shows a change of size, and a local file a change of any kind
+    (`_changed_since_written`); an image left out has no record, and on a store only its
+    object's time shows it was replaced. One request for the shard and one for each such image,
+    which are few.
+    """
+    if is_local(fs):
+        return None
+    left_out = [
+        r for r in report if r.action == "skipped" and r.reason in _MENDABLE and has_protocol(r.url)
+    ]
+    if not left_out:
+        return None
+    try:
+        shard_time = written_at(fs.info(shard_path))
+    except OSError:
+        return None
+    if shard_time is None:
+        return None
+    for entry in left_out:
+        source_fs, path = fsspec.core.url_to_fs(entry.url)
+        source_fs.invalidate_cache(posixpath.dirname(path))
+        try:
+            when = written_at(source_fs.info(path))
+        except OSError:  # still gone, or not ours to look at: as it was
+            continue
+        # S3 keeps whole seconds: an object written in the shard's second may be newer.
+        if when is not None and when >= shard_time:
             return entry
     return None
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import errno
 import functools
 import inspect
@@ -28,6 +30,7 @@ __all__ = [
     "temporary_name",
     "to_url",
     "whole_read_options",
+    "written_at",
 ]
 
 # Every process that reads or writes through this module limits how long a gs:// request may go
@@ -193,3 +196,18 @@ def read_source(url: str) -> bytes:
         return _read_local(url)
     fs, path = fsspec.core.url_to_fs(url)
     return fs.cat_file(path, **whole_read_options(fs))
+
+
+def written_at(info: dict) -> float | None:
+    """When a file or object was last written, as a time.time(), from what its file system's
+    listing or `info` says (a local file's mtime, gcsfs's `updated`, s3fs's `LastModified`);
+    None if it does not say."""
+    value = info.get("mtime", info.get("LastModified", info.get("updated")))
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    return None

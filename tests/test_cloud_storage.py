@@ -1377,3 +1377,24 @@ def test_a_listing_task_leaves_nothing_of_its_listing_in_the_filesystem_cache(re
     bucket = root.split("://", 1)[1].split("/", 1)[0]
     kept = [key for key in fs.dircache if key.startswith(bucket)]
     assert kept == []
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_resume_writes_again_a_shard_whose_left_out_image_was_uploaded_again(
+    request, protocol, collection
+):
+    """A broken upload left out as truncated, then uploaded whole: --resume kept every shard,
+    and the image stayed left out ("resumed: kept 6 of 6"), where a local build writes it. Its
+    object, newer than the shard, now sends that shard to be written again; the others stay."""
+    store = _store(request, protocol)
+    src, images = collection
+    source, output = _buckets(store, src, "mended")
+    config = _config(f"{source}/**", output)
+    first = build(config, [])
+    assert first.manifest["inputs"]["skipped_by_reason"] == {"truncated": 1}
+    fs, path = fsspec.core.url_to_fs(f"{source}/dog/broken.jpg")
+    fs.pipe_file(path, images["dog/dog_0000.jpg"])  # whole now, and another size
+    resumed = build(replace(config, resume=True), [])
+    assert resumed.manifest["inputs"]["skipped"] == 0
+    assert resumed.manifest["inputs"]["written"] == first.manifest["inputs"]["written"] + 1
+    assert resumed.counters.get("shards_kept") == len(first.manifest["shards"]) - 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import functools
 import gc
 import logging
@@ -38,6 +37,7 @@ from beam_tfrecord.config import (
 )
 from beam_tfrecord.progress import Progress
 from beam_tfrecord.settings import SETTINGS, Setting
+from beam_tfrecord.storage import written_at
 from beam_tfrecord.verdict import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, BuildFailed, of_published
 from beam_tfrecord.wording import count
 
@@ -565,22 +565,8 @@ def _finished_shards(output: str, since: float | None = None) -> tuple[int, int]
     if since is None:
         return len(shards), 0
     # A second's grace for file systems that keep coarse times.
-    older = [n for n, entry in shards.items() if (_written_at(entry) or since) < since - 1.0]
+    older = [n for n, entry in shards.items() if (written_at(entry) or since) < since - 1.0]
     return len(shards), len(older)
-
-
-def _written_at(entry: dict) -> float | None:
-    """When a listed file was last written, as a time.time(), from what its file system's listing
-    says (a local file's mtime, gcsfs's `updated`, s3fs's `LastModified`); None if it does not."""
-    value = entry.get("mtime", entry.get("LastModified", entry.get("updated")))
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, datetime.datetime):
-        return value.timestamp()
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError):
-            return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    return None
 
 
 def _report_interruption(

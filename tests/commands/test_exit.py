@@ -77,6 +77,7 @@ def test_an_interrupted_overwrite_counts_its_own_shards_not_the_replaced_builds(
 
     from beam_tfrecord.commands import build as command
     from beam_tfrecord.config import BuildConfig
+    from beam_tfrecord.storage import written_at
 
     out = tmp_path / "out"
     out.mkdir()
@@ -100,7 +101,7 @@ def test_an_interrupted_overwrite_counts_its_own_shards_not_the_replaced_builds(
 
     # What each file system says of when a file was written.
     when = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.timezone.utc)
-    assert command._written_at({"mtime": when.timestamp()}) == when.timestamp()
-    assert command._written_at({"LastModified": when}) == when.timestamp()  # s3fs
-    assert command._written_at({"updated": "2026-11-28T12:00:00.000Z"}) == when.timestamp()
-    assert command._written_at({"size": 1}) is None
+    assert written_at({"mtime": when.timestamp()}) == when.timestamp()
+    assert written_at({"LastModified": when}) == when.timestamp()  # s3fs
+    assert written_at({"updated": "2026-11-28T12:00:00.000Z"}) == when.timestamp()
+    assert written_at({"size": 1}) is None
