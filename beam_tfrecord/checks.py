@@ -96,7 +96,10 @@ def refuse_placeholders(config: BuildConfig) -> None:
             raise ConfigError(
                 setting,
                 f"{url!r}: bucket names are lowercase, so {match['bucket']!r} is a placeholder; "
-                "put the name of your bucket there",
+                "put the name of your bucket there"
+                if match["bucket"].isupper()  # YOUR-BUCKET
+                else f"{url!r}: bucket names are lowercase, so {match['bucket']!r} names none; "
+                f"did you mean {match['bucket'].lower()!r}?",
             )
 
 

@@ -247,6 +247,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         records = read_records(url, args.compression, with_offsets=True)
         # One record beyond the limit tells whether there is more to say so.
         shown = itertools.islice(records, None if limit is None else limit + 1)
+        index = -1
         try:
             for index, (offset, record) in enumerate(shown):
                 if index == limit:
@@ -257,6 +258,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
                     _print_json(url, index, offset, record)
                 else:
                     _print_text(index, offset, record)
+            if index < 0 and not args.json:
+                print("  no records (an empty file)")
         except BrokenPipeError:
             raise  # the reader of our output is gone (`| head`): the dispatcher ends quietly
         except (CorruptRecordError, OSError) as error:

@@ -167,6 +167,14 @@ def test_inspect_missing_file_is_an_error_naming_it(tmp_path, capsys):
     assert f"error: {missing}: no such file or directory" in capsys.readouterr().err
 
 
+def test_inspect_of_an_empty_file_says_it_holds_no_records(tmp_path, capsys):
+    """It printed the file's name alone, which reads as if something went unsaid."""
+    empty = tmp_path / "ds-train.tfrecord-00000-of-00001"
+    empty.write_bytes(b"")
+    assert main(["inspect", str(empty)]) == 0
+    assert capsys.readouterr().out == f"{empty}\n  no records (an empty file)\n"
+
+
 def test_inspect_names_damage_with_its_offset(tmp_path, capsys):
     path = tmp_path / "bad.tfrecord"
     _write(path, [b"a" * 10, b"b" * 20])
