@@ -816,7 +816,7 @@ def test_a_missing_input_bucket_is_named_as_such(request, protocol, tmp_path, ca
 
 def test_no_credentials_is_one_line_not_a_traceback(s3_store, tmp_path, capsys, monkeypatch):  # noqa: F811
     """botocore's NoCredentialsError is no OSError: it escaped the checks as a traceback, from
-    build (exit 1) and from verify and spec alike."""
+    build (exit 1) and from verify and spec alike. verify and spec name the store's URL too."""
     from cloud_servers import _clear_instances
 
     src = tmp_path / "src"
@@ -838,7 +838,8 @@ def test_no_credentials_is_one_line_not_a_traceback(s3_store, tmp_path, capsys, 
         for command in ("verify", "spec"):
             assert main([command, source]) == 1
             assert capsys.readouterr().err.strip().splitlines() == [
-                f"beam-tfrecord {command}: error: Unable to locate credentials (NoCredentialsError)"
+                f"beam-tfrecord {command}: error: {source}: Unable to locate credentials "
+                "(NoCredentialsError)"
             ]
     finally:
         monkeypatch.undo()

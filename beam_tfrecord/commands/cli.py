@@ -126,8 +126,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not is_store_refusal(err):
                 raise
             # A store that cannot be asked (no credentials, a wrong endpoint) is the user's to
-            # fix: one line, not the client library's traceback.
-            print(f"beam-tfrecord {args.command}: error: {store_reason(err)}", file=sys.stderr)
+            # fix: one line, not the client library's traceback, naming the store's URL.
+            from beam_tfrecord.locations import is_store_url
+
+            url = next((a for a in argv if not a.startswith("-") and is_store_url(a)), None)
+            where = f"{url}: " if url else ""
+            print(
+                f"beam-tfrecord {args.command}: error: {where}{store_reason(err)}",
+                file=sys.stderr,
+            )
             return 1
         finally:
             _end_processes_not_taken()
