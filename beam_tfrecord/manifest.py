@@ -8,6 +8,7 @@ import functools
 import json
 import platform
 import posixpath
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import metadata
@@ -529,8 +530,85 @@ def parse_manifest(text: str | bytes, url: str) -> dict[str, Any]:
     elif not all(isinstance(s, dict) and isinstance(s.get("file"), str) for s in shards):
         why = 'a shard of its "shards" names no file'
     else:
-        return manifest
+        why = _inconsistency(manifest)
+        if why is None:
+            return manifest
     raise ManifestError(url, why)
+
+
+_CRC32C_HEX = re.compile(r"^[0-9a-f]{8}$")
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _inconsistency(manifest: dict[str, Any]) -> str | None:
+    """What in a manifest contradicts itself, or points outside its folder; None if nothing.
+
+    A build writes every figure from the same shards, so figures that disagree were edited or
+    damaged since, and a reader would act on them: a shard listed twice read twice, a shard
+    filed under another split read with it, an index path followed out of the folder.
+    """
+    seen: set[str] = set()
+    for shard in manifest["shards"]:
+        name = shard["file"]
+        if not name or "/" in name or name in (".", ".."):
+            return f"shard {name!r} is not a file name in the build's folder"
+        if name in seen:
+            return f"it lists shard {name!r} twice"
+        seen.add(name)
+        for key in ("examples", "bytes", "index"):
+            if key in shard and not _is_count(shard[key]):
+                return f"shard {name}: {key} {shard[key]!r} is not a count"
+        index_file = shard.get("index_file")
+        if index_file is not None and (
+            not isinstance(index_file, str)
+            or index_file.startswith("/")
+            or posixpath.normpath(index_file) != index_file
+            or index_file.split("/", 1)[0] == ".."
+        ):
+            return f"shard {name}: index_file {index_file!r} is not a path in the build's folder"
+        if "crc32c" in shard and not (
+            isinstance(shard["crc32c"], str) and _CRC32C_HEX.match(shard["crc32c"])
+        ):
+            return f"shard {name}: crc32c {shard['crc32c']!r} is not a CRC32C (8 hex digits)"
+    splits = manifest.get("splits")
+    if splits is None:
+        return None
+    if not isinstance(splits, dict) or not all(isinstance(v, dict) for v in splits.values()):
+        return '"splits" is not an object of splits'
+    for shard in manifest["shards"]:
+        if "split" in shard and shard["split"] not in splits:
+            return f"shard {shard['file']} is of split {shard['split']!r}, which it does not list"
+    for split, info in splits.items():
+        own = [s for s in manifest["shards"] if s.get("split") == split]
+        for key, total in (
+            ("examples", sum(s.get("examples", 0) for s in own)),
+            ("bytes", sum(s.get("bytes", 0) for s in own)),
+            ("shards", len(own)),
+        ):
+            if key in info and info[key] != total:
+                return f"split {split!r} lists {key} {info[key]!r}, but its shards hold {total}"
+        counts = info.get("class_counts")
+        if isinstance(counts, dict) and "examples" in info:
+            if not all(_is_count(n) for n in counts.values()):
+                return f"split {split!r}: its class_counts are not counts"
+            if sum(counts.values()) != info["examples"]:
+                return (
+                    f"split {split!r}: its class_counts add up to {sum(counts.values())}, "
+                    f"not its {info['examples']} examples"
+                )
+            classes = manifest.get("classes")
+            if isinstance(classes, list) and not set(counts) <= set(map(str, classes)):
+                stranger = sorted(set(counts) - set(map(str, classes)))[0]
+                return f"split {split!r} counts class {stranger!r}, which its classes do not list"
+    inputs = manifest.get("inputs")
+    written = inputs.get("written") if isinstance(inputs, dict) else None
+    examples = sum(info.get("examples", 0) for info in splits.values())
+    if written is not None and written != examples:
+        return f"inputs.written is {written!r}, but its splits hold {examples} examples"
+    return None
 
 
 def read_manifest(output_dir: str) -> dict[str, Any]:

@@ -164,7 +164,8 @@ def _manifest_shards(source: str, manifest: Mapping[str, Any], split: str | None
     splits = list(manifest.get("splits", {}))
     if split is not None and split not in splits:
         raise ValueError(
-            f"no split {split!r} in {_join(source, MANIFEST_FILE)}; it has {', '.join(splits)}"
+            f"no split {split!r} in {_join(source, MANIFEST_FILE)}; "
+            + (f"it has {', '.join(splits)}" if splits else "it lists no splits")
         )
     return [
         Shard(_join(source, entry["file"]), int(entry["examples"]))
