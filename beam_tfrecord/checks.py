@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import os
 import posixpath
 import re
@@ -92,15 +93,13 @@ def refuse_placeholders(config: BuildConfig) -> None:
         if problem is not None:
             raise ConfigError(setting, f"{url!r}: {problem}")
         match = _BUCKET.match(url)
-        if match and match["bucket"] != match["bucket"].lower():
-            raise ConfigError(
-                setting,
-                f"{url!r}: bucket names are lowercase, so {match['bucket']!r} is a placeholder; "
-                "put the name of your bucket there"
-                if match["bucket"].isupper()  # YOUR-BUCKET
-                else f"{url!r}: bucket names are lowercase, so {match['bucket']!r} names none; "
-                f"did you mean {match['bucket'].lower()!r}?",
-            )
+        bucket = match["bucket"] if match else ""
+        if bucket != bucket.lower():
+            if bucket.isupper():  # YOUR-BUCKET, as the default config has it
+                fix = "is a placeholder; put the name of your bucket there"
+            else:
+                fix = f"names none; did you mean {bucket.lower()!r}?"
+            raise ConfigError(setting, f"{url!r}: bucket names are lowercase, so {bucket!r} {fix}")
 
 
 def preflight(
@@ -217,8 +216,7 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
                 raise ConfigError("input", f"{pattern!r} is {kind}, not an image file")
             if has_magic(path) and fs.exists(path):
                 # `Photos [2023]`: a name that reads as a wildcard, and means itself.
-                literal = re.sub(r"([*?\[])", r"[\1]", pattern)
-                literal += "/**" if fs.isdir(path) else ""
+                literal = glob.escape(pattern) + ("/**" if fs.isdir(path) else "")
                 raise ConfigError(
                     "input",
                     f"{pattern!r} is a path whose name holds a wildcard character (*, ? or [), "
@@ -295,7 +293,7 @@ def _taken_from(pattern: str) -> str:
 _LIST_CHECKED_BYTES = 1 << 20
 
 
-def _check_input_list(input_list: str, labels: str = "dir") -> None:
+def _check_input_list(input_list: str, labels: str) -> None:
     with _store_refusals("input_list", f"{input_list!r} cannot be read", also=(ValueError,)):
         chunks = input_list_chunks(input_list)
         if not chunks:

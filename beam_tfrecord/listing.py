@@ -450,8 +450,9 @@ def _local_files(
     Links are followed, to files and to folders, under the link's own name. A link to nothing
     is a file of size -1, so that the build reports it (it is gone when planned) rather than
     losing it; a named pipe, socket or device is a file too, which the build reports when it
-    refuses to read it. A link to a folder the walk is already in (`top`, a folder above it, or one it
-    came through) is not followed: it holds nothing new, and following it would never end.
+    refuses to read it. A link to a folder the walk is already in (`top`, a folder above it,
+    or one it came through) is not followed: it holds nothing new, and following it would
+    never end.
     `real` is the real path of `top` and `above` the real paths of the folders it is in (both
     found here for the first call).
     """

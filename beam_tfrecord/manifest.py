@@ -550,8 +550,52 @@ def _inconsistency(manifest: dict[str, Any]) -> str | None:
     damaged since, and a reader would act on them: a shard listed twice read twice, a shard
     filed under another split read with it, an index path followed out of the folder.
     """
-    seen: set[str] = set()
+    why = _shards_inconsistency(manifest["shards"])
+    if why is not None:
+        return why
+    splits = manifest.get("splits")
+    if splits is None:
+        return None
+    if not isinstance(splits, dict) or not all(isinstance(v, dict) for v in splits.values()):
+        return '"splits" is not an object of splits'
     for shard in manifest["shards"]:
+        if "split" in shard and shard["split"] not in splits:
+            return f"shard {shard['file']} is of split {shard['split']!r}, which it does not list"
+    classes = manifest.get("classes")
+    named = set(map(str, classes)) if isinstance(classes, list) else None
+    for split, info in splits.items():
+        own = [s for s in manifest["shards"] if s.get("split") == split]
+        for key, total in (
+            ("examples", sum(s.get("examples", 0) for s in own)),
+            ("bytes", sum(s.get("bytes", 0) for s in own)),
+            ("shards", len(own)),
+        ):
+            if key in info and info[key] != total:
+                return f"split {split!r} lists {key} {info[key]!r}, but its shards hold {total}"
+        counts = info.get("class_counts")
+        if isinstance(counts, dict) and "examples" in info:
+            if not all(_is_count(n) for n in counts.values()):
+                return f"split {split!r}: its class_counts are not counts"
+            if sum(counts.values()) != info["examples"]:
+                return (
+                    f"split {split!r}: its class_counts add up to {sum(counts.values())}, "
+                    f"not its {info['examples']} examples"
+                )
+            if named is not None and not set(counts) <= named:
+                stranger = sorted(set(counts) - named)[0]
+                return f"split {split!r} counts class {stranger!r}, which its classes do not list"
+    inputs = manifest.get("inputs")
+    written = inputs.get("written") if isinstance(inputs, dict) else None
+    examples = sum(info.get("examples", 0) for info in splits.values())
+    if written is not None and written != examples:
+        return f"inputs.written is {written!r}, but its splits hold {examples} examples"
+    return None
+
+
+def _shards_inconsistency(shards: list[dict[str, Any]]) -> str | None:
+    """What in a manifest's shard list contradicts itself, or points outside its folder."""
+    seen: set[str] = set()
+    for shard in shards:
         name = shard["file"]
         if not name or "/" in name or name in (".", ".."):
             return f"shard {name!r} is not a file name in the build's folder"
@@ -573,41 +617,6 @@ def _inconsistency(manifest: dict[str, Any]) -> str | None:
             isinstance(shard["crc32c"], str) and _CRC32C_HEX.match(shard["crc32c"])
         ):
             return f"shard {name}: crc32c {shard['crc32c']!r} is not a CRC32C (8 hex digits)"
-    splits = manifest.get("splits")
-    if splits is None:
-        return None
-    if not isinstance(splits, dict) or not all(isinstance(v, dict) for v in splits.values()):
-        return '"splits" is not an object of splits'
-    for shard in manifest["shards"]:
-        if "split" in shard and shard["split"] not in splits:
-            return f"shard {shard['file']} is of split {shard['split']!r}, which it does not list"
-    for split, info in splits.items():
-        own = [s for s in manifest["shards"] if s.get("split") == split]
-        for key, total in (
-            ("examples", sum(s.get("examples", 0) for s in own)),
-            ("bytes", sum(s.get("bytes", 0) for s in own)),
-            ("shards", len(own)),
-        ):
-            if key in info and info[key] != total:
-                return f"split {split!r} lists {key} {info[key]!r}, but its shards hold {total}"
-        counts = info.get("class_counts")
-        if isinstance(counts, dict) and "examples" in info:
-            if not all(_is_count(n) for n in counts.values()):
-                return f"split {split!r}: its class_counts are not counts"
-            if sum(counts.values()) != info["examples"]:
-                return (
-                    f"split {split!r}: its class_counts add up to {sum(counts.values())}, "
-                    f"not its {info['examples']} examples"
-                )
-            classes = manifest.get("classes")
-            if isinstance(classes, list) and not set(counts) <= set(map(str, classes)):
-                stranger = sorted(set(counts) - set(map(str, classes)))[0]
-                return f"split {split!r} counts class {stranger!r}, which its classes do not list"
-    inputs = manifest.get("inputs")
-    written = inputs.get("written") if isinstance(inputs, dict) else None
-    examples = sum(info.get("examples", 0) for info in splits.values())
-    if written is not None and written != examples:
-        return f"inputs.written is {written!r}, but its splits hold {examples} examples"
     return None
 
 

@@ -154,6 +154,11 @@ def special_file_kind(path: str) -> str | None:
         return None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
+    return _kind(mode)
+
+
+def _kind(mode: int) -> str:
+    """What a file of this `st_mode` that is not a regular file is."""
     return _NOT_FILES.get(stat.S_IFMT(mode), "not a regular file")
 
 
@@ -169,8 +174,7 @@ def _read_local(path: str) -> bytes:
         if not stat.S_ISREG(mode.st_mode):
             if stat.S_ISDIR(mode.st_mode):
                 raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-            kind = _NOT_FILES.get(stat.S_IFMT(mode.st_mode), "not a regular file")
-            raise OSError(f"{path!r} is {kind}, not a file")
+            raise OSError(f"{path!r} is {_kind(mode.st_mode)}, not a file")
         data = os.read(fd, mode.st_size) if mode.st_size else b""
         more = os.read(fd, 1)
         if not more:  # the usual end: the file is the size it was a moment ago

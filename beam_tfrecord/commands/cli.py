@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from beam_tfrecord.commands.console import quiet_libraries, stop_on_signals
 from beam_tfrecord.commands.starting import started
@@ -153,23 +153,26 @@ class _GuardedStdout:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        try:
+        with _as_stdout_failure():
             return self._stream.write(text)
-        except BrokenPipeError:  # a reader gone (`| head`): handled as such
-            raise
-        except OSError as err:
-            raise StdoutFailed(err.errno, err.strerror) from err
 
     def flush(self) -> None:
-        try:
+        with _as_stdout_failure():
             self._stream.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as err:
-            raise StdoutFailed(err.errno, err.strerror) from err
 
     def __getattr__(self, name: str):
         return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _as_stdout_failure() -> Iterator[None]:
+    """An OSError writing stdout, as StdoutFailed; a reader gone (`| head`) is handled as such."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        raise StdoutFailed(err.errno, err.strerror) from err
 
 
 def _from_fsspec_registry(err: BaseException) -> bool:
