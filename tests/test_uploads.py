@@ -57,6 +57,20 @@ def test_what_was_written_is_the_object_byte_for_byte(gcs_store, size):  # noqa:
     assert fs.info(path)["size"] == size
 
 
+@pytest.mark.parametrize("name", ["a b+c%20d&e=f?g#h", "photos/ünï/ço.tfrecord"])
+@pytest.mark.parametrize("size", [BLOCK - 1, 2 * BLOCK + 7])
+def test_a_name_that_needs_quoting_is_the_object_name(gcs_store, name, size):  # noqa: F811
+    # One request carries the name in its URL's query; a resumable upload, in its JSON.
+    fs = gcs_store.fs
+    path = f"{_path(gcs_store, 'odd-names')}/{name}"
+    pieces = _pieces(size)
+    _upload(fs, path, pieces).commit()
+    fs.invalidate_cache()
+    folder = path.rsplit("/", 1)[0] if "/" not in name else path[: -len(name) - 1]
+    assert fs.find(folder) == [path]
+    assert fs.cat_file(path) == b"".join(pieces)
+
+
 def test_a_shard_within_one_block_is_one_request_and_a_larger_one_a_request_a_block(gcs_store):  # noqa: F811
     fs, proxy = gcs_store.fs, gcs_store.proxy
     small, large = _path(gcs_store, "small"), _path(gcs_store, "large")
