@@ -4,8 +4,10 @@
     python benchmarks/bench_bucket.py --stores gs --delays 20 --listing 0 --timeline /tmp/tl
 
 In one run it builds the same collection (benchmarks/collection.py, ~100 KB JPEGs) local disk
-to local disk, then gs:// to gs:// (fake-gcs-server) and s3:// to s3:// (moto's server), each store
-reached through tests/latency_proxy.py, a TCP proxy on 127.0.0.1 that holds every request back
+to local disk, then gs:// to gs:// (fake-gcs-server) and s3:// to s3:// (`--s3-server`: gofakes3,
+benchmarks/s3server, built with Go on first use; or moto's server, which the tests use but which
+spends about 2.7 ms of its core a GET and closes every connection, so that on one core it, not
+the build, sets an s3:// build's speed), each store reached through tests/latency_proxy.py, a TCP proxy on 127.0.0.1 that holds every request back
 0, 20 and 50 ms (`--delays`), as a bucket in another zone would. Every build is the command as a
 user types it (`beam-tfrecord build --input ... --output ... --name bench --overwrite -v`: one
 process, writing its shards in processes of its own), pinned with `taskset` to `--build-cpus`
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import itertools
 import os
 import resource
@@ -70,6 +73,7 @@ BUILD_FLAGS: list[str] = []  # --flags: more settings for every build
 # Issue 30's goals: (store, delay in ms, least speed against the local build's).
 SPEED_GOALS = (("gs", 20, 0.85), ("gs", 50, 0.75), ("s3", 20, 0.7))
 CPU_GOAL = ("gs", 1.25)  # a gs:// build's CPU per image, at most this times the local build's
+S3_SERVER = ["gofakes3"]  # --s3-server
 
 
 @dataclass
@@ -117,8 +121,12 @@ class _Store:
     def __init__(self, protocol: str, scratch: Path):
         self.protocol = protocol
         self.proxy = LatencyProxy(0).start()
-        command = fake_gcs_command(self.proxy.url) if protocol == "gs" else moto_command()
-        ready = "/storage/v1/b" if protocol == "gs" else "/moto-api/"
+        if protocol == "gs":
+            command, ready = fake_gcs_command(self.proxy.url), "/storage/v1/b"
+        elif S3_SERVER[0] == "moto":
+            command, ready = moto_command(), "/moto-api/"
+        else:
+            command, ready = gofakes3_command(), "/"
         self._server = serve(command, ready, scratch / f"{protocol}-server.log")
         port = next(self._server).rsplit(":", 1)[1]
         self.proxy.target_port = int(port)
@@ -164,6 +172,35 @@ class _Store:
     def close(self) -> None:
         self.proxy.close()
         self._server.close()
+
+
+def gofakes3_command() -> list[str]:
+    """benchmarks/s3server (gofakes3 in memory), built once per version of its source into
+    ~/.cache/beam-tfrecord; the port goes last."""
+    source = HERE / "s3server"
+    digest = hashlib.sha256()
+    for name in ("main.go", "go.mod", "go.sum"):
+        digest.update((source / name).read_bytes())
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    binary = cache / "beam-tfrecord" / f"s3server-{digest.hexdigest()[:16]}"
+    if not binary.exists():
+        go = shutil.which("go")
+        if go is None:
+            sys.exit(
+                "bench_bucket.py: its S3 server (benchmarks/s3server) is built with Go, which "
+                "is not on PATH; install Go, or pass --s3-server moto"
+            )
+        print(f"building the S3 server ({source}) with {go} ...", flush=True)
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_name(binary.name + ".partial")
+        built = subprocess.run([go, "build", "-o", str(partial), "."], cwd=source)
+        if built.returncode:
+            sys.exit(
+                f"bench_bucket.py: `go build` of {source} failed (above); it fetches gofakes3 "
+                "from the Go module proxy once. Or pass --s3-server moto"
+            )
+        partial.replace(binary)
+    return [str(binary), "-port"]
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -465,11 +502,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeline", type=Path, help="write each bucket build's timeline here, print its summary")  # fmt: skip
     parser.add_argument("--data", type=Path, default=REPO.parent / "bench-data")
     parser.add_argument("--markdown", type=Path, help="also write the table and goals here")
+    parser.add_argument("--s3-server", choices=["gofakes3", "moto"], default="gofakes3", help="the s3:// store: gofakes3 (benchmarks/s3server, built with Go) or moto's server, which the tests use")  # fmt: skip
     parser.add_argument("--flags", default="", help="more build settings for every build, as one string")  # fmt: skip
     parser.add_argument("--against", type=Path, help="another checkout: bucket builds of both, in turn")  # fmt: skip
     parser.add_argument("--repeat", type=int, default=4, help="builds of each side with --against")  # fmt: skip
     args = parser.parse_args(argv)
     BUILD_FLAGS[:] = args.flags.split()
+    S3_SERVER[0] = args.s3_server
     delays = [int(d) for d in args.delays.split(",") if d.strip()]
     stores = [s.strip() for s in args.stores.split(",") if s.strip() in ("gs", "s3")]
     # This process (and so the proxy's thread and the servers it starts) on the store's cores.
