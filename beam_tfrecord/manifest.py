@@ -576,7 +576,9 @@ def _inconsistency(manifest: dict[str, Any]) -> str | None:
         if isinstance(counts, dict) and "examples" in info:
             if not all(_is_count(n) for n in counts.values()):
                 return f"split {split!r}: its class_counts are not counts"
-            if sum(counts.values()) != info["examples"]:
+            # A build without labels (--labels none) counts no classes, and names none.
+            labelled = bool(counts) or bool(named)
+            if labelled and sum(counts.values()) != info["examples"]:
                 return (
                     f"split {split!r}: its class_counts add up to {sum(counts.values())}, "
                     f"not its {info['examples']} examples"

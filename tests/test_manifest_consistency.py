@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from beam_tfrecord.beam.pipeline import build
 from beam_tfrecord.cli import main
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.manifest import ManifestError, parse_manifest
+from beam_tfrecord.reader import Dataset
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +106,44 @@ def test_an_edited_manifest_is_damaged_naming_what_disagrees(built, tmp_path, ca
 def test_the_manifest_a_build_writes_is_consistent(built):
     text = (built / "manifest.json").read_text()
     assert parse_manifest(text, "manifest.json")["shards"]
+
+
+@pytest.fixture(scope="module")
+def unlabelled(tmp_path_factory):
+    """`--labels none` builds: of a folder, and of an input list without labels."""
+    root = tmp_path_factory.mktemp("unlabelled")
+    listing = root / "photos.txt"
+    listing.write_text(
+        "".join(f"{p.resolve()}\n" for p in sorted(Path("samples/fruits").rglob("*.jpg")))
+    )
+    folders = []
+    for name, source in (
+        ("from-folder", {"input": ["samples/fruits"]}),
+        ("from-list", {"input_list": str(listing)}),
+    ):
+        out = root / name
+        build(BuildConfig.from_settings({**source, "output": str(out), "labels": "none"}), [])
+        folders.append(out)
+    return folders
+
+
+def test_a_build_without_labels_is_whole_to_every_reader(unlabelled, capsys):
+    # A check of class counts against examples called every --labels none build damaged,
+    # and verify, spec, preview and Dataset refused it.
+    for folder in unlabelled:
+        manifest = parse_manifest((folder / "manifest.json").read_text(), "manifest.json")
+        assert manifest["classes"] == []
+        assert all(info["class_counts"] == {} for info in manifest["splits"].values())
+        assert main(["verify", str(folder)]) == 0, capsys.readouterr().out
+        assert main(["spec", str(folder)]) == 0, capsys.readouterr().out
+        assert main(["preview", str(folder), "-o", str(folder.parent / f"{folder.name}.png")]) == 0
+        records = list(Dataset(str(folder), "train"))
+        assert records and all("image/class/label" not in r for r in records)
+        capsys.readouterr()
+
+
+def test_a_labelled_manifest_whose_class_counts_were_emptied_is_damaged(built):
+    manifest = json.loads((built / "manifest.json").read_text())
+    manifest["splits"]["train"]["class_counts"] = {}
+    with pytest.raises(ManifestError, match="split 'train': its class_counts add up to 0"):
+        parse_manifest(json.dumps(manifest), "manifest.json")
