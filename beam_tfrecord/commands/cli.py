@@ -85,6 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser(argv)
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    if chosen is not None and chosen not in _COMMANDS:
+        meant = nearest(chosen, _COMMANDS)
+        parser.error(
+            f"{chosen!r} is not a command; "
+            + (f"did you mean {meant!r}?" if meant else f"the commands: {', '.join(_COMMANDS)}")
+        )
     # Only `build` passes unknown flags on (to Beam's PipelineOptions); the others refuse them.
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "build":

@@ -382,6 +382,25 @@ def test_a_mistyped_flag_is_named_even_when_it_leaves_a_required_setting_unset(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("command", "says"),
+    [
+        ("biuld", "'biuld' is not a command; did you mean 'build'?"),
+        ("verfy", "'verfy' is not a command; did you mean 'verify'?"),
+        (
+            "convert",
+            "'convert' is not a command; the commands: build, inspect, verify, spec, preview",
+        ),
+    ],
+)
+def test_a_mistyped_command_is_named_with_the_one_it_meant(tmp_path, capsys, command, says):
+    with pytest.raises(SystemExit) as exit:
+        main([command, "--input", str(tmp_path), "--output", str(tmp_path / "out")])
+    assert exit.value.code == 2
+    assert capsys.readouterr().err == (f"beam-tfrecord: error: {says} (see beam-tfrecord --help)\n")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_value_argparse_refuses_is_one_line(src, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         main(["build", "--input", str(src), "--output", str(tmp_path / "out"), "--seed", "abc"])
