@@ -39,6 +39,7 @@ from beam_tfrecord.manifest import (
 )
 from beam_tfrecord.shard_names import is_shard_name
 from beam_tfrecord.storage import sequential_read_options
+from beam_tfrecord.wording import count
 
 __all__ = [
     "FileReport",
@@ -141,7 +142,8 @@ def verify_file(
                 index, stack.enter_context(fsspec.open(index, "r", **storage_options))
             )
             report.index = index
-        not_examples = _read_through(reader, check, examples, url, problems)
+        numbers = _Numbering()
+        not_examples = _read_through(reader, check, examples, url, problems, numbers)
         # Framing damage ends reading: the index lines past it cannot be checked, and the rest
         # of the file may be anything, gigabytes of a file that is no TFRecord file at all.
         read_to_the_end = all(_frame_is_whole(d) for d in reader.damage)
@@ -151,7 +153,11 @@ def verify_file(
             # At most a compressed stream's trailer is left. Otherwise the file is read again
             # only if a manifest wants its checksum.
             report.crc32c = stream.crc32c()
-    problems.extend((damage.offset, str(damage)) for damage in reader.damage)
+    # Numbered from 0 as `inspect` numbers records, the damaged ones counted in their place.
+    problems.extend(
+        (damage.offset, f"{damage}; it is record {numbers.of[damage.offset]}")
+        for damage in reader.damage
+    )
     report.records = reader.records_read
     report.errors = [message for _, message in sorted(problems)]
     if check is not None:
@@ -169,14 +175,18 @@ def _read_through(
     examples: bool,
     url: str,
     problems: list[tuple[int, str]],
+    numbers: _Numbering,
 ) -> int:
     """Reads every record: each checked against the index (when there is one) and, with
     `examples`, parsed as an Example; the first `_MAX_ERRORS` that are not go to `problems`.
-    Returns how many records are not Examples."""
+    `numbers` numbers the damaged records. Returns how many records are
+    not Examples."""
     parse = Example.FromString
     not_examples = 0
     noted = 0  # reader.damage already given to the index check
     for offset, record in reader:
+        numbers.damaged(reader.damage)
+        numbers.records += 1
         if check is not None:
             noted = _note_damaged(check, reader.damage, noted)
             check.record(offset, framed_size(len(record)))
@@ -188,9 +198,24 @@ def _read_through(
                 if not_examples <= _MAX_ERRORS:
                     message = f"{url}: record at byte offset {offset} is not a tf.train.Example"
                     problems.append((offset, message))
+    numbers.damaged(reader.damage)
     if check is not None:
         _note_damaged(check, reader.damage, noted)
     return not_examples
+
+
+class _Numbering:
+    """Records numbered from 0 in file order as they are read, damaged ones in their place."""
+
+    def __init__(self):
+        self.records = 0
+        self.of: dict[int, int] = {}  # a damaged record's offset: its number
+
+    def damaged(self, damage: list[CorruptRecordError]) -> None:
+        """Numbers the damaged records the reader noted since last asked."""
+        for error in damage[len(self.of) :]:
+            self.of[error.offset] = self.records
+            self.records += 1
 
 
 def check_against_manifest(
@@ -214,7 +239,8 @@ def check_against_manifest(
             )
     if report.records != shard.get("examples"):
         report.errors.append(
-            f"{url}: {report.records} records, but manifest.json lists {shard.get('examples')}"
+            f"{url}: {count(report.records, 'record')}, but manifest.json lists "
+            f"{shard.get('examples')}"
         )
     if report.bytes != shard.get("bytes"):
         report.errors.append(

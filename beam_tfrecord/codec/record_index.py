@@ -127,13 +127,19 @@ class IndexCheck:
         """After the last record. `complete` is False when the file's framing is damaged and
         its records could not all be read: lines past the damage are then not checked."""
         self._flush_damaged(None)
-        if not complete:
-            return
         extra = 0
         while self._next_entry() is not None:
             extra += 1
         lines = self._records - self._unlisted + extra
-        if lines != self._records:
+        if not complete:
+            # Its lines past the damage cannot be checked; that it lists more is still worth
+            # saying (a file cut off mid-record lists its lost records there).
+            if lines > self._records:
+                self._error(
+                    f"has {count(lines, 'entry', 'entries')}; the file's framing is damaged "
+                    f"at record {self._records}, and the entries past it are not checked"
+                )
+        elif lines != self._records:
             self._error(
                 f"has {count(lines, 'entry', 'entries')}, but the file has "
                 f"{count(self._records, 'record')}"

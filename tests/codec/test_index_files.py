@@ -153,13 +153,13 @@ def test_a_bad_data_crc_is_not_blamed_on_the_index(copy, built):
     path = copy / shard["file"]
     (offset, length), (next_offset, _) = _index(copy / shard["index_file"])[1:3]
     data = bytearray(path.read_bytes())
-    data[offset + length // 2] ^= 0x01  # inside record 2's payload: its frame stays whole
+    data[offset + length // 2] ^= 0x01  # inside record 1's payload: its frame stays whole
     path.write_bytes(bytes(data))
     report = verify_file(str(path))
     assert next_offset == offset + length
     assert report.errors == [
         f"{path}: corrupt record at byte offset {offset}: bad data CRC (payload at byte offset "
-        f"{offset + 12})"
+        f"{offset + 12}); it is record 1"
     ]
 
 

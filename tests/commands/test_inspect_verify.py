@@ -615,3 +615,45 @@ def test_a_path_that_names_only_the_builds_own_files_checks_nothing_and_fails(
     err = capsys.readouterr().err
     what = "nothing to check" if command == "verify" else "nothing to show"
     assert f"beam-tfrecord {command}: error: {what}: the build's own {name}" in err
+
+
+def _record_offsets(path: Path) -> list[int]:
+    data, offsets, at = path.read_bytes(), [], 0
+    while at < len(data):
+        offsets.append(at)
+        at += 16 + int.from_bytes(data[at : at + 8], "little")
+    return offsets
+
+
+@pytest.mark.parametrize(
+    ("damage", "record", "index_says"),
+    [
+        # a payload byte flipped: its record is skipped, the records after it still read
+        ("payload", 2, None),
+        # a length's CRC wrong, or the file cut mid-record: nothing past it can be read
+        ("length", 2, "has {n} entries; the file's framing is damaged at record 2"),
+        ("cut", 3, "has {n} entries; the file's framing is damaged at record 3"),
+    ],
+)
+def test_verify_names_the_damaged_record_and_the_index_entries_past_it(
+    build_copy, capsys, damage, record, index_says
+):
+    out, manifest = build_copy
+    shard = _train_shards(manifest)[0]
+    path = out / shard["file"]
+    at = _record_offsets(path)[record]
+    if damage == "payload":
+        _flip(path, at + 12 + 5)
+    elif damage == "length":
+        _flip(path, at + 9)
+    else:
+        path.write_bytes(path.read_bytes()[: at + 100])
+    assert main(["verify", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert f"{path}: corrupt record at byte offset {at}: " in printed
+    assert f"; it is record {record}\n" in printed
+    index = f"{out}/{shard['index_file']}: "
+    if index_says is None:
+        assert index not in printed
+    else:
+        assert index + index_says.format(n=shard["examples"]) in printed
