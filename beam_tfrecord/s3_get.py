@@ -35,7 +35,18 @@ import aiohttp
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
-__all__ = ["S3_TRIES", "S3Error", "read_s3_object", "signed_headers"]
+__all__ = [
+    "S3_TRIES",
+    "S3Error",
+    "canonical_query",
+    "error_of",
+    "is_elsewhere",
+    "plain",
+    "quote_key",
+    "read_s3_object",
+    "route",
+    "signed_headers",
+]
 
 # Tries of one read by ours, with backoff, where s3fs gave botocore's and its own.
 S3_TRIES = 5
@@ -53,6 +64,18 @@ _PLAIN_CONFIG_KWARGS = frozenset(
 )
 # Answers that say the bucket is elsewhere: s3fs's client follows them, this GET does not.
 _ELSEWHERE = frozenset({301, 307, 400})
+
+
+def is_elsewhere(status: int, body: bytes) -> bool:
+    """Whether an answer says the bucket is in another region than the client's."""
+    return status in _ELSEWHERE and (status != 400 or b"<Region>" in body or b"region" in body)
+
+
+def quote_key(key: str) -> str:
+    """An object's key as it goes in a URL's path (and is signed)."""
+    return quote(key, safe="/~")
+
+
 _CODE = re.compile(rb"<Code>([^<]*)</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]*)</Message>")
 
@@ -77,24 +100,36 @@ def signed_headers(
     secret: str,
     token: str | None,
     when: float,
+    *,
+    method: str = "GET",
+    query: dict[str, str] | None = None,
+    payload: str = _EMPTY_SHA256,
+    amz: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """The headers that sign a GET of `url` (already percent-encoded, no query) with AWS
-    Signature Version 4 for S3 in `region`, at the time `when` (seconds since the epoch)."""
+    """The headers that sign a request for `url` (already percent-encoded, no query) with AWS
+    Signature Version 4 for S3 in `region`, at the time `when` (seconds since the epoch).
+
+    A GET by default. `query` is the request's query, sent as `canonical_query(query)` gives
+    it; `payload` the body's SHA-256 in hex, or "UNSIGNED-PAYLOAD"; `amz` more x-amz- headers
+    to send, signed with the rest (names in lower case)."""
     parts = urlsplit(url)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(when))
     day = stamp[:8]
-    headers = {"host": parts.netloc, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": stamp}
+    headers = {"host": parts.netloc, "x-amz-content-sha256": payload, "x-amz-date": stamp}
     if token:
         headers["x-amz-security-token"] = token
-    names = ";".join(headers)  # already in sorted order
+    if amz:
+        headers.update(amz)
+        headers = dict(sorted(headers.items()))
+    names = ";".join(headers)  # in sorted order
     canonical = "\n".join(
         [
-            "GET",
+            method,
             parts.path or "/",
-            "",
+            canonical_query(query or {}),
             "".join(f"{name}:{value}\n" for name, value in headers.items()),
             names,
-            _EMPTY_SHA256,
+            payload,
         ]
     )
     scope = f"{day}/{region}/s3/aws4_request"
@@ -104,12 +139,30 @@ def signed_headers(
     ).hexdigest()
     return {
         "Host": parts.netloc,
-        "X-Amz-Content-SHA256": _EMPTY_SHA256,
-        "X-Amz-Date": stamp,
-        **({"X-Amz-Security-Token": token} if token else {}),
+        **{
+            _SPELLING.get(name, name): value
+            for name, value in headers.items()
+            if name.startswith("x-amz-")
+        },
         "Authorization": f"{_ALGORITHM} Credential={key_id}/{scope}, "
         f"SignedHeaders={names}, Signature={signature}",
     }
+
+
+_SPELLING = {
+    "x-amz-content-sha256": "X-Amz-Content-SHA256",
+    "x-amz-date": "X-Amz-Date",
+    "x-amz-security-token": "X-Amz-Security-Token",
+}
+
+
+def canonical_query(query: dict[str, str]) -> str:
+    """A query as SigV4 signs it, and as it must then be sent: sorted, every name and value
+    percent-encoded but for RFC 3986's unreserved characters."""
+    return "&".join(
+        f"{quote(name, safe='-_.~')}={quote(value, safe='-_.~')}"
+        for name, value in sorted(query.items())
+    )
 
 
 _KEYS: dict[tuple[str, str, str], bytes] = {}
@@ -139,6 +192,9 @@ class _Bucket:
     credentials: object | None
     timeout: object
     proxy: dict  # aiohttp's `proxy` and `proxy_auth` for this bucket's URL, from the environment
+    # Whether uploads carry a checksum: botocore's `request_checksum_calculation` is
+    # "when_supported" (its default), not "when_required".
+    checksums: bool = True
 
 
 class _Reader:
@@ -207,21 +263,22 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
     timeout = aiohttp.ClientTimeout(
         sock_connect=config.connect_timeout, sock_read=config.read_timeout
     )
+    checksums = getattr(config, "request_checksum_calculation", None) != "when_required"
     if fs.anon:
-        return _Bucket(url[:-1], "", None, timeout, through)
+        return _Bucket(url[:-1], "", None, timeout, through, checksums)
     if config.signature_version not in (None, "s3v4", "v4"):
         return None
     credentials = client._get_credentials()
     if credentials is None:
         return None
     region = client.meta.region_name or "us-east-1"
-    return _Bucket(url[:-1], region, credentials, timeout, through)
+    return _Bucket(url[:-1], region, credentials, timeout, through, checksums)
 
 
 _READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _plain(fs) -> bool:
+def plain(fs) -> bool:
     """Whether `fs` is set up for nothing but what `read_s3_object` sends."""
     return (
         not fs.req_kw
@@ -241,36 +298,45 @@ async def read_s3_object(fs, path: str) -> bytes:
         aiohttp.ClientError, asyncio.TimeoutError: the connection failed.
     """
     bucket, key, version = fs.split_path(path)
-    if version or not key or not _plain(fs):
+    if version or not key or not plain(fs):
         return await _through_s3fs(fs, path)
-    loop = asyncio.get_running_loop()
-    reader = _READERS.get(fs)
-    if reader is None or reader.loop is not loop:
-        reader = _READERS[fs] = _Reader(fs, loop)
-    reached = await reader.bucket(fs, bucket)
-    if reached is None:
+    found = await route(fs, bucket)
+    if found is None:
         return await _through_s3fs(fs, path)
-    url = reached.base + quote(key, safe="/~")
+    session, reached = found
+    url = reached.base + quote_key(key)
     headers = {}
     if reached.credentials is not None:
         frozen = await reached.credentials.get_frozen_credentials()
         headers = signed_headers(
             url, reached.region, frozen.access_key, frozen.secret_key, frozen.token, time.time()
         )
-    async with reader.session.get(
+    async with session.get(
         URL(url, encoded=True), headers=headers, timeout=reached.timeout, **reached.proxy
     ) as response:
         body = await response.read()
         status = response.status
     if status == 200:
         return body
-    if status in _ELSEWHERE and (status != 400 or b"<Region>" in body or b"region" in body):
-        reader.buckets[bucket] = None  # this bucket from now on through s3fs, which follows
+    if is_elsewhere(status, body):
+        _READERS[fs].buckets[bucket] = None  # this bucket from now on through s3fs, which follows
         return await _through_s3fs(fs, path)
-    raise _error(status, body, path)
+    raise error_of(status, body, path)
 
 
-def _error(status: int, body: bytes, path: str) -> OSError:
+async def route(fs, bucket: str):
+    """(the aiohttp session, the `_Bucket`) for requests signed here to `bucket` of `fs`, on
+    `fs`'s event loop; None where s3fs must send them."""
+    loop = asyncio.get_running_loop()
+    reader = _READERS.get(fs)
+    if reader is None or reader.loop is not loop:
+        reader = _READERS[fs] = _Reader(fs, loop)
+    reached = await reader.bucket(fs, bucket)
+    return None if reached is None else (reader.session, reached)
+
+
+def error_of(status: int, body: bytes, path: str) -> OSError:
+    """The OSError for an S3 error answer: FileNotFoundError, PermissionError or S3Error."""
     code = _CODE.search(body)
     message = _MESSAGE.search(body)
     code_text = code.group(1).decode("utf-8", "replace") if code else "error"

@@ -31,7 +31,7 @@ import fsspec
 from fsspec.asyn import sync
 from fsspec.spec import AbstractBufferedFile
 
-from beam_tfrecord.locations import is_gcsfs
+from beam_tfrecord.locations import is_gcsfs, is_s3fs
 
 __all__ = [
     "UPLOAD_BLOCK_SIZE",
@@ -39,6 +39,7 @@ __all__ = [
     "BufferedUpload",
     "GcsUpload",
     "Upload",
+    "body_of",
     "open_upload",
     "unsent",
     "upload_block_size",
@@ -87,6 +88,10 @@ def open_upload(fs: fsspec.AbstractFileSystem, path: str, block_size: int) -> Up
     """An upload of `path` on the object store `fs`, sent `block_size` bytes per request."""
     if _is_plain_gcs(fs, path):
         return GcsUpload(fs, path, block_size)
+    if is_s3fs(fs):
+        from beam_tfrecord.s3_upload import open_s3_upload
+
+        return open_s3_upload(fs, path, block_size, BufferedUpload)
     return BufferedUpload(fs, path, block_size)
 
 
@@ -101,7 +106,7 @@ def _is_plain_gcs(fs: fsspec.AbstractFileSystem, path: str) -> bool:
     return not sync(fs.loop, is_zonal, bucket)
 
 
-def _slices(parts: list[memoryview]):
+def body_of(parts: list[memoryview]):
     """An HTTP body sent from buffers in place, a slice at a time (an aiohttp payload).
 
     aiohttp would hand a bytes body to the transport whole, and the transport copies what the
@@ -242,7 +247,7 @@ class GcsUpload:
                 "POST",
                 self._session_url,
                 headers={"Content-Range": span, "Content-Type": _CONTENT_TYPE},
-                data=_slices([body]),
+                data=body_of([body]),
             )
             # A part the store kept only some of says so (308, Range: bytes=0-N); the rest
             # goes again, from there.
@@ -266,7 +271,7 @@ class GcsUpload:
             uploadType="media",
             name=self._key,
             headers={"Content-Type": _CONTENT_TYPE},
-            data=_slices([body]),
+            data=body_of([body]),
             json_out=True,
         )
 

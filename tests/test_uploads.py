@@ -140,7 +140,7 @@ def test_a_part_the_store_kept_only_some_of_goes_on_from_where_it_stopped(
             start = int(span.split()[1].split("-")[0])
             cut.append(half)
             headers = {**headers, "Content-Range": f"bytes {start}-{start + half - 1}/*"}
-            data = uploads._slices([part[:half]])
+            data = uploads.body_of([part[:half]])
         return await real_call(self, method, url, *args, headers=headers, data=data, **kwargs)
 
     monkeypatch.setattr(type(fs), "_call", call)
