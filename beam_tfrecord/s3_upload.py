@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import logging
 import random
@@ -33,6 +32,7 @@ from yarl import URL
 
 from beam_tfrecord import s3_get
 from beam_tfrecord.remote import is_transient
+from beam_tfrecord.uploads import body_of, cancel_sending
 
 __all__ = ["S3Upload", "open_s3_upload"]
 
@@ -111,12 +111,8 @@ class S3Upload:
         if self._instead is not None:
             self._instead.abandon()
             return
-        sending, self._sending = self._sending, None
-        if sending is not None:
-            sending.cancel()
-            # Its error, if any, is not the one to raise: the shard's own is.
-            with contextlib.suppress(BaseException):
-                sending.result()
+        cancel_sending(self._sending)
+        self._sending = None
         self._buffer = bytearray()
         upload_id, self._upload_id = self._upload_id, None
         if upload_id is not None:
@@ -193,7 +189,6 @@ class S3Upload:
     ):
         """One request with the x-amz- headers `amz`, tried `S3_TRIES` times over transient
         failures: the answer's body, or its ETag with `etag`."""
-        from beam_tfrecord.uploads import body_of
 
         for attempt in range(s3_get.S3_TRIES):
             try:

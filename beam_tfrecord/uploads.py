@@ -40,6 +40,7 @@ __all__ = [
     "GcsUpload",
     "Upload",
     "body_of",
+    "cancel_sending",
     "open_upload",
     "unsent",
     "upload_block_size",
@@ -192,12 +193,8 @@ class GcsUpload:
         self._buffer = bytearray()
 
     def abandon(self) -> None:
-        sending, self._sending = self._sending, None
-        if sending is not None:
-            sending.cancel()
-            # Its error, if any, is not the one to raise: the shard's own is.
-            with contextlib.suppress(BaseException):
-                sending.result()
+        cancel_sending(self._sending)
+        self._sending = None
         self._buffer = bytearray()
         location, self._session_url = self._session_url, None
         if location is not None:
@@ -274,6 +271,15 @@ class GcsUpload:
             data=body_of([body]),
             json_out=True,
         )
+
+
+def cancel_sending(sending: Future | None) -> None:
+    """Stops a part on its way, as an upload is abandoned; its error, if any, is not the one
+    to raise (the shard's own is)."""
+    if sending is not None:
+        sending.cancel()
+        with contextlib.suppress(BaseException):
+            sending.result()
 
 
 def _quote(name: str) -> str:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import base64
 import calendar
 import hashlib
-import os
-import random
 import time
 import zlib
 
@@ -15,6 +13,7 @@ import pytest
 
 # The fixture is imported for pytest to find it; tests ask for it by name.
 from cloud_servers import s3_store  # noqa: F401
+from upload_pieces import pieces_of, written
 
 from beam_tfrecord import s3_get, s3_upload
 from beam_tfrecord.uploads import BufferedUpload, open_upload
@@ -26,27 +25,16 @@ from botocore.credentials import Credentials  # noqa: E402
 PART = 5 * 1024 * 1024  # S3's least part, the block these tests upload in
 
 
-def _pieces(total: int, seed: int = 3) -> list[bytes]:
-    """`total` random bytes in pieces of uneven sizes, as a shard's records come."""
-    rng = random.Random(seed)
-    pieces, held = [], 0
-    while held < total:
-        size = min(rng.randint(1, 300_000), total - held)
-        pieces.append(os.urandom(size))
-        held += size
-    return pieces
+def _pieces(total: int) -> list[bytes]:
+    return pieces_of(total, seed=3, largest=300_000)
 
 
 def _path(store, name: str) -> str:
     return f"{store.new_bucket('uploads')[len('s3://') :]}/{name}"
 
 
-def _upload(fs, path: str, pieces: list[bytes]) -> s3_upload.S3Upload:
-    upload = open_upload(fs, path, PART)
-    assert isinstance(upload, s3_upload.S3Upload)
-    for piece in pieces:
-        assert upload.write(piece) == len(piece)
-    return upload
+def _upload(fs, path: str, pieces: list[bytes]):
+    return written(fs, path, PART, pieces, s3_upload.S3Upload)
 
 
 @pytest.mark.parametrize(

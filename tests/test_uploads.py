@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import random
-
 import fsspec
 import pytest
 
 # The fixture is imported for pytest to find it; tests ask for it by name.
 from cloud_servers import gcs_store  # noqa: F401
+from upload_pieces import pieces_of, written
 
 from beam_tfrecord import uploads
 from beam_tfrecord.uploads import BufferedUpload, GcsUpload, open_upload
@@ -17,27 +15,16 @@ from beam_tfrecord.uploads import BufferedUpload, GcsUpload, open_upload
 BLOCK = 256 * 1024  # GCS's smallest part
 
 
-def _pieces(total: int, seed: int = 5) -> list[bytes]:
-    """`total` random bytes in pieces of uneven sizes, as a shard's records come."""
-    rng = random.Random(seed)
-    pieces, held = [], 0
-    while held < total:
-        size = min(rng.randint(1, 90_000), total - held)
-        pieces.append(os.urandom(size))
-        held += size
-    return pieces
+def _pieces(total: int) -> list[bytes]:
+    return pieces_of(total, seed=5, largest=90_000)
 
 
 def _path(store, name: str) -> str:
     return f"{store.new_bucket('uploads')[len('gs://') :]}/{name}"
 
 
-def _upload(fs, path: str, pieces: list[bytes]) -> GcsUpload:
-    upload = open_upload(fs, path, BLOCK)
-    assert isinstance(upload, GcsUpload)
-    for piece in pieces:
-        assert upload.write(piece) == len(piece)
-    return upload
+def _upload(fs, path: str, pieces: list[bytes]):
+    return written(fs, path, BLOCK, pieces, GcsUpload)
 
 
 def _parts(counts) -> int:
