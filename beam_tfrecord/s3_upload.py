@@ -74,7 +74,8 @@ class S3Upload:
         self._instead = None  # s3fs's upload, once the bucket turned out to be elsewhere
         self._buffer = bytearray()
         self._upload_id: str | None = None
-        self._parts: list[tuple[int, str]] = []  # (number, ETag) of each part sent
+        # (number, ETag, CRC32 or "") of each part sent
+        self._parts: list[tuple[int, str, str]] = []
         self._sending: Future | None = None
 
     def write(self, data: bytes | memoryview) -> int:
@@ -150,7 +151,10 @@ class S3Upload:
         self._instead.write(buffer)
 
     async def _start(self) -> str:
-        answer = await self._request("POST", {"uploads": ""}, None)
+        # S3 takes a part's checksum only where its upload declared the algorithm ("Checksum
+        # Type mismatch ... expected null" otherwise), and then wants each in the completion.
+        declared = {"x-amz-checksum-algorithm": "CRC32"} if self._bucket.checksums else {}
+        answer = await self._request("POST", {"uploads": ""}, None, amz=declared)
         found = _UPLOAD_ID.search(answer)
         if found is None:
             raise s3_get.S3Error(200, "NoUploadId", "no UploadId in the answer", self._path)
@@ -158,14 +162,15 @@ class S3Upload:
 
     async def _send_part(self, number: int, body: memoryview) -> None:
         query = {"partNumber": str(number), "uploadId": self._upload_id}
-        etag = await self._request("PUT", query, body, amz=self._checksum(body), etag=True)
-        self._parts.append((number, etag))
+        checksum = self._checksum(body)
+        etag = await self._request("PUT", query, body, amz=checksum, etag=True)
+        self._parts.append((number, etag, checksum.get("x-amz-checksum-crc32", "")))
 
     async def _put_whole(self, body: memoryview) -> None:
         await self._request("PUT", {}, body, amz=self._checksum(body))
 
     def _checksum(self, body: memoryview) -> dict[str, str]:
-        """The body's CRC32 for S3 to check, as botocore sends it with a PutObject or an
+        """The body's CRC32 for S3 to check, in botocore's headers for a PutObject or an
         UploadPart: unless the client's `request_checksum_calculation` is "when_required"
         (set for a store that refuses checksums)."""
         if not self._bucket.checksums:
@@ -178,8 +183,10 @@ class S3Upload:
 
     async def _complete(self) -> None:
         listed = "".join(
-            f"<Part><PartNumber>{n}</PartNumber><ETag>{_xml(etag)}</ETag></Part>"
-            for n, etag in self._parts
+            f"<Part><PartNumber>{n}</PartNumber><ETag>{_xml(etag)}</ETag>"
+            + (f"<ChecksumCRC32>{crc}</ChecksumCRC32>" if crc else "")
+            + "</Part>"
+            for n, etag, crc in self._parts
         )
         body = f"<CompleteMultipartUpload>{listed}</CompleteMultipartUpload>".encode()
         await self._request("POST", {"uploadId": self._upload_id}, memoryview(body))
@@ -189,7 +196,6 @@ class S3Upload:
     ):
         """One request with the x-amz- headers `amz`, tried `S3_TRIES` times over transient
         failures: the answer's body, or its ETag with `etag`."""
-
         for attempt in range(s3_get.S3_TRIES):
             try:
                 headers = await self._signed(method, query, body, amz or {})
@@ -206,7 +212,8 @@ class S3Upload:
                     tag = response.headers.get("ETag", "")
                 # CompleteMultipartUpload may fail after its 200 has been sent: the error is
                 # then in the body.
-                if status == 200 and not (method == "POST" and _ERROR.search(answer)):
+                # An abort answers 204 No Content.
+                if status in (200, 204) and not (method == "POST" and _ERROR.search(answer)):
                     return tag if etag else answer
                 if s3_get.is_elsewhere(status, answer) and attempt == 0 and not self._parts:
                     raise _Elsewhere()

@@ -114,7 +114,7 @@ def test_a_shard_within_one_block_is_one_request_and_a_larger_one_a_request_a_bl
 
 
 @pytest.mark.parametrize("sent", [0, 1, 2])
-def test_an_abandoned_upload_leaves_nothing_and_no_parts(s3_store, sent):  # noqa: F811
+def test_an_abandoned_upload_leaves_nothing_and_no_parts(s3_store, sent, caplog):  # noqa: F811
     fs = s3_store.fs
     path = _path(s3_store, "abandoned")
     upload = _upload(fs, path, _pieces(sent * PART + 100))
@@ -122,6 +122,8 @@ def test_an_abandoned_upload_leaves_nothing_and_no_parts(s3_store, sent):  # noq
     fs.invalidate_cache()
     assert not fs.exists(path)
     assert fs.list_multipart_uploads(path.split("/")[0]) == []
+    # The abort's 204 is its success: no warning that parts were left behind.
+    assert "could not cancel" not in caplog.text
 
 
 def test_a_request_the_store_fails_with_a_503_is_sent_again(s3_store):  # noqa: F811
@@ -197,6 +199,25 @@ def test_a_shard_in_one_request_carries_its_crc32_for_the_store_to_check(s3_stor
     head = fs.call_s3("head_object", Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     crc = zlib.crc32(b"".join(pieces)).to_bytes(4, "big")
     assert head["ChecksumCRC32"] == base64.b64encode(crc).decode()
+
+
+def test_a_multipart_upload_declares_its_checksum_and_lists_each_parts(s3_store):  # noqa: F811
+    # S3 refuses a part's checksum unless its upload declared the algorithm, and then wants
+    # each part's in the completion; the object's checksum is then the parts' (composite).
+    fs = s3_store.fs
+    path = _path(s3_store, "checked-parts")
+    pieces = _pieces(2 * PART + 1)
+    _upload(fs, path, pieces).commit()
+    bucket, key = path.split("/", 1)
+    head = fs.call_s3("head_object", Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    # The parts' composite: the CRC32 of their CRC32s, which S3 gives with "-3" after it.
+    data = b"".join(pieces)
+    parts = (data[:PART], data[PART : 2 * PART], data[2 * PART :])
+    crcs = b"".join(zlib.crc32(part).to_bytes(4, "big") for part in parts)
+    composite = base64.b64encode(zlib.crc32(crcs).to_bytes(4, "big")).decode()
+    assert head["ChecksumCRC32"] in (composite, f"{composite}-3")
+    fs.invalidate_cache()
+    assert fs.cat_file(path) == b"".join(pieces)
 
 
 def test_no_checksum_goes_where_the_client_asks_for_them_only_when_required(
