@@ -35,7 +35,7 @@ from beam_tfrecord.locations import (
 from beam_tfrecord.manifest import MANIFEST_FILE, REPORT_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
-from beam_tfrecord.storage import is_store_refusal, special_file_kind, store_reason
+from beam_tfrecord.storage import is_store_refusal, remove, special_file_kind, store_reason
 from beam_tfrecord.wording import count
 
 __all__ = ["STORE_TIMEOUT_SECONDS", "preflight", "refuse_placeholders"]
@@ -387,4 +387,4 @@ def _check_output_here(config: BuildConfig, lock: bool) -> None:
                 bucket = path.split("/", 1)[0]
                 raise FileNotFoundError(f"the bucket {bucket!r} does not exist") from err
             raise
-        fs.rm(probe)
+        remove(fs, probe)

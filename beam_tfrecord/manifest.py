@@ -23,7 +23,7 @@ from beam_tfrecord.locations import is_local, is_object_store
 from beam_tfrecord.remote import run_concurrently
 from beam_tfrecord.report import SHARD_REPORT_SUFFIX, SHARD_REPORTS_DIR, ReportTally, tally_counts
 from beam_tfrecord.shard_names import is_shard_name
-from beam_tfrecord.storage import is_temporary, publish, read_source
+from beam_tfrecord.storage import is_temporary, publish, read_source, remove
 from beam_tfrecord.tfds_metadata import DATASET_INFO_FILE, TFDS_FILES
 from beam_tfrecord.verdict import (  # BuildFailed and the skip bound's: imported from here too
     BuildFailed,
@@ -409,7 +409,7 @@ def withdraw_build(
     for name in (LABELS_FILE, *TFDS_FILES):
         fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
         if fs.exists(path):
-            fs.rm(path)
+            remove(fs, path)
     remove_stale_files(output_dir, keep=keep)
     for name in (INDEX_DIR, SHARD_REPORTS_DIR):  # left empty: not worth leaving (local disks)
         fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
@@ -678,7 +678,9 @@ def remove_temporaries(output_dir: str) -> list[str]:
         # A temporary folder (the report's parts) is `report.remove_parts`'s to remove.
         for name in sorted(posixpath.basename(p.rstrip("/")) for p in files):
             if is_temporary(name):
-                fs.rm(posixpath.join(path, folder, name) if folder else posixpath.join(path, name))
+                remove(
+                    fs, posixpath.join(path, folder, name) if folder else posixpath.join(path, name)
+                )
                 removed.append(posixpath.join(folder, name))
     return removed
 
@@ -725,11 +727,11 @@ def remove_files(output_dir: str, names: Iterable[str]) -> list[str]:
     writing when the folder was listed)."""
     fs, path = fsspec.core.url_to_fs(output_dir)
 
-    def remove(name: str) -> str | None:
+    def remove_one(name: str) -> str | None:
         try:
-            fs.rm(posixpath.join(path, name))
+            remove(fs, posixpath.join(path, name))
         except FileNotFoundError:
             return None
         return name
 
-    return [n for n in run_concurrently([functools.partial(remove, n) for n in names]) if n]
+    return [n for n in run_concurrently([functools.partial(remove_one, n) for n in names]) if n]

@@ -19,7 +19,7 @@ import fsspec
 
 from beam_tfrecord.entries import ReportEntry
 from beam_tfrecord.locations import is_object_store
-from beam_tfrecord.storage import TEMP_MARKER, read_source, temporary_name
+from beam_tfrecord.storage import TEMP_MARKER, read_source, remove, temporary_name
 from beam_tfrecord.store_listing import pages
 from beam_tfrecord.uploads import open_upload, upload_block_size
 
@@ -200,7 +200,7 @@ def remove_parts(output_dir: str) -> None:
         # took three round trips in turn after every build.
         found = [entry["name"] for page in pages(fs, path, recursive=True) for entry in page]
         if found:
-            fs.rm(found)
+            remove(fs, found)
         return
     if fs.exists(path):
         fs.rm(path, recursive=True)

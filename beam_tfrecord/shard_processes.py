@@ -61,7 +61,7 @@ from beam_tfrecord.shard_writer import (
     write_segments,
     write_shard,
 )
-from beam_tfrecord.storage import read_source
+from beam_tfrecord.storage import read_source, remove
 
 __all__ = [
     "PROCESSES_MIN_BYTES",
@@ -243,7 +243,7 @@ class ShardProcesses:
                 fs, folder = fsspec.core.url_to_fs(output_dir)
                 for path in (name, index_file_name(name), shard_report_name(name)):
                     with contextlib.suppress(FileNotFoundError):
-                        fs.rm(posixpath.join(folder, path))
+                        remove(fs, posixpath.join(folder, path))
 
     def submit(
         self,

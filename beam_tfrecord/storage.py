@@ -24,6 +24,7 @@ __all__ = [
     "is_temporary",
     "publish",
     "read_source",
+    "remove",
     "sequential_read_options",
     "special_file_kind",
     "store_reason",
@@ -93,6 +94,37 @@ def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
         if fs.exists(temp):
             fs.rm(temp)
         raise
+
+
+# What fsspec's `rm`, `glob` and `expand_path` read as wildcards in a path.
+_WILDCARDS = frozenset("*?[")
+
+
+def remove(fs: fsspec.AbstractFileSystem, paths: str | list[str], recursive: bool = False) -> None:
+    """Removes files (with `recursive`, folders and all below them), each path taken as it is.
+
+    On an object store fsspec's `rm` reads `*`, `?` and `[` in a path as wildcards: removing
+    an earlier build's shards from `s3://b/photos?v1` also removed those of `s3://b/photos_v1`,
+    and a write probe in `s3://b/run[1]` matched nothing and stayed. Paths without them go to
+    `rm` together (a store deletes them in batches); the others are removed one by one as they
+    are, a folder's files found by listing it (which takes a path as it is). The local
+    filesystem takes every path as it is.
+    """
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    literal = [p for p in paths if _WILDCARDS.isdisjoint(p)]
+    if is_local(fs) or len(literal) == len(paths):
+        if paths:
+            fs.rm(paths, recursive=recursive)
+        return
+    if literal:
+        fs.rm(literal, recursive=recursive)
+    for path in paths:
+        if not _WILDCARDS.isdisjoint(path):
+            below = set(fs.find(path)) if recursive else set()
+            for one in sorted(below | {path}):
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(one)
+            fs.invalidate_cache(posixpath.dirname(path))
 
 
 # Bytes per request when a file is read front to back (`sequential_read_options`).

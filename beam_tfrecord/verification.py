@@ -395,8 +395,9 @@ def expand_paths(
                 return os.path.relpath(found)
             return found if local else fs.unstrip_protocol(found)
 
-        if _GLOB_CHARS & set(path):
-            # fsspec's * matches dot-files, which a shell's does not; hidden files (our
+        if _GLOB_CHARS & set(path) and not fs.exists(path):
+            # A path that is there is taken as it is (a folder named `run[1]`) before it is
+            # read as a pattern. fsspec's * matches dot-files, which a shell's does not; hidden files (our
             # temporary shards among them) are only matched by a pattern that asks for them.
             hidden_wanted = posixpath.basename(path).startswith(".")
             candidates = [
