@@ -98,7 +98,10 @@ class S3Upload:
                 if self._upload_id is None:
                     sync(self._fs.loop, self._put_whole, body)
                 else:
-                    sync(self._fs.loop, self._send_part, len(self._parts) + 1, body)
+                    if len(body) or not self._parts:
+                        # (A shard of whole blocks has no last part to send: S3 is not asked
+                        # to take an empty one.)
+                        sync(self._fs.loop, self._send_part, len(self._parts) + 1, body)
                     sync(self._fs.loop, self._complete)
             except _Elsewhere:
                 self._hand_over()

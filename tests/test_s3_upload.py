@@ -102,6 +102,18 @@ def test_a_name_that_needs_quoting_is_the_object_name(s3_store, name, size):  # 
     assert fs.cat_file(f"{folder}/{name}") == b"".join(pieces)
 
 
+def test_a_shard_of_whole_blocks_sends_no_empty_last_part(s3_store):  # noqa: F811
+    fs, proxy = s3_store.fs, s3_store.proxy
+    path = _path(s3_store, "whole-blocks")
+    pieces = _pieces(2 * PART)
+    proxy.reset_counts()
+    _upload(fs, path, pieces).commit()
+    # start, two parts, the completion
+    assert proxy.reset_counts()["upload"] == 4
+    fs.invalidate_cache()
+    assert fs.cat_file(path) == b"".join(pieces)
+
+
 def test_a_shard_within_one_block_is_one_request_and_a_larger_one_a_request_a_block(s3_store):  # noqa: F811
     fs, proxy = s3_store.fs, s3_store.proxy
     small, large = _path(s3_store, "small"), _path(s3_store, "large")
