@@ -3,6 +3,7 @@ Ctrl-C (SIGINT) or SIGTERM ending it cleanly, child workers included."""
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import logging
 import os
@@ -157,22 +158,51 @@ def stop_on_signals(
         yield interruption
         return
 
+    lost = threading.Event()  # a KeyboardInterrupt Python ignored, to be raised again
+    ended = threading.Event()
+
     def handler(signum, frame):
-        if interruption.signum is None:
-            interruption.signum = signum
-            interruption.at = time.monotonic()
+        if interruption.signum is None or lost.is_set():
+            if interruption.signum is None:
+                interruption.signum = signum
+                interruption.at = time.monotonic()
+            lost.clear()
             raise KeyboardInterrupt
+
+    def unraisable(args) -> None:
+        # A signal that lands in code whose exceptions Python ignores (an import lock's or a
+        # weak reference's callback) was printed as "Exception ignored in ..." with a
+        # traceback, and its KeyboardInterrupt lost: it is raised again, quietly, once the
+        # main thread has left that code.
+        if issubclass(args.exc_type, KeyboardInterrupt) and interruption.signum is not None:
+            lost.set()
+            return
+        hook(args)
+
+    def raise_again() -> None:
+        # On a thread of its own: from the hook, in the main thread, it would be lost again.
+        while True:
+            lost.wait()
+            if ended.is_set():
+                return
+            _thread.interrupt_main(interruption.signum)
+            time.sleep(0.01)
 
     # A signal this process was started ignoring stays ignored: a job started in the background
     # from a script (`cmd &`) ignores Ctrl-C, as its starter meant.
     previous = {
         s: signal.signal(s, handler) for s in signals if signal.getsignal(s) is not signal.SIG_IGN
     }
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
+    threading.Thread(target=raise_again, name="interrupts", daemon=True).start()
     try:
         yield interruption
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
+        sys.unraisablehook = hook
+        ended.set()
+        lost.set()
 
 
 def _children(pid: int) -> list[int]:
