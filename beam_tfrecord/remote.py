@@ -39,6 +39,7 @@ __all__ = [
     "LOCAL_DEPTH",
     "OBJECT_STORE_DEPTH",
     "Fetches",
+    "backoff",
     "default_depth",
     "fetch_in_order",
     "is_transient",
@@ -135,7 +136,8 @@ def is_transient(err: BaseException) -> bool:
     return False
 
 
-def _backoff(attempt: int) -> float:
+def backoff(attempt: int) -> float:
+    """Seconds to wait before try `attempt` + 2 of a request to a store (0: after the first)."""
     # Full jitter: workers that failed together do not retry together. Timing only: the bytes
     # read, and so the build's output, do not depend on it.
     return random.uniform(0, min(_BACKOFF_CAP_SECONDS, _BACKOFF_SECONDS * 2**attempt))
@@ -160,11 +162,11 @@ async def _read_object(fs, path: str, attempts: int) -> bytes:
     elif is_s3fs(fs):
         from beam_tfrecord.s3_get import S3_TRIES, read_s3_object
 
-        read, pause = functools.partial(read_s3_object, fs), _backoff
+        read, pause = functools.partial(read_s3_object, fs), backoff
         attempts *= S3_TRIES  # in place of botocore's and s3fs's, which the GET goes around
     else:
         read = functools.partial(fs._cat_file, **whole_read_options(fs))  # one GET, no HEAD
-        pause = _backoff
+        pause = backoff
     for attempt in range(attempts):
         try:
             return await read(path)

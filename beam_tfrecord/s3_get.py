@@ -41,7 +41,7 @@ __all__ = [
     "canonical_query",
     "error_of",
     "is_elsewhere",
-    "plain",
+    "leave_to_s3fs",
     "quote_key",
     "read_s3_object",
     "route",
@@ -278,7 +278,7 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
 _READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def plain(fs) -> bool:
+def _plain(fs) -> bool:
     """Whether `fs` is set up for nothing but what `read_s3_object` sends."""
     return (
         not fs.req_kw
@@ -297,14 +297,10 @@ async def read_s3_object(fs, path: str) -> bytes:
         S3Error: any other error answer (a transient one has a `status` of 5xx or 429).
         aiohttp.ClientError, asyncio.TimeoutError: the connection failed.
     """
-    bucket, key, version = fs.split_path(path)
-    if version or not key or not plain(fs):
-        return await _through_s3fs(fs, path)
-    found = await route(fs, bucket)
+    found = await route(fs, path)
     if found is None:
         return await _through_s3fs(fs, path)
-    session, reached = found
-    url = reached.base + quote_key(key)
+    session, reached, url = found
     headers = {}
     if reached.credentials is not None:
         frozen = await reached.credentials.get_frozen_credentials()
@@ -319,20 +315,32 @@ async def read_s3_object(fs, path: str) -> bytes:
     if status == 200:
         return body
     if is_elsewhere(status, body):
-        _READERS[fs].buckets[bucket] = None  # this bucket from now on through s3fs, which follows
+        leave_to_s3fs(fs, path)
         return await _through_s3fs(fs, path)
     raise error_of(status, body, path)
 
 
-async def route(fs, bucket: str):
-    """(the aiohttp session, the `_Bucket`) for requests signed here to `bucket` of `fs`, on
-    `fs`'s event loop; None where s3fs must send them."""
+async def route(fs, path: str):
+    """(the aiohttp session, the object's `_Bucket`, its URL) for requests signed here for the
+    object at `path` of `fs`, on `fs`'s event loop; None where s3fs must send them (a version,
+    a bucket alone, a filesystem set up for more than `plain`, a bucket `_reach` leaves)."""
+    bucket, key, version = fs.split_path(path)
+    if version or not key or not _plain(fs):
+        return None
     loop = asyncio.get_running_loop()
     reader = _READERS.get(fs)
     if reader is None or reader.loop is not loop:
         reader = _READERS[fs] = _Reader(fs, loop)
     reached = await reader.bucket(fs, bucket)
-    return None if reached is None else (reader.session, reached)
+    return None if reached is None else (reader.session, reached, reached.base + quote_key(key))
+
+
+def leave_to_s3fs(fs, path: str) -> None:
+    """The bucket of `path` answered from elsewhere (another region): from now on its
+    requests go through s3fs, whose client follows."""
+    reader = _READERS.get(fs)
+    if reader is not None:
+        reader.buckets[fs.split_path(path)[0]] = None
 
 
 def error_of(status: int, body: bytes, path: str) -> OSError:

@@ -21,7 +21,6 @@ import asyncio
 import base64
 import hashlib
 import logging
-import random
 import re
 import time
 import zlib
@@ -31,7 +30,7 @@ from fsspec.asyn import sync
 from yarl import URL
 
 from beam_tfrecord import s3_get
-from beam_tfrecord.remote import is_transient
+from beam_tfrecord.remote import backoff, is_transient
 from beam_tfrecord.uploads import body_of, cancel_sending
 
 __all__ = ["S3Upload", "open_s3_upload"]
@@ -41,8 +40,6 @@ _LOG = logging.getLogger(__name__)
 _MIN_PART = 5 * 1024 * 1024  # S3's least part but the last
 _UPLOAD_ID = re.compile(rb"<UploadId>([^<]+)</UploadId>")
 _ERROR = re.compile(rb"<Error>")
-_BACKOFF_SECONDS = 0.2
-_BACKOFF_CAP_SECONDS = 5.0
 
 
 class _Elsewhere(Exception):
@@ -51,11 +48,8 @@ class _Elsewhere(Exception):
 
 def open_s3_upload(fs, path: str, block_size: int, fallback):
     """An upload of `path` on s3fs filesystem `fs`: ours, or `fallback(fs, path, block_size)`
-    where the bucket is one `s3_get` would not read itself."""
-    bucket, key, version = fs.split_path(path)
-    if version or not key or not s3_get.plain(fs):
-        return fallback(fs, path, block_size)
-    route = sync(fs.loop, s3_get.route, fs, bucket)
+    where the object is one `s3_get` would not read itself."""
+    route = sync(fs.loop, s3_get.route, fs, path)
     if route is None:
         return fallback(fs, path, block_size)
     return S3Upload(fs, path, block_size, route, fallback)
@@ -66,9 +60,7 @@ class S3Upload:
 
     def __init__(self, fs, path: str, block_size: int, route, fallback):
         self._fs, self._path = fs, path
-        self._session, self._bucket = route
-        _, key, _ = fs.split_path(path)
-        self._url = self._bucket.base + s3_get.quote_key(key)
+        self._session, self._bucket, self._url = route
         self._block = max(block_size, _MIN_PART)
         self._fallback = fallback
         self._instead = None  # s3fs's upload, once the bucket turned out to be elsewhere
@@ -149,6 +141,7 @@ class S3Upload:
 
     def _hand_over(self) -> None:
         """From here on through s3fs: the buffer (nothing of it was sent) goes to its file."""
+        s3_get.leave_to_s3fs(self._fs, self._path)
         self._instead = self._fallback(self._fs, self._path, self._block)
         buffer, self._buffer = self._buffer, bytearray()
         self._instead.write(buffer)
@@ -213,9 +206,8 @@ class S3Upload:
                     answer = await response.read()
                     status = response.status
                     tag = response.headers.get("ETag", "")
-                # CompleteMultipartUpload may fail after its 200 has been sent: the error is
-                # then in the body.
-                # An abort answers 204 No Content.
+                # An abort answers 204 No Content. CompleteMultipartUpload may fail after its
+                # 200 has been sent: the error is then in the body.
                 if status in (200, 204) and not (method == "POST" and _ERROR.search(answer)):
                     return tag if etag else answer
                 if s3_get.is_elsewhere(status, answer) and attempt == 0 and not self._parts:
@@ -226,9 +218,7 @@ class S3Upload:
             except Exception as err:
                 if attempt + 1 == s3_get.S3_TRIES or not is_transient(err):
                     raise
-            await asyncio.sleep(
-                random.uniform(0, min(_BACKOFF_CAP_SECONDS, _BACKOFF_SECONDS * 2**attempt))
-            )
+            await asyncio.sleep(backoff(attempt))
         raise AssertionError("unreachable")
 
     async def _signed(self, method: str, query: dict, body: memoryview | None, amz: dict):

@@ -248,3 +248,31 @@ def test_no_checksum_goes_where_the_client_asks_for_them_only_when_required(
     assert "ChecksumCRC32" not in head
     fs.invalidate_cache()
     assert fs.cat_file(path) == b"".join(pieces)
+
+
+def test_a_bucket_that_answers_from_elsewhere_is_uploaded_through_s3fs(s3_store):  # noqa: F811
+    # A bucket in another region than the client's answers with a redirect, which botocore's
+    # client follows and these requests do not: the upload goes on through s3fs's own file,
+    # and the bucket's later uploads (and reads) go there at once. (The redirect answers the
+    # start of a multipart upload, which has no body: the proxy answers a faulted request
+    # without reading its body, and a client still sending one sees a dropped connection.)
+    fs, proxy = s3_store.fs, s3_store.proxy
+    path = _path(s3_store, "elsewhere")
+    moved = []
+
+    def fault(method, target):
+        if method == "POST" and "uploads" in target and not moved:
+            moved.append(target)
+            return 301
+        return None
+
+    pieces = _pieces(2 * PART + 3)
+    proxy.fault = fault
+    try:
+        _upload(fs, path, pieces).commit()
+    finally:
+        proxy.fault = None
+    assert moved
+    fs.invalidate_cache()
+    assert fs.cat_file(path) == b"".join(pieces)
+    assert isinstance(open_upload(fs, f"{path}-next", PART), BufferedUpload)
