@@ -271,9 +271,7 @@ class _Client(asyncio.Protocol):
     def answer(self, data: bytes) -> None:
         """Bytes from the server: the answer started, so the next bytes are a request."""
         self.expecting_request = True
-        if self.kind:
-            self.proxy._answered(self.kind)
-            self.kind = ""
+        self._answered()
         if not self.closed:
             self.transport.write(data)
 
@@ -288,12 +286,14 @@ class _Client(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.close()
 
-    def close(self) -> None:
+    def _answered(self) -> None:
+        """The request sent to the server is answered (or never will be): no longer in flight."""
         if self.kind:
             self.proxy._answered(self.kind)
             self.kind = ""
-        if self.closed and self.transport is None:
-            return
+
+    def close(self) -> None:
+        self._answered()
         self.closed = True
         self.proxy._clients.discard(self)
         for transport in (self.transport, self.server and self.server.transport):
