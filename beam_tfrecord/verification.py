@@ -183,12 +183,10 @@ def _read_through(
     not Examples."""
     parse = Example.FromString
     not_examples = 0
-    noted = 0  # reader.damage already given to the index check
     for offset, record in reader:
-        numbers.damaged(reader.damage)
+        _note_damaged(check, numbers.damaged(reader.damage))
         numbers.records += 1
         if check is not None:
-            noted = _note_damaged(check, reader.damage, noted)
             check.record(offset, framed_size(len(record)))
         if examples:
             try:
@@ -198,9 +196,7 @@ def _read_through(
                 if not_examples <= _MAX_ERRORS:
                     message = f"{url}: record at byte offset {offset} is not a tf.train.Example"
                     problems.append((offset, message))
-    numbers.damaged(reader.damage)
-    if check is not None:
-        _note_damaged(check, reader.damage, noted)
+    _note_damaged(check, numbers.damaged(reader.damage))
     return not_examples
 
 
@@ -211,11 +207,13 @@ class _Numbering:
         self.records = 0
         self.of: dict[int, int] = {}  # a damaged record's offset: its number
 
-    def damaged(self, damage: list[CorruptRecordError]) -> None:
-        """Numbers the damaged records the reader noted since last asked."""
-        for error in damage[len(self.of) :]:
+    def damaged(self, damage: list[CorruptRecordError]) -> list[CorruptRecordError]:
+        """Numbers the damaged records the reader noted since last asked; returns them."""
+        new = damage[len(self.of) :]
+        for error in new:
             self.of[error.offset] = self.records
             self.records += 1
+        return new
 
 
 def check_against_manifest(
@@ -322,12 +320,11 @@ def _frame_is_whole(damage: CorruptRecordError) -> bool:
     return damage.damage_offset != damage.offset
 
 
-def _note_damaged(check: IndexCheck, damage: list[CorruptRecordError], noted: int) -> int:
-    """Gives the index check the skipped records the reader noted since `noted`."""
-    for error in damage[noted:]:
+def _note_damaged(check: IndexCheck | None, damage: list[CorruptRecordError]) -> None:
+    """Gives the index check (if there is one) the damaged records just noted."""
+    for error in damage if check is not None else ():
         if _frame_is_whole(error):
             check.damaged(error.offset)
-    return len(damage)
 
 
 def _exists(url: str, **storage_options: Any) -> bool:

@@ -40,13 +40,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _command_word(argv: Sequence[str]) -> str | None:
+    """The command `argv` names: its first argument that is not a flag (the tool's own flags,
+    --help and --version, take no value)."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     from beam_tfrecord import __version__
 
     parser = _Parser(prog="beam-tfrecord", description=_DESCRIPTION, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    chosen = _command_word(argv)
     for name, (module_name, help_text) in _COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         if name == chosen:  # only the command that runs is imported
@@ -85,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser(argv)
-    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    chosen = _command_word(argv)
     if chosen is not None and chosen not in _COMMANDS:
         meant = nearest(chosen, _COMMANDS)
         parser.error(
