@@ -390,7 +390,13 @@ def _prepared(
     """Each image with its preparation (`_encoded`), in order: something whose `result()`
     gives the record, or raises what preparing it raised."""
     remote = any(is_remote(e.url) for e in ordered)
-    if inline and not remote:
+    if inline and remote:
+        # The reads run on the store's event loop; this thread checks each image as its bytes
+        # come, in order. `cpu`, if given, is shared with the shards written beside this one.
+        here = functools.partial(_encoded, policy=policy, cpu=cpu or threading.Lock())
+        fetched = fetch_in_order(((e, e.url, e.source_size) for e in ordered), depth=read_ahead)
+        return ((entry, _Outcome.of(here, entry, data)) for entry, data in fetched)
+    if inline:
         # One thread checks every image: a lock no other thread takes bounds it, at a tenth of
         # a semaphore's cost an image.
         here = functools.partial(_encoded, policy=policy, cpu=threading.Lock())

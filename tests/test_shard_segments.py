@@ -3,10 +3,12 @@ byte, as one process writing it image by image, hostile images normalized or rep
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
 import pytest
+from cloud_servers import gcs_store  # noqa: F401
 from hostile_images import hostile_corpus
 from PIL import Image
 from written_shards import file_digests, one_shard
@@ -138,6 +140,43 @@ def test_a_shard_checked_on_one_thread_is_the_shard_threads_write(hostile, tmp_p
     here = write_shard(one_shard(tmp_path / "here"), hostile, POLICY, inline=True, **how)
     assert here == expected
     assert file_digests(tmp_path / "here") == file_digests(tmp_path / "threads")
+
+
+@pytest.mark.slow
+def test_a_shard_of_objects_checked_on_one_thread_is_the_shard_threads_write(
+    hostile,
+    tmp_path,
+    gcs_store,  # noqa: F811
+    monkeypatch,
+):
+    """From a bucket too: `inline` checks each object on the writing thread as its bytes come
+    from the store's event loop, and makes the shard, report and counts the read-ahead threads
+    make, hostile images alike, each object read once."""
+    bucket = gcs_store.new_bucket("inline")
+    objects = []
+    for entry in hostile:
+        url = f"{bucket}/src/{entry.relpath}"
+        with open(entry.url, "rb") as source:
+            gcs_store.fs.pipe_file(url, source.read())
+        objects.append(dataclasses.replace(entry, url=url))
+    gcs_store.proxy.reset_counts()
+    threads = []  # the thread of each image's check
+    real = shard_writer._encoded
+
+    def encoded(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shard_writer, "_encoded", encoded)
+    how = {"max_record_size": 1 << 20, "read_ahead": 4}
+    expected = write_shard(one_shard(tmp_path / "threads"), objects, POLICY, **how)
+    threaded, threads[:] = threads[:], []
+    here = write_shard(one_shard(tmp_path / "here"), objects, POLICY, inline=True, **how)
+    assert here == expected
+    assert file_digests(tmp_path / "here") == file_digests(tmp_path / "threads")
+    assert len(threads) == len(threaded) == len(objects)
+    assert set(threads) == {threading.get_ident()} != set(threaded)
+    assert gcs_store.proxy.counts["read"] == 2 * len(objects)
 
 
 @pytest.mark.parametrize(("cores", "on_one_thread"), [(1, True), (2, False)])

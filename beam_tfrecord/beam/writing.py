@@ -47,6 +47,9 @@ class _ReadAheadFn(beam.DoFn):
     def setup(self):
         self._executor = new_executor(worker_threads()) if self._read_ahead else None
         self._cpu = threading.Semaphore(usable_cores())
+        # With one core's share, a shard's images are checked on the thread that writes it
+        # (`write_shard`'s `inline`), as in a worker process with one core.
+        self._inline = usable_cores() == 1
 
     def teardown(self):
         if getattr(self, "_executor", None) is not None:
@@ -144,6 +147,7 @@ class _WriteShardFn(_ReadAheadFn):
                     executor=self._executor,
                     cpu=self._cpu,
                     stop=self._shard_threads.stopping,
+                    inline=self._inline,
                 )
             )
             # Shards framed and still uploading do not count against `shards_at_once`; these
@@ -154,7 +158,13 @@ class _WriteShardFn(_ReadAheadFn):
                 yield from self._outputs(*self._next_written())
             return
         written = write_shard(
-            spec, entries, self._policy, **how, executor=self._executor, cpu=self._cpu
+            spec,
+            entries,
+            self._policy,
+            **how,
+            executor=self._executor,
+            cpu=self._cpu,
+            inline=self._inline,
         )
         yield from self._outputs(*written)
 

@@ -226,3 +226,32 @@ def test_a_resumed_write_keeps_the_finished_shards(
             equal_to([True] * len(shards)),
         )
     assert {path: memfs.cat_file(path) for path in memfs.find("/out")} == before
+
+
+@pytest.mark.parametrize(("cores", "inline"), [(1, True), (2, False)])
+def test_a_worker_with_one_core_checks_each_shard_on_the_thread_that_writes_it(
+    pipeline, memfs, put_images, planned, monkeypatch, cores, inline
+):
+    """Threads checking images beside the shard's own only take turns with it at the GIL on one
+    core: a worker with one core's share writes its shards `inline`, with the same bytes."""
+    from beam_tfrecord.beam import writing
+
+    monkeypatch.setattr(writing, "usable_cores", lambda: cores)
+    seen = []
+    real = writing.write_shard
+
+    def spied(*args, **kwargs):
+        seen.append(kwargs.get("inline", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(writing, "write_shard", spied)
+    images = put_images("/src", {"cat": 9, "dog": 7})
+    shards, plan = _shards(planned("/src", images, splits=SPLITS), per_split=2)
+    with pipeline as p:
+        _write(p, shards, plan, read_ahead=4, shards_at_once=2)
+    assert seen == [inline] * len(shards)
+    for (split, index), group in shards:
+        name = shard_file_name("ds", split, index, plan[split].shards)
+        records = [parse_record(r) for r in read_records(f"{OUT}/{name}")]
+        ordered = sorted(group, key=lambda e: e.sort_key)
+        assert [r["image/encoded"] for r in records] == [images[e.relpath] for e in ordered]
