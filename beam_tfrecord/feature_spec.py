@@ -12,7 +12,7 @@ from beam_tfrecord.codec.example import decode_example_kinds
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.records import sample_record
 from beam_tfrecord.manifest import MANIFEST_FILE, read_manifest
-from beam_tfrecord.reader import Shard, list_shards
+from beam_tfrecord.reader import MissingRecordsError, Shard, list_shards
 from beam_tfrecord.shard_names import parse_shard_name
 
 __all__ = ["feature_spec", "spec_to_python"]
@@ -54,12 +54,16 @@ def _scan_order(shards: list[Shard]) -> list[Shard]:
 def _records(shards: list[Shard], limit: int | None) -> Iterator[tuple[str, int, bytes]]:
     left = limit
     for shard in _scan_order(shards):
+        found = 0
         for offset, data in read_records(shard.url, with_offsets=True):
             if left is not None:
                 if left == 0:
                     return
                 left -= 1
+            found += 1
             yield shard.url, offset, data
+        if shard.examples is not None and found != shard.examples:
+            raise MissingRecordsError(shard.url, found, shard.examples)
 
 
 def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
@@ -84,6 +88,8 @@ def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
     Raises:
         FileNotFoundError: If there is no dataset at ``source``.
         CorruptRecordError: If a scanned record is damaged.
+        MissingRecordsError: If a shard read to its end holds another number of records than
+            the manifest says.
         ValueError: If a record is not a tf.train.Example, or a feature's kind varies.
     """
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import posixpath
 import random
 import sys
@@ -25,7 +26,14 @@ from beam_tfrecord.wording import count as plural
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Dataset", "Shard", "decode_image", "list_shards", "parse_record"]
+__all__ = [
+    "Dataset",
+    "MissingRecordsError",
+    "Shard",
+    "decode_image",
+    "list_shards",
+    "parse_record",
+]
 
 # Our record layout, read from what the writer writes so that the two cannot drift apart. Its
 # features hold one value each, and come out of parse_record as scalars; the text ones as str.
@@ -37,6 +45,20 @@ _TEXT_FEATURES = frozenset(
 # split is what follows the last "-" before ".tfrecord". More than 99999 shards take more digits.
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 _PILLOW_FORMATS = {"jpeg": "JPEG", "png": "PNG"}
+
+
+class MissingRecordsError(OSError):
+    """A shard holds another number of records than its build wrote (manifest.json): cut short
+    at a record's end, emptied, or replaced since. Its framing is whole, so nothing else says
+    so: read on, a pass would quietly miss records."""
+
+    def __init__(self, url: str, found: int, written: int):
+        super().__init__(
+            f"{url}: holds {plural(found, 'record')} where its build wrote {written} "
+            "(manifest.json): the file was cut short or changed since it was written; "
+            "`beam-tfrecord verify` checks every shard"
+        )
+        self.url, self.found, self.written = url, found, written
 
 
 @dataclass(frozen=True)
@@ -209,7 +231,9 @@ def _listed_shards(
 
 
 def list_shards(
-    source: str, split: str | None = None, storage_options: Mapping[str, Any] | None = None
+    source: str | os.PathLike,
+    split: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> list[Shard]:
     """Lists a built dataset's shards, from its manifest or, lacking one, by their names.
 
@@ -228,6 +252,7 @@ def list_shards(
             is found.
     """
     storage_options = dict(storage_options or {})
+    source = os.fspath(source)  # a pathlib.Path too
     manifest = _read_manifest(source, storage_options)
     if manifest is not None:
         return _manifest_shards(source, manifest, split)
@@ -301,7 +326,7 @@ class Dataset:
 
     def __init__(
         self,
-        source: str,
+        source: str | os.PathLike,
         split: str = "train",
         *,
         decode: bool = False,
@@ -330,6 +355,7 @@ class Dataset:
             ValueError: If there is no such split.
             FileNotFoundError: If there is no dataset at ``source``.
         """
+        source = os.fspath(source)  # a pathlib.Path too
         self.source = source
         self.split = split
         self.decode = decode
@@ -423,11 +449,15 @@ class Dataset:
 
     def __iter__(self) -> Iterator[Any]:
         for part in self._my_parts():
+            found = 0
             for number, data in enumerate(read_records(part.url, **self.storage_options)):
+                found = number + 1
                 if number < part.start or (number - part.start) % part.step:
                     continue
                 item = self._item(data, part.url)
                 yield item if self.transform is None else self.transform(item)
+            if part.examples is not None and found != part.examples:
+                raise MissingRecordsError(part.url, found, part.examples)
 
     def _item(self, data: bytes, url: str) -> dict[str, Any]:
         try:

@@ -293,3 +293,54 @@ def test_a_manifest_that_is_not_a_builds_is_refused_by_name(built, tmp_path, tex
         Dataset(str(out))
     with pytest.raises(ValueError, match="not a build's manifest"):
         list_shards(str(out))
+
+
+@pytest.mark.parametrize("cut", ["emptied", "at a record's end"])
+def test_a_shard_with_records_missing_is_an_error_not_a_short_pass(built, tmp_path, cut):
+    """A shard cut at a record's end (or emptied) has whole framing: only the manifest's count
+    shows the records it lost. The reader, `spec` and `preview` say so, naming the shard."""
+    from beam_tfrecord.codec.record_index import index_file_name
+    from beam_tfrecord.feature_spec import feature_spec
+    from beam_tfrecord.reader import MissingRecordsError
+
+    out, _, manifest = built
+    copy = tmp_path / "pets"
+    shutil.copytree(out, copy)
+    entry = next(s for s in manifest["shards"] if s["split"] == "train" and s["examples"] > 1)
+    shard = copy / entry["file"]
+    if cut == "emptied":
+        shard.write_bytes(b"")
+        left = 0
+    else:  # at the start of its last record, as its index gives it
+        index = (copy / index_file_name(entry["file"])).read_text().split()
+        with open(shard, "r+b") as f:
+            f.truncate(int(index[-2]))
+        left = entry["examples"] - 1
+    dataset = Dataset(copy, "train")
+    with pytest.raises(MissingRecordsError) as raised:
+        sum(1 for _ in dataset)
+    assert (raised.value.url, raised.value.found, raised.value.written) == (
+        str(shard),
+        left,
+        entry["examples"],
+    )
+    with pytest.raises(MissingRecordsError):
+        feature_spec(str(copy), None)
+    preview = subprocess.run(
+        [sys.executable, "-m", "beam_tfrecord.cli", "preview", str(copy), "-o",
+         str(tmp_path / "sheet.png"), "--split", "train", "-n", "100"],
+        capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert preview.returncode == 1, preview.stderr
+    assert "could not be shown" in preview.stderr
+
+
+def test_a_path_object_is_the_path_it_names(built):
+    out, _, manifest = built
+    as_text = Dataset(str(out), "train")
+    as_path = Dataset(out, "train")
+    assert as_path.source == str(out)
+    assert _names(as_path) == _names(as_text)
+    assert list_shards(out) == list_shards(str(out))
+    first = manifest["shards"][0]["file"]
+    assert list(read_records(out / first)) == list(read_records(str(out / first)))

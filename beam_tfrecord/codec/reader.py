@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import logging
+import os
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
@@ -64,7 +65,7 @@ class TFRecordReader:
 
     def __init__(
         self,
-        source: str | BinaryIO,
+        source: str | os.PathLike | BinaryIO,
         compression: str | None = "auto",
         *,
         skip_damaged: bool = False,
@@ -89,7 +90,9 @@ class TFRecordReader:
         Raises:
             ValueError: If ``compression`` is not one of the accepted values.
         """
-        self._source = source
+        # A path given as a `pathlib.Path` (any os.PathLike) is the path it names.
+        self._source = os.fspath(source) if isinstance(source, os.PathLike) else source
+        source = self._source
         self._compression = compression_type(compression)
         self._skip_damaged = skip_damaged
         self._with_offsets = with_offsets
@@ -206,7 +209,7 @@ def _read_up_to(read: Callable[[int], bytes], size: int) -> bytes:
 
 
 def read_records(
-    source: str | BinaryIO,
+    source: str | os.PathLike | BinaryIO,
     compression: str | None = "auto",
     skip_damaged: bool = False,
     with_offsets: bool = False,

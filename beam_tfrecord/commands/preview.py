@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import posixpath
 import random
 import textwrap
 from collections.abc import Iterator, Sequence
@@ -95,7 +96,7 @@ def _records(shards: Sequence[Shard], wanted: set[int] | None) -> Iterator[bytes
                 position += examples
                 continue
         reader = TFRecordReader(shard.url, skip_damaged=True, log_damage=False)
-        damage = 0
+        damage = read = 0
         for data in reader:
             while damage < len(reader.damage):  # records skipped just before this one
                 yield f"damaged: {reader.damage[damage].reason}"
@@ -103,10 +104,17 @@ def _records(shards: Sequence[Shard], wanted: set[int] | None) -> Iterator[bytes
             if wanted is None or position in wanted:
                 yield data
             position += 1
+            read += 1
             if last is not None and position > last:
                 return
         for error in reader.damage[damage:]:
             yield f"damaged: {error.reason}"
+        if not reader.damage and shard.examples is not None and read != shard.examples:
+            # Whole framing, and records missing (or more): cut at a record's end, emptied.
+            yield (
+                f"missing records: {posixpath.basename(shard.url)} holds {read} of the "
+                f"{shard.examples} its build wrote"
+            )
 
 
 def _contact_sheet(tiles: Sequence[_Tile], columns: int, size: int) -> Image.Image:
