@@ -78,7 +78,7 @@ def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
     Args:
         source: The build's output folder, a path or any fsspec URL.
         scan: At most this many records are read (the first shard of every split first);
-            None reads them all.
+            None or 0 reads them all, as `beam-tfrecord spec --scan 0` does.
 
     Returns:
         A JSON-ready description: ``source``, ``manifest`` (whether there is one),
@@ -90,8 +90,12 @@ def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
         CorruptRecordError: If a scanned record is damaged.
         MissingRecordsError: If a shard read to its end holds another number of records than
             the manifest says.
-        ValueError: If a record is not a tf.train.Example, or a feature's kind varies.
+        ValueError: If a record is not a tf.train.Example, a feature's kind varies, or `scan`
+            is negative.
     """
+    if scan is not None and scan < 0:
+        raise ValueError(f"scan must be a number of records, or 0 or None for all; got {scan}")
+    scan = scan or None
     try:
         manifest: Mapping[str, Any] | None = read_manifest(source)
     except FileNotFoundError:

@@ -160,9 +160,11 @@ def decode_image(
                 pixels = np.array(image.convert(_MODES[channels]), dtype=np.uint8)
     # Pillow reports damaged data as many types (OSError, SyntaxError, struct.error, ...).
     except Exception as error:
-        raise ValueError(
-            f"cannot decode the {len(encoded)}-byte image: {type(error).__name__}: {error}"
-        ) from error
+        if isinstance(error, Image.UnidentifiedImageError):  # its text names a BytesIO object
+            why = f"it is no {image_format or 'image'} Pillow can open"
+        else:
+            why = f"{type(error).__name__}: {error}"
+        raise ValueError(f"cannot decode the {len(encoded)}-byte image: {why}") from error
     return pixels[:, :, None] if pixels.ndim == 2 else pixels
 
 

@@ -18,6 +18,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from beam_tfrecord.codec.reader import TFRecordReader, read_records
 from beam_tfrecord.commands.arguments import print_error
+from beam_tfrecord.locations import protocol_problem
 from beam_tfrecord.manifest import read_manifest
 from beam_tfrecord.reader import Dataset, Shard, decode_image, parse_record
 from beam_tfrecord.wording import count
@@ -193,7 +194,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace the PNG if it exists (without it, an existing file is refused)",
+        help="replace the sheet's file if it exists (without it, an existing file is refused)",
     )
     parser.add_argument(
         "--columns",
@@ -246,9 +247,10 @@ _MOST_PIXELS = 1024
 _FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP", ".png": "PNG"}
 
 
-def _format_of(out: str) -> str:
+def _format_of(out: str) -> str | None:
+    """The image format `out`'s suffix names; None for a suffix that names none of them."""
     name = out.rsplit("/", 1)[-1].lower()
-    return next((f for suffix, f in _FORMATS.items() if name.endswith(suffix)), "PNG")
+    return next((f for suffix, f in _FORMATS.items() if name.endswith(suffix)), None)
 
 
 def _refusal(out: str, overwrite: bool) -> str | None:
@@ -257,6 +259,8 @@ def _refusal(out: str, overwrite: bool) -> str | None:
     fs, path = fsspec.core.url_to_fs(out)
     if fs.isdir(path):
         return f"-o {out}: is a folder; name the PNG file to write"
+    if _format_of(out) is None:  # PNG bytes under another suffix would mislead every viewer
+        return f"-o {out}: the sheet is a PNG, JPEG or WebP file; name it .png, .jpg or .webp"
     if not overwrite and fs.exists(path):
         return f"-o {out}: the file exists; pass --overwrite to replace it"
     return None
@@ -293,6 +297,11 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     del extra  # the dispatcher refuses unknown flags for this command
     # What to read, then where to write: a split that is not there is the first thing to fix
     # (its fix may well be to preview another folder, where the sheet's name is free).
+    for url in (args.output, args.out):
+        problem = protocol_problem(url)
+        if problem is not None:  # a URL the user gave, refused as every command refuses it
+            print_error("preview", f"{url}: {problem}")
+            return 2
     refusal = args.split and _unknown_split(args.output, args.split)
     if refusal:  # a value the user gave, refused as other commands refuse a bad value
         print_error("preview", refusal)

@@ -7,6 +7,7 @@ import json
 
 from beam_tfrecord.commands.arguments import non_negative_int, print_error
 from beam_tfrecord.feature_spec import feature_spec, spec_to_python
+from beam_tfrecord.locations import protocol_problem
 
 __all__ = ["add_arguments", "run"]
 
@@ -32,6 +33,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Prints the feature spec; returns 1 if the dataset cannot be read."""
     del extra  # the dispatcher refuses unknown flags for this command
+    problem = protocol_problem(args.output)
+    if problem is not None:  # a URL the user gave, refused as every command refuses it
+        print_error("spec", f"{args.output}: {problem}")
+        return 2
     try:
         description = feature_spec(args.output, scan=args.scan or None)
     # CorruptRecordError and FileNotFoundError are OSErrors; their messages name the file.

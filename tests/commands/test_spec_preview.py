@@ -290,3 +290,43 @@ def test_preview_without_a_split_shows_the_first_that_holds_records(tmp_path, ca
     capsys.readouterr()
     assert main(["preview", str(out), "-o", str(tmp_path / "sheet.png")]) == 0
     assert "of split 'validation'" in capsys.readouterr().out
+
+
+def test_a_url_no_filesystem_opens_is_a_usage_error_for_spec_and_preview(tmp_path, capsys):
+    """As for every other command: exit 2, the URL named, nothing written."""
+    assert main(["spec", "nosuch://x/y"]) == 2
+    assert "nosuch://x/y: no filesystem is known for nosuch://" in capsys.readouterr().err
+    out = tmp_path / "sheet.png"
+    assert main(["preview", "nosuch://x/y", "-o", str(out)]) == 2
+    assert "nosuch://x/y: no filesystem" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["sheet.gif", "sheet.txt", "sheet"])
+def test_preview_refuses_a_file_name_whose_suffix_names_no_format_it_writes(
+    built, tmp_path, capsys, name
+):
+    """PNG bytes under .gif would mislead every viewer: the name is refused before any work."""
+    out = tmp_path / name
+    assert main(["preview", str(built), "-o", str(out)]) == 2
+    assert "name it .png, .jpg or .webp" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_feature_spec_scan_0_reads_every_record_as_the_command_does(built):
+    from beam_tfrecord.feature_spec import feature_spec
+
+    every = len(_all_records(built))
+    assert feature_spec(str(built), 0)["scanned"] == every
+    assert feature_spec(str(built), None)["scanned"] == every
+    assert feature_spec(str(built), 3)["scanned"] == 3
+    with pytest.raises(ValueError, match="got -1"):
+        feature_spec(str(built), -1)
+
+
+def test_an_image_pillow_cannot_open_is_named_without_a_stream_s_address():
+    from beam_tfrecord.reader import decode_image
+
+    with pytest.raises(ValueError) as raised:
+        decode_image(b"not an image", 3, "jpeg")
+    assert str(raised.value) == "cannot decode the 12-byte image: it is no jpeg Pillow can open"
