@@ -2,7 +2,9 @@
 
 The public API, in one import::
 
-    from beam_tfrecord import build, BuildConfig, BuildFailed, ConfigError, Dataset
+    from beam_tfrecord import (
+        build, BuildConfig, BuildFailed, ConfigError, Dataset, list_shards, release_output
+    )
 
 Each name is imported when first asked for, so importing the package, or reading a dataset with
 `Dataset`, loads neither Beam nor Pillow nor numpy: only `build` brings in Beam.
