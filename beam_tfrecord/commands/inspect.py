@@ -200,8 +200,23 @@ def _print_text(index: int, offset: int, record: bytes) -> None:
     if not features:
         print("    (no features)")
     width = max(map(len, features), default=0)
+    raw = _raw_pixels(features)
     for name, (kind, values) in features.items():
-        print(f"    {name:{width}s}  {kind or 'unset':5s}  {_show_values(kind, values)}")
+        shown = raw if name == "image/encoded" and raw else _show_values(kind, values)
+        print(f"    {name:{width}s}  {kind or 'unset':5s}  {shown}")
+
+
+def _raw_pixels(features: dict[str, tuple[str | None, list[Any]]]) -> str | None:
+    """How a record of raw pixels (`--store raw`) shows its image/encoded: its shape as the
+    record states it, and its size; None for any other record."""
+    try:
+        ((_, [image_format]), (_, [data])) = (features["image/format"], features["image/encoded"])
+        if image_format != b"raw":
+            return None
+        shape = [features[f"image/{name}"][1][0] for name in ("height", "width", "channels")]
+    except (KeyError, ValueError, IndexError):
+        return None
+    return f"raw {'x'.join(map(str, shape))} pixels, {_size(len(data))}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -258,6 +259,12 @@ def test_preview_draws_raw_pixels(tmp_path, capsys):
     assert main(["preview", str(out), "-o", str(sheet)]) == 0, capsys.readouterr().err
     assert "could not be shown" not in capsys.readouterr().err
     assert Image.open(sheet).size[0] > 0
+    # And inspect shows their shape as the record states it, not a hex dump of the pixels.
+    shard = sorted(out.glob("*.tfrecord-*"))[0]
+    assert main(["inspect", str(shard), "-n", "1"]) == 0
+    shown = capsys.readouterr().out
+    assert re.search(r"image/encoded +bytes +raw \d+x\d+x3 pixels, [\d.]+ KB", shown), shown
+    assert "0x" not in shown
 
 
 @pytest.mark.parametrize("text", ["{", "[]"])
