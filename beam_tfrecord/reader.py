@@ -454,12 +454,22 @@ class Dataset:
     def __iter__(self) -> Iterator[Any]:
         for part in self._my_parts():
             found = 0
-            for number, data in enumerate(read_records(part.url, **self.storage_options)):
-                found = number + 1
-                if number < part.start or (number - part.start) % part.step:
-                    continue
-                item = self._item(data, part.url)
-                yield item if self.transform is None else self.transform(item)
+            records = read_records(part.url, **self.storage_options)
+            try:
+                for number, data in enumerate(records):
+                    found = number + 1
+                    if number < part.start or (number - part.start) % part.step:
+                        continue
+                    item = self._item(data, part.url)
+                    yield item if self.transform is None else self.transform(item)
+            except FileNotFoundError:
+                if found or part.examples is None:
+                    raise
+                raise FileNotFoundError(
+                    f"{part.url}: no such file, where {MANIFEST_FILE} lists a shard of "
+                    f"{plural(part.examples, 'record')}: moved, renamed or deleted since the "
+                    "build (`beam-tfrecord verify` says more)"
+                ) from None
             if part.examples is not None and found != part.examples:
                 raise MissingRecordsError(part.url, found, part.examples)
 

@@ -344,3 +344,16 @@ def test_a_path_object_is_the_path_it_names(built):
     assert list_shards(out) == list_shards(str(out))
     first = manifest["shards"][0]["file"]
     assert list(read_records(out / first)) == list(read_records(str(out / first)))
+
+
+def test_a_shard_the_manifest_lists_and_the_folder_lacks_is_named_as_such(built, tmp_path):
+    out, _, manifest = built
+    copy = tmp_path / "pets"
+    shutil.copytree(out, copy)
+    entry = next(s for s in manifest["shards"] if s["split"] == "train")
+    (copy / entry["file"]).unlink()
+    with pytest.raises(FileNotFoundError) as raised:
+        sum(1 for _ in Dataset(copy, "train"))
+    assert str(raised.value).startswith(
+        f"{copy / entry['file']}: no such file, where manifest.json lists a shard of "
+    )
