@@ -331,7 +331,7 @@ class Dataset:
     def __init__(
         self,
         source: str | os.PathLike,
-        split: str = "train",
+        split: str | None = "train",
         *,
         decode: bool = False,
         shuffle_shards: bool = False,
@@ -343,7 +343,8 @@ class Dataset:
 
         Args:
             source: The build's output folder: a path or any fsspec URL (``gs://...``).
-            split: The split to read.
+            split: The split to read; None reads every split's shards, in the manifest's
+                order.
             decode: Yield ``{"image": array, "label": int, "class_name": str, "filename": str}``
                 with the image decoded (HxWxC uint8, by Pillow) instead of the record's
                 features (see ``parse_record``). A dataset built with ``--labels none`` has no
@@ -408,7 +409,7 @@ class Dataset:
         Raises:
             ValueError: If ``index`` is not in ``range(count)``.
         """
-        if not isinstance(count, int) or count < 1 or not isinstance(index, int):
+        if not _is_int(count) or count < 1 or not _is_int(index):
             raise ValueError(f"count must be a positive int, got {count!r} (index {index!r})")
         if not 0 <= index < count:
             raise ValueError(f"index must be in range({count}), got {index!r}")
@@ -502,4 +503,10 @@ class Dataset:
 
     def __repr__(self) -> str:
         parts = "".join(f".shard({i}, {n})" for i, n in self._shard_of)
-        return f"Dataset({self.source!r}, {self.split!r}, decode={self.decode}){parts}"
+        order = f", shuffle_shards=True, seed={self.seed}" if self.shuffle_shards else ""
+        return f"Dataset({self.source!r}, {self.split!r}, decode={self.decode}{order}){parts}"
+
+
+def _is_int(value: object) -> bool:
+    """An int that is not a bool (`True` is an int to Python, and no reader's number)."""
+    return isinstance(value, int) and not isinstance(value, bool)

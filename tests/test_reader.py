@@ -357,3 +357,15 @@ def test_a_shard_the_manifest_lists_and_the_folder_lacks_is_named_as_such(built,
     assert str(raised.value).startswith(
         f"{copy / entry['file']}: no such file, where manifest.json lists a shard of "
     )
+
+
+def test_a_bool_is_no_reader_number_and_repr_shows_the_shard_order(built):
+    out, _, _ = built
+    dataset = Dataset(str(out), "train", shuffle_shards=True, seed=4)
+    with pytest.raises(ValueError, match="index True"):
+        dataset.shard(True, 2)
+    with pytest.raises(ValueError, match="got False"):
+        dataset.shard(0, False)
+    assert repr(dataset.shard(1, 2)) == (
+        f"Dataset({str(out)!r}, 'train', decode=False, shuffle_shards=True, seed=4).shard(1, 2)"
+    )
