@@ -115,8 +115,8 @@ def decode_image(
     The pixels are those ``tf.io.decode_image(encoded, channels=channels)`` returns for a PNG;
     for a JPEG, close to them but not always equal: TensorFlow's default DCT method is a faster,
     rougher one than Pillow's, and a pixel of a photograph can differ by ten or more (less
-    with ``dct_method="INTEGER_ACCURATE"`` in ``tf.io.decode_jpeg``). Like TensorFlow, it ignores EXIF orientation (the build applied it
-    to the pixels already). Raw pixels (``--store raw``, ``image/format`` ``raw``) are the
+    with ``dct_method="INTEGER_ACCURATE"`` in ``tf.io.decode_jpeg``). Like TensorFlow, it
+    ignores EXIF orientation (the build applied it to the pixels already). Raw pixels (``--store raw``, ``image/format`` ``raw``) are the
     array itself, row by row: ``size`` says its height and width.
 
     Args:
