@@ -66,6 +66,13 @@ def _records(shards: list[Shard], limit: int | None) -> Iterator[tuple[str, int,
             raise MissingRecordsError(shard.url, found, shard.examples)
 
 
+def _scan_limit(scan: int | None) -> int | None:
+    """The records to read at most; None for all (0 or None, as `spec --scan 0`)."""
+    if scan is not None and scan < 0:
+        raise ValueError(f"scan must be a number of records, or 0 or None for all; got {scan}")
+    return scan or None
+
+
 def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
     """Works out the feature spec of a built dataset, from its manifest and its records.
 
@@ -93,9 +100,7 @@ def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
         ValueError: If a record is not a tf.train.Example, a feature's kind varies, or `scan`
             is negative.
     """
-    if scan is not None and scan < 0:
-        raise ValueError(f"scan must be a number of records, or 0 or None for all; got {scan}")
-    scan = scan or None
+    scan = _scan_limit(scan)
     try:
         manifest: Mapping[str, Any] | None = read_manifest(source)
     except FileNotFoundError:

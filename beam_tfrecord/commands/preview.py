@@ -248,8 +248,11 @@ _FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP", ".png": "PNG"}
 
 
 def _format_of(out: str) -> str | None:
-    """The image format `out`'s suffix names; None for a suffix that names none of them."""
+    """The image format `out`'s suffix names: PNG for a name with no suffix; None for a suffix
+    that names none of them (`.gif`)."""
     name = out.rsplit("/", 1)[-1].lower()
+    if "." not in name.lstrip("."):
+        return "PNG"
     return next((f for suffix, f in _FORMATS.items() if name.endswith(suffix)), None)
 
 
@@ -260,7 +263,10 @@ def _refusal(out: str, overwrite: bool) -> str | None:
     if fs.isdir(path):
         return f"-o {out}: is a folder; name the PNG file to write"
     if _format_of(out) is None:  # PNG bytes under another suffix would mislead every viewer
-        return f"-o {out}: the sheet is a PNG, JPEG or WebP file; name it .png, .jpg or .webp"
+        return (
+            f"-o {out}: the sheet is a PNG, JPEG or WebP file; name it .png, .jpg or .webp "
+            "(a name with no suffix is a PNG)"
+        )
     if not overwrite and fs.exists(path):
         return f"-o {out}: the file exists; pass --overwrite to replace it"
     return None
@@ -292,21 +298,23 @@ def _unknown_split(output: str, split: str) -> str | None:
     return f"--split: no split {split!r} in {output}; it has {', '.join(splits)}"
 
 
+def _usage_refusal(args: argparse.Namespace) -> str | None:
+    """Why the arguments cannot work, as other commands refuse a bad value; None if they can.
+
+    What to read, then where to write: a split that is not there is the first thing to fix
+    (its fix may well be to preview another folder, where the sheet's name is free)."""
+    for url in (args.output, args.out):
+        problem = protocol_problem(url)
+        if problem is not None:
+            return f"{url}: {problem}"
+    refusal = args.split and _unknown_split(args.output, args.split)
+    return refusal or _refusal(args.out, args.overwrite)
+
+
 def run(args: argparse.Namespace, extra: list[str]) -> int:
     """Writes the contact sheet; returns 1 if the dataset or some of its records are unreadable."""
     del extra  # the dispatcher refuses unknown flags for this command
-    # What to read, then where to write: a split that is not there is the first thing to fix
-    # (its fix may well be to preview another folder, where the sheet's name is free).
-    for url in (args.output, args.out):
-        problem = protocol_problem(url)
-        if problem is not None:  # a URL the user gave, refused as every command refuses it
-            print_error("preview", f"{url}: {problem}")
-            return 2
-    refusal = args.split and _unknown_split(args.output, args.split)
-    if refusal:  # a value the user gave, refused as other commands refuse a bad value
-        print_error("preview", refusal)
-        return 2
-    refusal = _refusal(args.out, args.overwrite)
+    refusal = _usage_refusal(args)
     if refusal is not None:  # before any work, so that nothing is read or written
         print_error("preview", refusal)
         return 2

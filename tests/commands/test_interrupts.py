@@ -22,13 +22,12 @@ def test_an_interrupt_that_lands_in_a_callback_python_ignores_is_raised_again(ca
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(0.01)  # the handler runs here, inside the callback
 
-    with pytest.raises(KeyboardInterrupt):
-        with stop_on_signals((signal.SIGTERM,)) as stopped:
-            thing = Thing()
-            ref = weakref.ref(thing, callback)
-            del thing
-            for _ in range(200):
-                time.sleep(0.005)
-            pytest.fail(f"the interrupt was lost ({ref})")
+    with pytest.raises(KeyboardInterrupt), stop_on_signals((signal.SIGTERM,)) as stopped:
+        thing = Thing()
+        ref = weakref.ref(thing, callback)
+        del thing
+        for _ in range(200):
+            time.sleep(0.005)
+        pytest.fail(f"the interrupt was lost ({ref})")
     assert stopped.signum == signal.SIGTERM
     assert capsys.readouterr().err == ""

@@ -309,11 +309,12 @@ def test_a_url_no_filesystem_opens_is_a_usage_error_for_spec_and_preview(tmp_pat
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name", ["sheet.gif", "sheet.txt", "sheet"])
+@pytest.mark.parametrize("name", ["sheet.gif", "sheet.txt", "my.sheet.bmp"])
 def test_preview_refuses_a_file_name_whose_suffix_names_no_format_it_writes(
     built, tmp_path, capsys, name
 ):
-    """PNG bytes under .gif would mislead every viewer: the name is refused before any work."""
+    """PNG bytes under .gif would mislead every viewer: the name is refused before any work
+    (a name with no suffix is a PNG: tests/commands/test_command_line.py)."""
     out = tmp_path / name
     assert main(["preview", str(built), "-o", str(out)]) == 2
     assert "name it .png, .jpg or .webp" in capsys.readouterr().err
