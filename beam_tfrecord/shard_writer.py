@@ -394,7 +394,7 @@ def _prepared(
         # The reads run on the store's event loop; this thread checks each image as its bytes
         # come, in order. `cpu`, if given, is shared with the shards written beside this one.
         here = functools.partial(_encoded, policy=policy, cpu=cpu or threading.Lock())
-        fetched = fetch_in_order(((e, e.url, e.source_size) for e in ordered), depth=read_ahead)
+        fetched = _fetched(ordered, read_ahead)
         return ((entry, _Outcome.of(here, entry, data)) for entry, data in fetched)
     if inline:
         # One thread checks every image: a lock no other thread takes bounds it, at a tenth of
@@ -407,7 +407,7 @@ def _prepared(
     if read_ahead and remote:
         # Objects: many reads in flight through the store's async interface; the threads
         # then only check and encode, on bytes already here.
-        fetched = fetch_in_order(((e, e.url, e.source_size) for e in ordered), depth=read_ahead)
+        fetched = _fetched(ordered, read_ahead)
         return (
             (entry, future)
             for (entry, _), future in ahead_of(
@@ -428,6 +428,12 @@ def _prepared(
         executor=executor,
     )
     return (pair for run, outcomes in runs for pair in zip(run, outcomes.result(), strict=True))
+
+
+def _fetched(ordered: list[ImageEntry], read_ahead: int):
+    """Each object's bytes (or the OSError reading it raised), in order, `read_ahead` reads
+    in flight on the store's event loop."""
+    return fetch_in_order(((e, e.url, e.source_size) for e in ordered), depth=read_ahead)
 
 
 # Reads wait when the thread that checks the images spent longer than this a file, on average

@@ -13,7 +13,7 @@ import pytest
 
 # The fixture is imported for pytest to find it; tests ask for it by name.
 from cloud_servers import s3_store  # noqa: F401
-from upload_pieces import pieces_of, written
+from upload_pieces import first_answered, pieces_of, written
 
 from beam_tfrecord import s3_get, s3_upload
 from beam_tfrecord.uploads import BufferedUpload, open_upload
@@ -141,20 +141,10 @@ def test_an_abandoned_upload_leaves_nothing_and_no_parts(s3_store, sent, caplog)
 def test_a_request_the_store_fails_with_a_503_is_sent_again(s3_store):  # noqa: F811
     fs, proxy = s3_store.fs, s3_store.proxy
     path = _path(s3_store, "retried")
-    failed = []
-
-    def fault(method, target):
-        if method == "PUT" and "partNumber=2" in target and not failed:
-            failed.append(target)
-            return 503
-        return None
-
     pieces = _pieces(3 * PART)
-    proxy.fault = fault
-    try:
+    second = lambda method, target: method == "PUT" and "partNumber=2" in target  # noqa: E731
+    with first_answered(proxy, second, 503) as failed:
         _upload(fs, path, pieces).commit()
-    finally:
-        proxy.fault = None
     assert failed
     fs.invalidate_cache()
     assert fs.cat_file(path) == b"".join(pieces)
@@ -258,20 +248,10 @@ def test_a_bucket_that_answers_from_elsewhere_is_uploaded_through_s3fs(s3_store)
     # without reading its body, and a client still sending one sees a dropped connection.)
     fs, proxy = s3_store.fs, s3_store.proxy
     path = _path(s3_store, "elsewhere")
-    moved = []
-
-    def fault(method, target):
-        if method == "POST" and "uploads" in target and not moved:
-            moved.append(target)
-            return 301
-        return None
-
     pieces = _pieces(2 * PART + 3)
-    proxy.fault = fault
-    try:
+    start = lambda method, target: method == "POST" and "uploads" in target  # noqa: E731
+    with first_answered(proxy, start, 301) as moved:
         _upload(fs, path, pieces).commit()
-    finally:
-        proxy.fault = None
     assert moved
     fs.invalidate_cache()
     assert fs.cat_file(path) == b"".join(pieces)

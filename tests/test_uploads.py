@@ -7,7 +7,7 @@ import pytest
 
 # The fixture is imported for pytest to find it; tests ask for it by name.
 from cloud_servers import gcs_store  # noqa: F401
-from upload_pieces import pieces_of, written
+from upload_pieces import first_answered, pieces_of, written
 
 from beam_tfrecord import uploads
 from beam_tfrecord.uploads import BufferedUpload, GcsUpload, open_upload
@@ -89,20 +89,10 @@ def test_an_abandoned_upload_leaves_nothing_and_its_session_is_deleted(gcs_store
 def test_a_part_the_store_fails_with_a_503_is_sent_again(gcs_store):  # noqa: F811
     fs, proxy = gcs_store.fs, gcs_store.proxy
     path = _path(gcs_store, "retried")
-    failed = []
-
-    def fault(method, target):
-        if method in ("POST", "PUT") and "upload_id=" in target and not failed:
-            failed.append(target)
-            return 503
-        return None
-
     pieces = _pieces(2 * BLOCK + 99)
-    proxy.fault = fault
-    try:
+    part = lambda method, target: method in ("POST", "PUT") and "upload_id=" in target  # noqa: E731
+    with first_answered(proxy, part, 503) as failed:
         _upload(fs, path, pieces).commit()
-    finally:
-        proxy.fault = None
     assert failed
     fs.invalidate_cache()
     assert fs.cat_file(path) == b"".join(pieces)

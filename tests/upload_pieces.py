@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Callable, Iterator
 
 from beam_tfrecord.uploads import open_upload
 
@@ -27,3 +29,22 @@ def written(fs, path: str, block: int, pieces: list[bytes], kind: type):
     for piece in pieces:
         assert upload.write(piece) == len(piece)
     return upload
+
+
+@contextlib.contextmanager
+def first_answered(proxy, matches: Callable[[str, str], bool], status: int) -> Iterator[list[str]]:
+    """While inside, the latency proxy answers `status` to the first request for which
+    `matches(method, target)` holds, and forwards every other; yields the targets it answered."""
+    answered: list[str] = []
+
+    def fault(method: str, target: str) -> int | None:
+        if not answered and matches(method, target):
+            answered.append(target)
+            return status
+        return None
+
+    proxy.fault = fault
+    try:
+        yield answered
+    finally:
+        proxy.fault = None

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         print_error("spec", f"{args.output}: {problem}")
         return 2
     try:
-        description = feature_spec(args.output, scan=args.scan or None)
+        description = feature_spec(args.output, scan=args.scan)
     # CorruptRecordError and FileNotFoundError are OSErrors; their messages name the file.
     except (OSError, ValueError) as error:
         print_error("spec", str(error))
