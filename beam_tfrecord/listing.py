@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import fnmatch
 import functools
+import hashlib
 import os
 import posixpath
 import re
@@ -637,6 +638,13 @@ def parse_input_line(line: str, list_url: str) -> SourceFile | None:
         if not has_protocol(list_url):
             url = posixpath.normpath(url)
     return SourceFile(url=url, relpath=relpath, size=-1, label=label)
+
+
+def url_key(url: str) -> int:
+    """A 64-bit hash of a file's URL, the same in every process and on every runner (Python's
+    `hash` of a string is not): the range it falls in is where the listings of one file meet."""
+    digest = hashlib.blake2b(url.encode("utf-8", "surrogateescape"), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
 
 
 def one_input(sources: Iterable[SourceFile]) -> tuple[SourceFile, tuple[str, ...]]:

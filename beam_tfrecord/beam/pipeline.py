@@ -219,7 +219,11 @@ class ConvertImages(beam.PTransform):
         prep = preparer(config)
         read_ahead = read_depth(config)
         listed = pbegin | "ListImages" >> ListImages(
-            config.inputs, config.extensions, input_list=config.input_list, listing=config.listing
+            config.inputs,
+            config.extensions,
+            input_list=config.input_list,
+            listing=config.listing,
+            bucket_records=config.planning_bucket_records,
         )
         planned_images = listed["sources"] | "PlanImages" >> PlanImages(prep, listed.get("report"))
         census = planned_images["census"]

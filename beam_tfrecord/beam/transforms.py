@@ -42,11 +42,13 @@ from beam_tfrecord.listing import (
     other_image_suffix,
     read_input_list_chunk,
     split_listing,
+    url_key,
 )
 from beam_tfrecord.locations import is_local_url
 from beam_tfrecord.planning import Preparer, hash_source
 from beam_tfrecord.readahead import StreamsAhead
 from beam_tfrecord.remote import Fetches
+from beam_tfrecord.settings import default
 from beam_tfrecord.shard_processes import started
 from beam_tfrecord.shard_writer import segment_runs
 from beam_tfrecord.sharding import (
@@ -210,29 +212,55 @@ class _CountFn(_TallyFn):
 
 
 class _OnePerFileFn(_TallyFn):
+    """Of the listings in one range of URL hashes (their chunks' bytes, as GroupChunks gives
+    them), one input per file, in batches: overlapping patterns can match one file twice, and
+    a list can name it twice. A file an input list labels two ways is reported instead."""
+
     def __init__(self):
         self._listed = metric_counter("images_listed")
 
-    def process(self, url_and_sources: tuple[str, Iterable[SourceFile]]):
-        # Overlapping patterns can match one file twice, and a list can name it twice: it is one
-        # input, kept under its smallest relative path.
-        _, sources = url_and_sources
-        self._listed.inc()
-        self._tally.add("listed")
-        kept, labels = one_input(sources)
-        if not labels:
-            yield kept
-            return
-        yield pvalue.TaggedOutput(
-            REPORT,
-            ReportEntry(
-                kept.url,
-                kept.relpath,
-                Reason.CONFLICTING_LABELS,
-                f"the input list gives it {len(labels)} labels ({', '.join(map(repr, labels))}); "
-                "give it one",
-            ),
-        )
+    def process(self, element: tuple[tuple[str, int], Iterable[bytes]]):
+        _, packed = element
+        by_url: dict[str, list[SourceFile]] = {}
+        for data in packed:
+            for source in SourceBatch.from_bytes(data):
+                listings = by_url.get(source.url)
+                if listings is None:
+                    by_url[source.url] = [source]
+                else:
+                    listings.append(source)
+        self._listed.inc(len(by_url))
+        self._tally.add("listed", len(by_url))
+        kept_ones = SourceBatch()
+        for listings in by_url.values():
+            if len(listings) == 1:  # nearly every file: listed once
+                kept_ones.append(listings[0])
+            else:
+                kept, labels = one_input(listings)
+                if labels:
+                    yield pvalue.TaggedOutput(REPORT, _conflicting_labels(kept, labels))
+                    continue
+                kept_ones.append(kept)
+            if len(kept_ones) >= BATCH:
+                yield kept_ones
+                kept_ones = SourceBatch()
+        if kept_ones:
+            yield kept_ones
+
+
+def _conflicting_labels(kept: SourceFile, labels: tuple[str, ...]) -> ReportEntry:
+    return ReportEntry(
+        kept.url,
+        kept.relpath,
+        Reason.CONFLICTING_LABELS,
+        f"the input list gives it {len(labels)} labels ({', '.join(map(repr, labels))}); "
+        "give it one",
+    )
+
+
+def _url_bucket(source: SourceFile, buckets: int) -> tuple[str, int]:
+    """The listing's key: the range of URL hashes the file is in (`url_key`)."""
+    return "", bucket_of(url_key(source.url), buckets)
 
 
 class ListImages(beam.PTransform):
@@ -257,12 +285,14 @@ class ListImages(beam.PTransform):
         *,
         input_list: str | None = None,
         listing: str = "pipeline",
+        bucket_records: int = default("planning_bucket_records"),
     ):
         super().__init__()
         self._patterns = list(patterns)
         self._extensions = tuple(extensions)
         self._input_list = input_list
         self._listing = listing
+        self._bucket_records = bucket_records
 
     def expand(self, pbegin):
         if self._input_list is not None:
@@ -310,22 +340,34 @@ class ListImages(beam.PTransform):
                 _CountFn("images_listed")
             ).with_output_types(SourceBatch)
             return {"sources": counted}
-        # A file two patterns (or lines of a list) name is one input: the files meet by URL,
-        # one element each, and are batched again after.
+        sources, report = self._one_per_file(found)
+        return {"sources": sources, "report": report}
+
+    def _one_per_file(self, found):
+        """Each file once, of listings where a file may be listed twice, with the report of
+        files an input list labels two ways.
+
+        A file two patterns (or lines of a list) name is one input. Its listings meet in the
+        group of the range of URL hashes it is in, crossing the shuffle in chunks of one range,
+        as planning's entries do: as many ranges as it takes for `bucket_records` files each,
+        were every listing a file of its own."""
+        listings = (
+            found | "CountListings" >> beam.Map(len) | "Listings" >> beam.CombineGlobally(sum)
+        )
         listed = (
             found
             | "KeyByUrl"
-            >> beam.FlatMap(lambda batch: ((s.url, s) for s in batch)).with_output_types(
-                tuple[str, SourceFile]
-            )
-            | "GroupByUrl" >> beam.GroupByKey()
+            >> beam.ParDo(
+                _BucketFn(self._bucket_records, _url_bucket, SourceBatch),
+                most=pvalue.AsSingleton(listings),
+            ).with_output_types(tuple[tuple[str, int], SourceBatch])
+            | "GroupByUrl" >> GroupChunks()
             | "OnePerFile"
             >> beam.ParDo(_OnePerFileFn())
-            .with_output_types(SourceFile)
+            .with_output_types(SourceBatch)
             .with_outputs(REPORT, main="sources")
         )
-        sources = listed.sources | "Batch" >> Batched(SourceBatch)
-        return {"sources": sources, "report": listed[REPORT]}
+        return listed.sources, listed[REPORT]
 
 
 class _ImageEntryCoder(beam.coders.Coder):
@@ -848,12 +890,13 @@ def _content_bucket(entry: ImageEntry, buckets: int) -> tuple[str, int]:
 
 
 class _BucketFn(beam.DoFn):
-    """Keys entries by `key_of(entry, buckets)` (planning's: split and bucket), and outputs
-    them in chunks of one key."""
+    """Keys the items of batches of `kind` by `key_of(item, buckets)` (planning's: an entry's
+    split and bucket), and outputs them in chunks of one key, batches of `kind`."""
 
-    def __init__(self, bucket_records: int, key_of=_planning_bucket):
+    def __init__(self, bucket_records: int, key_of=_planning_bucket, kind: type[list] = EntryBatch):
         self._bucket_records = bucket_records
         self._key_of = key_of
+        self._kind = kind
 
     def start_bundle(self):
         self._chunks: dict[tuple[str, int], EntryBatch] = {}
@@ -866,7 +909,7 @@ class _BucketFn(beam.DoFn):
             key = key_of(entry, buckets)
             chunk = chunks.get(key)
             if chunk is None:
-                chunk = chunks[key] = EntryBatch()
+                chunk = chunks[key] = self._kind()
             chunk.append(entry)
             self._held += 1
             if len(chunk) >= _CHUNK_ENTRIES:

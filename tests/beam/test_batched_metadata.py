@@ -4,6 +4,7 @@ plans, shuffles included, grows with batches, not images."""
 from __future__ import annotations
 
 import io
+import json
 
 import apache_beam as beam
 import pytest
@@ -41,22 +42,35 @@ def _element_counts(pipeline: beam.Pipeline, result, shuffles_only: bool) -> dic
     return counts
 
 
-@pytest.mark.parametrize("dedup", [False, True], ids=["default", "dedup"])
-def test_no_shuffle_of_a_build_carries_an_element_per_image(tmp_path, dedup):
+def _images(tmp_path) -> list:
+    """IMAGES tiny PNGs below tmp_path/src, in 3 classes of 7 parts each; every tenth image a
+    copy of the one before it, for --dedup to find."""
+    paths = []
     for i in range(IMAGES):
         folder = tmp_path / "src" / f"class{i % 3}" / f"part{i % 7}"
         folder.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
-        # Every tenth image a copy of the one before it, for --dedup to find.
         shade = i - 1 if i % 10 == 9 else i
         Image.new("RGB", (4, 4), (shade % 256, shade // 256, 10)).save(buffer, "PNG")
-        (folder / f"{i:05d}.png").write_bytes(buffer.getvalue())
-    config = BuildConfig(inputs=(f"{tmp_path}/src/**",), output=str(tmp_path / "out"), dedup=dedup)
+        paths.append(folder / f"{i:05d}.png")
+        paths[-1].write_bytes(buffer.getvalue())
+    return paths
+
+
+def _built(config: BuildConfig) -> tuple[beam.Pipeline, object]:
     pipeline = beam.Pipeline(runner=LocalRunner())
     outputs = pipeline | ConvertImages(config)
     _ = outputs["summary"]
     result = pipeline.run()
     result.wait_until_finish()
+    return pipeline, result
+
+
+@pytest.mark.parametrize("dedup", [False, True], ids=["default", "dedup"])
+def test_no_shuffle_of_a_build_carries_an_element_per_image(tmp_path, dedup):
+    _images(tmp_path)
+    config = BuildConfig(inputs=(f"{tmp_path}/src/**",), output=str(tmp_path / "out"), dedup=dedup)
+    pipeline, result = _built(config)
     counts = _element_counts(pipeline, result, shuffles_only=True)
     # Every shuffle of the default build, listing to manifest, was counted.
     for step in ("ListImages/Spread0", "PlanImages/Census", "PlanShards/GroupBuckets",
@@ -89,3 +103,35 @@ def test_no_shuffle_of_a_build_carries_an_element_per_image(tmp_path, dedup):
     assert (tmp_path / "out" / "manifest.json").exists()
     if dedup:
         assert "DropDuplicates/KeepOne/ParDo(_KeepOneCopyFn)[None]" in planning, sorted(planning)
+
+
+@pytest.mark.parametrize("listing", ["two-patterns", "input-list"])
+def test_files_listed_twice_meet_in_batches_not_one_element_each(tmp_path, listing):
+    """Where a file can be listed twice (overlapping patterns, an input list naming it on two
+    lines), the listings meet by URL in chunks of one range of URL hashes: the shuffle that
+    makes each file one input moves batches, and every file is still written once."""
+    paths = _images(tmp_path)
+    out = str(tmp_path / "out")
+    if listing == "two-patterns":
+        # class0's files match both patterns: a third of the images are listed twice.
+        inputs = (f"{tmp_path}/src/**", f"{tmp_path}/src/class0/**")
+        config = BuildConfig(inputs=inputs, output=out, labels="none")
+        listings = IMAGES + len([p for p in paths if p.parent.parent.name == "class0"])
+    else:
+        lines = [f"{p},{p.parent.parent.name}" for p in paths]
+        lines += lines[: IMAGES // 2]  # half of the files on two lines, with the same label
+        (tmp_path / "list.csv").write_text("path,label\n" + "\n".join(lines) + "\n")
+        config = BuildConfig(input_list=str(tmp_path / "list.csv"), output=out)
+        listings = len(lines)
+    pipeline, result = _built(config)
+    (group,) = (
+        moved
+        for name, moved in _element_counts(pipeline, result, shuffles_only=True).items()
+        if name.startswith("ListImages/GroupByUrl")
+    )
+    # A chunk per range of URL hashes (one here) per batch of listings, at most.
+    assert 0 < group <= listings // BATCH + 4, group
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["inputs"]["listed"] == manifest["inputs"]["written"] == IMAGES
+    written = sum(split["examples"] for split in manifest["splits"].values())
+    assert written == IMAGES

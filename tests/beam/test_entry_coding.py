@@ -87,7 +87,8 @@ def test_the_planning_shuffles_carry_entries_as_compressed_batch_bytes():
 
 
 def test_listed_files_cross_in_their_compact_coder_too():
-    """Labelled files are kept for the census, in chunks; two patterns' files are grouped by URL."""
+    """Labelled files are kept for the census, in chunks; two patterns' files meet by URL in
+    chunks of one range of URL hashes, which cross the shuffle as their compressed bytes."""
     pipeline = beam.Pipeline()
     config = BuildConfig(inputs=("samples/fruits/apple/*", "samples/fruits/**"), output="unused")
     _ = pipeline | ConvertImages(config)
@@ -98,10 +99,16 @@ def test_listed_files_cross_in_their_compact_coder_too():
         name = transform.unique_name
         if name.endswith(("PlanImages/Label", "ListImages/KeyByUrl")):
             (pcollection,) = transform.outputs.values()
-            coder_id = proto.components.pcollections[pcollection].coder_id
-            coders[name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
+        elif transform.spec.urn == "beam:transform:group_by_key:v1" and "/GroupByUrl/" in name:
+            (pcollection,) = transform.inputs.values()
+        else:
+            continue
+        coder_id = proto.components.pcollections[pcollection].coder_id
+        coders[name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
     assert coders["Label"] == "_LabelledBatchCoder"
-    assert coders["KeyByUrl"] == "TupleCoder[StrUtf8Coder, _SourceFileCoder]"
+    assert coders["KeyByUrl"].endswith(", _SourceBatchCoder]"), coders
+    assert coders["Group"].endswith(", BytesCoder]"), coders
+    assert "Pickle" not in coders["Group"] and "FastPrimitives" not in coders["Group"]
 
 
 def _refuse_pickling(self, protocol):
