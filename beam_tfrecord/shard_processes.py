@@ -35,20 +35,21 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 import fsspec
 import fsspec.config
 
 from beam_tfrecord import progress
-from beam_tfrecord.batches import PackedEntries, in_shard_order
+from beam_tfrecord.batches import PackedEntries, SourceBatch, batched, in_shard_order
 from beam_tfrecord.codec.record_index import index_file_name
 from beam_tfrecord.compat import SpawnWithoutMain, end_fork_server, reuse_image_memory
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.head_start import HeadStart, plan_digest, plan_shards
 from beam_tfrecord.images.decode import quiet_pillow_for_good
 from beam_tfrecord.images.policy import ImagePolicy
+from beam_tfrecord.listing import ListingTask, expand_task, other_image_suffix
 from beam_tfrecord.measurement import measure_into
 from beam_tfrecord.planning import hash_source
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
@@ -343,6 +344,16 @@ class ShardProcesses:
         `path`; the future holds what `measure_into` returns."""
         with _signals_blocked():
             return self._pool.submit(_measure, _packed(entries), policy, max_record_size, path)
+
+    def submit_listing(
+        self, task: ListingTask, extensions: tuple[str, ...]
+    ) -> Future[tuple[list[bytes], dict[str, int]]]:
+        """Lists a local listing task in a worker process (`expand_task`): the launcher, which
+        a local build plans on, takes only the files found, a batch's bytes each (SourceBatch),
+        and how many files each other image suffix had (`other_image_suffix`)."""
+        with _signals_blocked():
+            future = self._pool.submit(_list, task, extensions)
+        return _chained(future, _listed)
 
     def submit_hashes(
         self, entries: Iterable[ImageEntry]
@@ -737,6 +748,71 @@ def _hash(packed: list[bytes]) -> list[ImageEntry | ReportEntry]:
                 data = err
             hashed.append(hash_source(entry, data))
         return hashed
+
+
+# A worker's result larger than this comes back through a file: a result megabytes long sent
+# back whole would leave the executor waiting forever for its end, should the process be ended
+# while sending it (a listing of a folder of a million files is about 20 MB).
+_RESULT_SENT_WHOLE = 1 << 20
+
+
+def _list(
+    task: ListingTask, extensions: tuple[str, ...]
+) -> tuple[list[bytes], dict[str, int]] | str:
+    """A task's files as SourceBatch bytes, and the other image suffixes left out, counted; the
+    path of a file holding them, when they are many (`_listed` reads it)."""
+    with _ended_by_sigterm():
+        left: dict[str, int] = {}
+
+        def left_out(relpath: str) -> None:
+            suffix = other_image_suffix(relpath, extensions)
+            if suffix is not None:
+                left[suffix] = left.get(suffix, 0) + 1
+
+        found = expand_task(task, extensions, left_out)
+        listed = [batch.to_bytes() for batch in batched(found, SourceBatch)], left
+        if sum(map(len, listed[0])) <= _RESULT_SENT_WHOLE:
+            return listed
+        fd, path = tempfile.mkstemp(prefix="beam-tfrecord-listing-")
+        with os.fdopen(fd, "wb") as file:
+            pickle.dump(listed, file, protocol=pickle.HIGHEST_PROTOCOL)
+        return path
+
+
+def _listed(
+    result: tuple[list[bytes], dict[str, int]] | str,
+) -> tuple[list[bytes], dict[str, int]]:
+    """What `_list` found, read from its file (which goes) if it sent a path."""
+    if not isinstance(result, str):
+        return result
+    try:
+        with open(result, "rb") as file:
+            return pickle.load(file)
+    finally:
+        os.unlink(result)
+
+
+def _chained(future: Future, then: Callable[[Any], Any]) -> Future:
+    """A future of `then(future.result())`, or of the same error (or cancellation). It cannot
+    be cancelled itself: `future` can."""
+    chained: Future = Future()
+    chained.set_running_or_notify_cancel()
+
+    def done(source: Future) -> None:
+        if source.cancelled():
+            chained.set_exception(CancelledError())
+            return
+        error = source.exception()
+        if error is not None:
+            chained.set_exception(error)
+            return
+        try:
+            chained.set_result(then(source.result()))
+        except BaseException as err:
+            chained.set_exception(err)
+
+    future.add_done_callback(done)
+    return chained
 
 
 def _keep(

@@ -218,22 +218,24 @@ class ConvertImages(beam.PTransform):
         config = self._config
         prep = preparer(config)
         read_ahead = read_depth(config)
+        # Images of this machine are read by the shard processes before their shards are
+        # written too, where a build reads them for their hashes or measures them (an object's
+        # read waits on its GET: that keeps the read-ahead of this process's event loop); and
+        # they list its folders, while this process labels and plans what they found.
+        here = self._shard_processes > 1 and not _reads_a_store(config)
         listed = pbegin | "ListImages" >> ListImages(
             config.inputs,
             config.extensions,
             input_list=config.input_list,
             listing=config.listing,
             bucket_records=config.planning_bucket_records,
+            in_processes=here,
         )
         planned_images = listed["sources"] | "PlanImages" >> PlanImages(prep, listed.get("report"))
         census = planned_images["census"]
         entries, reports = planned_images["entries"], [planned_images["report"]]
         # No split can hold more images than were listed: that bounds the planning buckets.
         most = census | "ListedCount" >> beam.Map(lambda c: c.listed)
-        # Images of this machine are read by the shard processes before their shards are
-        # written too, where a build reads them for their hashes or measures them (an object's
-        # read waits on its GET: that keeps the read-ahead of this process's event loop).
-        here = self._shard_processes > 1 and not _reads_a_store(config)
         if config.dedup:
             # The one setting that reads images before planning: content hashes. Copies meet
             # by their content, in chunks of one range of hashes.

@@ -155,10 +155,15 @@ class _ListingFn(beam.DoFn):
                     yield pvalue.TaggedOutput(_FILES, self._found)
                     self._found = SourceBatch()
             elif isinstance(item, _LeftOut):
-                for suffix, count in item.items():
-                    Metrics.counter(METRICS_NAMESPACE, OTHER_EXTENSIONS + suffix).inc(count)
+                _count_left_out(item)
             else:
                 yield item
+
+
+def _count_left_out(left: Mapping[str, int]) -> None:
+    """Adds a listing's files left out, by suffix, to Beam's counters (this thread's)."""
+    for suffix, count in left.items():
+        Metrics.counter(METRICS_NAMESPACE, OTHER_EXTENSIONS + suffix).inc(count)
 
 
 class _SplitFn(_ListingFn):
@@ -176,7 +181,47 @@ _FILES = "files"
 
 
 class _ExpandTaskFn(_ListingFn):
-    """Lists the files of each task, in batches (its only output, tagged FILES)."""
+    """Lists the files of each task, in batches (its only output, tagged FILES).
+
+    On a local build whose shard processes have started (`in_processes`), they list its local
+    tasks, two a process at most in flight, while this thread (which goes on to label and
+    plan what they found, and plans alone) takes their batches: every core lists."""
+
+    def __init__(self, extensions: Sequence[str], in_processes: bool = False):
+        super().__init__(extensions)
+        self._in_processes = in_processes
+
+    def setup(self):
+        self._processes = started() if self._in_processes else None
+        if self._processes is not None:
+            _LOG.debug("listing folders in %d worker processes", self._processes.processes)
+
+    def start_bundle(self):
+        super().start_bundle()
+        self._listings: deque[Future] = deque()
+
+    def process(self, task: ListingTask):
+        processes = self._processes
+        if processes is None or not is_local_url(task.pattern):
+            yield from super().process(task)
+            return
+        self._listings.append(processes.submit_listing(task, self._extensions))
+        while self._listings and (
+            self._listings[0].done() or len(self._listings) > 2 * processes.processes
+        ):
+            yield from self._taken(self._listings.popleft().result())
+
+    def finish_bundle(self):
+        while self._listings:
+            for output in self._taken(self._listings.popleft().result()):
+                yield in_global_window(output)
+        yield from super().finish_bundle()
+
+    def _taken(self, listed: tuple[list[bytes], dict[str, int]]) -> Iterator[Any]:
+        batches, left = listed
+        _count_left_out(left)
+        for data in batches:
+            yield pvalue.TaggedOutput(_FILES, SourceBatch.from_bytes(data))
 
     def _listing(self, task: ListingTask) -> Iterator[SourceFile | _LeftOut]:
         left = _LeftOut()
@@ -286,8 +331,10 @@ class ListImages(beam.PTransform):
         input_list: str | None = None,
         listing: str = "pipeline",
         bucket_records: int = default("planning_bucket_records"),
+        in_processes: bool = False,
     ):
         super().__init__()
+        self._in_processes = in_processes
         self._patterns = list(patterns)
         self._extensions = tuple(extensions)
         self._input_list = input_list
@@ -328,7 +375,9 @@ class ListImages(beam.PTransform):
             expanded = (
                 tasks
                 | "Expand"
-                >> beam.ParDo(_ExpandTaskFn(self._extensions)).with_outputs(_FILES, main="none")
+                >> beam.ParDo(_ExpandTaskFn(self._extensions, self._in_processes)).with_outputs(
+                    _FILES, main="none"
+                )
             )[_FILES]
             expanded.element_type = SourceBatch
             found = (*found_splitting, expanded) | "AllFound" >> beam.Flatten().with_output_types(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +166,58 @@ def test_a_file_named_two_ways_is_one_input_written_once(tmp_path):
     listing.write_text("".join(f"{n}\n{src / n}\n./{n}\n" for n in names))
     listed = build(_config(tmp_path / "out2", input_list=str(listing)), [])
     assert listed.manifest["inputs"]["written"] == len(names)
+
+
+def test_a_local_build_lists_its_folders_in_its_processes_and_finds_the_same(
+    many_files, tmp_path, monkeypatch, caplog
+):
+    """A local build whose shard processes have started lists its folders in them, while the
+    launcher labels and plans what they found: the same inputs, the same count of images of
+    another kind left out, the same shards as a build that lists on the launcher."""
+    import logging
+    import shutil
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_tfrecord.beam import pipeline, writing
+
+    root, _ = many_files
+    source = tmp_path / "source"
+    for cls in ("ant", "bee"):
+        shutil.copytree(root / cls / "g00", source / cls / "g00")
+        (source / cls / "g00" / "s0" / "other.png").write_bytes(b"not read")
+        (source / cls / "g00" / "s1" / ".hidden.jpg").write_bytes(b"never listed")
+    monkeypatch.setattr(pipeline, "PROCESSES_MIN_BYTES", 1)  # start them for a small build
+    monkeypatch.setattr(writing, "PROCESSES_MIN_BYTES", 1)
+    caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
+    config = _config(tmp_path / "here", inputs=(f"{source}/**",), extensions=".jpg")
+    if not pipeline.shard_processes(config, PipelineOptions([])):
+        pytest.skip("this machine gives the build no shard processes")
+    here = build(config, [])
+    assert "listing folders in 2 worker processes" in caplog.text
+    there = build(replace(config, output=str(tmp_path / "there"), listing="launcher"), [])
+    assert here.manifest["inputs"]["written"] == 2 * 4 * 50
+    assert here.manifest["inputs"] == there.manifest["inputs"]
+    assert here.counters.get("files_other_extensions:.png") == 2, here.counters
+    assert _shards(tmp_path / "here") == _shards(tmp_path / "there")
+
+
+def test_a_large_listing_comes_back_from_its_process_through_a_file(tmp_path, monkeypatch):
+    """A worker's listing of many files comes back as a file's path, not megabytes through the
+    executor's pipe: the launcher reads the same batches from it, and the file goes."""
+    from beam_tfrecord import shard_processes
+    from beam_tfrecord.listing import ListingTask
+
+    for i in range(3000):
+        (tmp_path / f"{i:04d}.jpg").write_bytes(b"x")
+    (tmp_path / "a.png").write_bytes(b"x")
+    task = ListingTask.for_pattern(f"{tmp_path}/*")
+    whole = shard_processes._list(task, (".jpg",))
+    assert not isinstance(whole, str)
+    monkeypatch.setattr(shard_processes, "_RESULT_SENT_WHOLE", 100)
+    path = shard_processes._list(task, (".jpg",))
+    assert isinstance(path, str) and Path(path).exists()
+    assert shard_processes._listed(path) == whole
+    assert not Path(path).exists()
+    batches, left = whole
+    assert left == {".png": 1} and len(batches) == 2  # 3,000 files: two batches of 2,048
