@@ -133,8 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             if _from_fsspec_registry(err):
                 # A URL no filesystem here opens (`foo://`, `az://` without adlfs): the user's
-                # to fix, in one line.
-                print(f"beam-tfrecord {args.command}: error: {err}", file=sys.stderr)
+                # to fix, in one line naming it, as `spec`, `preview` and `build` name it.
+                print(
+                    f"beam-tfrecord {args.command}: error: {_refused_url(argv, err)}",
+                    file=sys.stderr,
+                )
                 return 2
             if not is_store_refusal(err):
                 raise
@@ -197,6 +200,21 @@ def _from_fsspec_registry(err: BaseException) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     return tb.tb_frame.f_code.co_filename.endswith(os.path.join("fsspec", "registry.py"))
+
+
+def _refused_url(argv: Sequence[str], err: BaseException) -> str:
+    """fsspec's refusal of a URL's protocol, as the commands that check first word it
+    (`locations.protocol_problem`): the first argument it refuses, and why; fsspec's own
+    words where no argument is the one."""
+    from beam_tfrecord.locations import protocol_problem
+
+    for arg in argv:
+        if arg.startswith("-"):
+            continue
+        problem = protocol_problem(arg)
+        if problem is not None:
+            return f"{arg}: {problem}"
+    return str(err)
 
 
 def _end_processes_not_taken() -> None:

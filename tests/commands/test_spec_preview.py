@@ -338,3 +338,16 @@ def test_an_image_pillow_cannot_open_is_named_without_a_stream_s_address():
     with pytest.raises(ValueError) as raised:
         decode_image(b"not an image", 3, "jpeg")
     assert str(raised.value) == "cannot decode the 12-byte image: it is no jpeg Pillow can open"
+
+
+@pytest.mark.parametrize(
+    "command", [["verify", "{url}"], ["inspect", "{url}/a.tfrecord"], ["spec", "{url}"]]
+)
+def test_every_command_names_a_url_no_filesystem_opens_in_the_same_words(command, capsys):
+    """`verify` and `inspect` let fsspec refuse the URL, where `spec` checks it first: the
+    same line either way, naming the URL, not fsspec's bare 'Protocol not known: nosuch'."""
+    argv = [part.format(url="nosuch://x/y") for part in command]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"error: {argv[1]}: no filesystem is known for nosuch:// (such as gs://" in err, err
+    assert "Protocol not known" not in err
