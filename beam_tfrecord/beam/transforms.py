@@ -276,21 +276,22 @@ class _OnePerFileFn(_TallyFn):
                     listings.append(source)
         self._listed.inc(len(by_url))
         self._tally.add("listed", len(by_url))
-        kept_ones = SourceBatch()
-        for listings in by_url.values():
-            if len(listings) == 1:  # nearly every file: listed once
-                kept_ones.append(listings[0])
-            else:
+        conflicts: list[ReportEntry] = []
+
+        def kept_ones() -> Iterator[SourceFile]:
+            for listings in by_url.values():
+                if len(listings) == 1:  # nearly every file: listed once
+                    yield listings[0]
+                    continue
                 kept, labels = one_input(listings)
                 if labels:
-                    yield pvalue.TaggedOutput(REPORT, _conflicting_labels(kept, labels))
-                    continue
-                kept_ones.append(kept)
-            if len(kept_ones) >= BATCH:
-                yield kept_ones
-                kept_ones = SourceBatch()
-        if kept_ones:
-            yield kept_ones
+                    conflicts.append(_conflicting_labels(kept, labels))
+                else:
+                    yield kept
+
+        yield from batched(kept_ones(), SourceBatch)
+        for report in conflicts:
+            yield pvalue.TaggedOutput(REPORT, report)
 
 
 def _conflicting_labels(kept: SourceFile, labels: tuple[str, ...]) -> ReportEntry:
