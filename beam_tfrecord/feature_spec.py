@@ -62,8 +62,9 @@ def _records(shards: list[Shard], limit: int | None) -> Iterator[tuple[str, int,
                 left -= 1
             found += 1
             yield shard.url, offset, data
-        if shard.examples is not None and found != shard.examples:
-            raise MissingRecordsError(shard.url, found, shard.examples)
+        missing = MissingRecordsError.of(shard.url, found, shard.examples)
+        if missing is not None:
+            raise missing
 
 
 def _scan_limit(scan: int | None) -> int | None:

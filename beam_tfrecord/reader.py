@@ -60,6 +60,12 @@ class MissingRecordsError(OSError):
         )
         self.url, self.found, self.written = url, found, written
 
+    @classmethod
+    def of(cls, url: str, found: int, written: int | None) -> MissingRecordsError | None:
+        """The error for a shard read to its end that held `found` records where its build
+        wrote `written` (None: no manifest says); None when the two agree."""
+        return None if written is None or found == written else cls(url, found, written)
+
 
 @dataclass(frozen=True)
 class Shard:
@@ -471,8 +477,9 @@ class Dataset:
                     f"{plural(part.examples, 'record')}: moved, renamed or deleted since the "
                     "build (`beam-tfrecord verify` says more)"
                 ) from None
-            if part.examples is not None and found != part.examples:
-                raise MissingRecordsError(part.url, found, part.examples)
+            missing = MissingRecordsError.of(part.url, found, part.examples)
+            if missing is not None:
+                raise missing
 
     def _item(self, data: bytes, url: str) -> dict[str, Any]:
         try:

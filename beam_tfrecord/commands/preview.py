@@ -20,7 +20,7 @@ from beam_tfrecord.codec.reader import TFRecordReader, read_records
 from beam_tfrecord.commands.arguments import print_error
 from beam_tfrecord.locations import protocol_problem
 from beam_tfrecord.manifest import read_manifest
-from beam_tfrecord.reader import Dataset, Shard, decode_image, parse_record
+from beam_tfrecord.reader import Dataset, MissingRecordsError, Shard, decode_image, parse_record
 from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "run"]
@@ -110,11 +110,12 @@ def _records(shards: Sequence[Shard], wanted: set[int] | None) -> Iterator[bytes
                 return
         for error in reader.damage[damage:]:
             yield f"damaged: {error.reason}"
-        if not reader.damage and shard.examples is not None and read != shard.examples:
+        missing = None if reader.damage else MissingRecordsError.of(shard.url, read, shard.examples)
+        if missing is not None:
             # Whole framing, and records missing (or more): cut at a record's end, emptied.
             yield (
-                f"missing records: {posixpath.basename(shard.url)} holds {read} of the "
-                f"{shard.examples} its build wrote"
+                f"missing records: {posixpath.basename(shard.url)} holds {missing.found} of the "
+                f"{missing.written} its build wrote"
             )
 
 
