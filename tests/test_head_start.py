@@ -5,6 +5,7 @@ Beam starts, taken by the pipeline only where its own plan is the same (`head_st
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import time
 from dataclasses import replace
@@ -67,7 +68,7 @@ def _config(src: Path, out: Path) -> BuildConfig:
 
 
 def test_the_pipeline_takes_every_shard_of_a_head_start_and_writes_what_it_would_without(
-    tmp_path, small_head_start
+    tmp_path, small_head_start, caplog
 ):
     src = tmp_path / "src"
     _collection(src)
@@ -75,7 +76,10 @@ def test_the_pipeline_takes_every_shard_of_a_head_start_and_writes_what_it_would
     assert early_start.start_before_beam(config)
     pool = started()
     planned = pool.head_start_shards()
+    caplog.set_level(logging.DEBUG, logger="beam_tfrecord")
     result = pipeline.build(config)
+    # Its processes write the head start's shards: the pipeline lists here, not behind them.
+    assert "listing folders in" not in caplog.text
     shards = [s["file"] for s in result.manifest["shards"]]
     assert len(shards) > 4 and sorted(planned) == sorted(shards)
     assert pool.taken_from_head_start == len(shards), "every shard written once, early"

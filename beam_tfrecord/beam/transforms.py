@@ -183,16 +183,20 @@ _FILES = "files"
 class _ExpandTaskFn(_ListingFn):
     """Lists the files of each task, in batches (its only output, tagged FILES).
 
-    On a local build whose shard processes have started (`in_processes`), they list its local
-    tasks, two a process at most in flight, while this thread (which goes on to label and
-    plan what they found, and plans alone) takes their batches: every core lists."""
+    On a local build whose shard processes have started (`in_processes`) with no head start
+    to write, they list its local tasks, two a process at most in flight, while this thread
+    (which goes on to label and plan what they found, and plans alone) takes their batches:
+    every core lists."""
 
     def __init__(self, extensions: Sequence[str], in_processes: bool = False):
         super().__init__(extensions)
         self._in_processes = in_processes
 
     def setup(self):
-        self._processes = started() if self._in_processes else None
+        processes = started() if self._in_processes else None
+        # Not processes writing a head start's shards, which go first: the plan that takes them
+        # would wait for every one.
+        self._processes = processes if processes is not None and not processes.heading else None
         if self._processes is not None:
             _LOG.debug("listing folders in %d worker processes", self._processes.processes)
 
