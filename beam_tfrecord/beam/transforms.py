@@ -222,10 +222,11 @@ class _ExpandTaskFn(_ListingFn):
         yield from super().finish_bundle()
 
     def _taken(self, listed: tuple[list[bytes], dict[str, int]]) -> Iterator[Any]:
+        # Gathered into full batches again: a folder of a few files is a batch of a few.
         batches, left = listed
         _count_left_out(left)
         for data in batches:
-            yield pvalue.TaggedOutput(_FILES, SourceBatch.from_bytes(data))
+            yield from self._hand_on(iter(SourceBatch.from_bytes(data)))
 
     def _listing(self, task: ListingTask) -> Iterator[SourceFile | _LeftOut]:
         left = _LeftOut()
