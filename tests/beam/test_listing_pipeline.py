@@ -221,3 +221,35 @@ def test_a_large_listing_comes_back_from_its_process_through_a_file(tmp_path, mo
     assert not Path(path).exists()
     batches, left = whole
     assert left == {".png": 1} and len(batches) == 2  # 3,000 files: two batches of 2,048
+
+
+def test_files_the_processes_list_are_gathered_into_full_batches(tmp_path):
+    """A worker process sends each listing task's files back as that task's batches: 120
+    folders of five files would be 120 elements of five. The launcher gathers them into full
+    batches again, as its own listing does."""
+    import apache_beam as beam
+
+    from beam_tfrecord.beam.pipeline import LocalRunner
+    from beam_tfrecord.beam.transforms import ListImages
+    from beam_tfrecord.shard_processes import discard_started, start_early
+
+    for c in range(3):
+        for g in range(40):
+            folder = tmp_path / "src" / f"c{c}" / f"g{g:02d}"
+            folder.mkdir(parents=True)
+            for i in range(5):
+                (folder / f"{i}.jpg").write_bytes(b"x")
+    start_early(2)
+    try:
+        with beam.Pipeline(runner=LocalRunner()) as p:
+            sources = (p | ListImages([f"{tmp_path}/src/**"], (".jpg",), in_processes=True))[
+                "sources"
+            ]
+            sizes = sources | beam.Map(len) | beam.combiners.ToList()
+            _ = sizes | beam.Map(_check_one_batch_of, 600)
+    finally:
+        discard_started()
+
+
+def _check_one_batch_of(sizes: list[int], files: int) -> None:
+    assert sizes == [files], sizes
