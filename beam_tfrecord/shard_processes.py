@@ -35,7 +35,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import CancelledError, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 import fsspec
@@ -347,13 +347,13 @@ class ShardProcesses:
 
     def submit_listing(
         self, task: ListingTask, extensions: tuple[str, ...]
-    ) -> Future[tuple[list[bytes], dict[str, int]]]:
+    ) -> Future[tuple[list[bytes], dict[str, int]] | str]:
         """Lists a local listing task in a worker process (`expand_task`): the launcher, which
         a local build plans on, takes only the files found, a batch's bytes each (SourceBatch),
-        and how many files each other image suffix had (`other_image_suffix`)."""
+        and how many files each other image suffix had (`other_image_suffix`), from the
+        future's result through `listed`."""
         with _signals_blocked():
-            future = self._pool.submit(_list, task, extensions)
-        return _chained(future, _listed)
+            return self._pool.submit(_list, task, extensions)
 
     def submit_hashes(
         self, entries: Iterable[ImageEntry]
@@ -677,11 +677,7 @@ def _plan_head_start(start: HeadStart, policy: ImagePolicy, how: tuple) -> str:
     whole would leave the executor waiting forever for its end, should the process be ended
     while sending it; a path is sent at once."""
     with _ended_by_sigterm():
-        planned = _head_plan(start, policy, how)
-        fd, path = tempfile.mkstemp(prefix="beam-tfrecord-head-start-")
-        with os.fdopen(fd, "wb") as file:
-            pickle.dump(planned, file, protocol=pickle.HIGHEST_PROTOCOL)
-        return path
+        return _through_file(_head_plan(start, policy, how), "head-start")
 
 
 def _head_plan(
@@ -697,11 +693,7 @@ def _head_plan(
 
 def _head_shards(path: str) -> list[tuple[ShardSpec, list[bytes], bytes]]:
     """What `_plan_head_start` planned; its file goes."""
-    try:
-        with open(path, "rb") as file:
-            return pickle.load(file)
-    finally:
-        os.unlink(path)
+    return _from_file(path)
 
 
 def _settled(future: Future) -> bool:
@@ -760,7 +752,7 @@ def _list(
     task: ListingTask, extensions: tuple[str, ...]
 ) -> tuple[list[bytes], dict[str, int]] | str:
     """A task's files as SourceBatch bytes, and the other image suffixes left out, counted; the
-    path of a file holding them, when they are many (`_listed` reads it)."""
+    path of a file holding them, when they are many (`listed` reads it)."""
     with _ended_by_sigterm():
         left: dict[str, int] = {}
 
@@ -773,46 +765,32 @@ def _list(
         listed = [batch.to_bytes() for batch in batched(found, SourceBatch)], left
         if sum(map(len, listed[0])) <= _RESULT_SENT_WHOLE:
             return listed
-        fd, path = tempfile.mkstemp(prefix="beam-tfrecord-listing-")
-        with os.fdopen(fd, "wb") as file:
-            pickle.dump(listed, file, protocol=pickle.HIGHEST_PROTOCOL)
-        return path
+        return _through_file(listed, "listing")
 
 
-def _listed(
+def listed(
     result: tuple[list[bytes], dict[str, int]] | str,
 ) -> tuple[list[bytes], dict[str, int]]:
-    """What `_list` found, read from its file (which goes) if it sent a path."""
-    if not isinstance(result, str):
-        return result
+    """What a listing `submit_listing` ran found, read from its file (which goes) if its
+    process sent a path."""
+    return _from_file(result) if isinstance(result, str) else result
+
+
+def _through_file(result: Any, kind: str) -> str:
+    """A worker's result pickled into a file of its own, whose path is sent back at once."""
+    fd, path = tempfile.mkstemp(prefix=f"beam-tfrecord-{kind}-")
+    with os.fdopen(fd, "wb") as file:
+        pickle.dump(result, file, protocol=pickle.HIGHEST_PROTOCOL)
+    return path
+
+
+def _from_file(path: str) -> Any:
+    """What `_through_file` put in `path`; the file goes."""
     try:
-        with open(result, "rb") as file:
+        with open(path, "rb") as file:
             return pickle.load(file)
     finally:
-        os.unlink(result)
-
-
-def _chained(future: Future, then: Callable[[Any], Any]) -> Future:
-    """A future of `then(future.result())`, or of the same error (or cancellation). It cannot
-    be cancelled itself: `future` can."""
-    chained: Future = Future()
-    chained.set_running_or_notify_cancel()
-
-    def done(source: Future) -> None:
-        if source.cancelled():
-            chained.set_exception(CancelledError())
-            return
-        error = source.exception()
-        if error is not None:
-            chained.set_exception(error)
-            return
-        try:
-            chained.set_result(then(source.result()))
-        except BaseException as err:
-            chained.set_exception(err)
-
-    future.add_done_callback(done)
-    return chained
+        os.unlink(path)
 
 
 def _keep(

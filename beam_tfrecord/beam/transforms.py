@@ -49,7 +49,7 @@ from beam_tfrecord.planning import Preparer, hash_source
 from beam_tfrecord.readahead import StreamsAhead
 from beam_tfrecord.remote import Fetches
 from beam_tfrecord.settings import default
-from beam_tfrecord.shard_processes import started
+from beam_tfrecord.shard_processes import listed, started
 from beam_tfrecord.shard_writer import segment_runs
 from beam_tfrecord.sharding import (
     SplitPlan,
@@ -221,9 +221,9 @@ class _ExpandTaskFn(_ListingFn):
                 yield in_global_window(output)
         yield from super().finish_bundle()
 
-    def _taken(self, listed: tuple[list[bytes], dict[str, int]]) -> Iterator[Any]:
+    def _taken(self, result: tuple[list[bytes], dict[str, int]] | str) -> Iterator[Any]:
         # Gathered into full batches again: a folder of a few files is a batch of a few.
-        batches, left = listed
+        batches, left = listed(result)
         _count_left_out(left)
         for data in batches:
             yield from self._hand_on(iter(SourceBatch.from_bytes(data)))

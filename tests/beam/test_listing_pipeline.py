@@ -217,7 +217,7 @@ def test_a_large_listing_comes_back_from_its_process_through_a_file(tmp_path, mo
     monkeypatch.setattr(shard_processes, "_RESULT_SENT_WHOLE", 100)
     path = shard_processes._list(task, (".jpg",))
     assert isinstance(path, str) and Path(path).exists()
-    assert shard_processes._listed(path) == whole
+    assert shard_processes.listed(path) == whole
     assert not Path(path).exists()
     batches, left = whole
     assert left == {".png": 1} and len(batches) == 2  # 3,000 files: two batches of 2,048
