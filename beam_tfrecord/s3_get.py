@@ -275,7 +275,28 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
     return _Bucket(url[:-1], region, credentials, timeout, through, checksums)
 
 
-_READERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Where a filesystem keeps its readers, one per event loop it reads on. On the filesystem
+# itself, not in a mapping keyed by it: fsspec's filesystems made alike compare (and hash)
+# equal, so such a mapping would hand one filesystem's session to an equal one, and close it
+# under that one's reads in flight when the first is collected.
+_READERS = "_beam_tfrecord_s3_readers"
+
+
+def _readers(fs) -> dict:
+    """{event loop: _Reader} of `fs`, the very filesystem."""
+    return vars(fs).setdefault(_READERS, {})
+
+
+def _reader(fs, loop: asyncio.AbstractEventLoop) -> _Reader:
+    """`fs`'s reader on `loop`, the running one. A reader of another loop is left alone: its
+    reads may be in flight there; one whose loop has closed goes, with its session."""
+    readers = _readers(fs)
+    reader = readers.get(loop)
+    if reader is None:
+        for closed in [other for other in readers if other.is_closed()]:
+            del readers[closed]
+        reader = readers[loop] = _Reader(fs, loop)
+    return reader
 
 
 def _plain(fs) -> bool:
@@ -327,10 +348,7 @@ async def route(fs, path: str):
     bucket, key, version = fs.split_path(path)
     if version or not key or not _plain(fs):
         return None
-    loop = asyncio.get_running_loop()
-    reader = _READERS.get(fs)
-    if reader is None or reader.loop is not loop:
-        reader = _READERS[fs] = _Reader(fs, loop)
+    reader = _reader(fs, asyncio.get_running_loop())
     reached = await reader.bucket(fs, bucket)
     return None if reached is None else (reader.session, reached, reached.base + quote_key(key))
 
@@ -338,9 +356,9 @@ async def route(fs, path: str):
 def leave_to_s3fs(fs, path: str) -> None:
     """The bucket of `path` answered from elsewhere (another region): from now on its
     requests go through s3fs, whose client follows."""
-    reader = _READERS.get(fs)
-    if reader is not None:
-        reader.buckets[fs.split_path(path)[0]] = None
+    bucket = fs.split_path(path)[0]
+    for reader in list(_readers(fs).values()):
+        reader.buckets[bucket] = None
 
 
 def error_of(status: int, body: bytes, path: str) -> OSError:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import functools
+import gc
+import threading
 import time
 import urllib.parse
 
@@ -92,6 +95,38 @@ def test_a_new_filesystem_reads_before_anything_else_set_it_up(bucket):
     fresh = fsspec.filesystem("s3", skip_instance_cache=True)
     assert _read(fresh, f"{name}/plain.jpg") == b"plain.jpg" * 1000
     assert proxy.reset_counts() == {"read": 1}
+
+
+def test_a_filesystem_equal_to_one_collected_keeps_its_reads_in_flight(bucket):
+    """fsspec's filesystems made alike compare and hash equal. One of them collected while
+    the other's reads are in flight must not close the connections those reads are on."""
+    _, name, proxy = bucket
+    first = fsspec.filesystem("s3", skip_instance_cache=True)
+    second = fsspec.filesystem("s3", skip_instance_cache=True)
+    assert first == second and first is not second
+    assert _read(first, f"{name}/plain.jpg") == b"plain.jpg" * 1000
+    paths = [f"{name}/{key}" for key in KEYS] * 4
+
+    async def all_of_them():
+        return await asyncio.gather(*(s3_get.read_s3_object(second, path) for path in paths))
+
+    got = []
+    reading = threading.Thread(target=lambda: got.append(sync(second.loop, all_of_them)))
+    proxy.reset_counts()
+    proxy.delay = 0.5
+    try:
+        reading.start()
+        deadline = time.monotonic() + 5
+        while proxy.counts["read"] < len(paths) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proxy.counts["read"] == len(paths)  # all sent, none answered yet
+        del first
+        gc.collect()
+        reading.join(10)
+    finally:
+        proxy.delay = 0.0
+    assert got == [[path.split("/", 1)[1].encode() * 1000 for path in paths]]
+    assert proxy.reset_counts() == {"read": len(paths)}
 
 
 def test_what_the_store_refuses_keeps_its_kind_and_the_stores_words(bucket):
