@@ -214,14 +214,18 @@ class Preparer:
             except OSError as err:
                 return skipped(Reason.READ_ERROR, f"cannot read: {err}")
         relpath = source.relpath
-        if self._keeps_bytes(_suffix(relpath)):
+        exact = self._keeps_bytes(_suffix(relpath))
+        if exact:
             # The common case, planned for every image: its record holds the file's own bytes.
             record_size = _kept_record_size(size, relpath, class_id, label)
         else:
             record_size = self.record_size(
                 estimated_encoded_size(size, relpath, self.policy), relpath, class_id, label
             )
-        if record_size > self.max_record_size:
+        # Only a size known here refuses an image: an estimate may be far off either way, so a
+        # transformed image is refused where its record is made (measured or written), by its
+        # own size.
+        if exact and record_size > self.max_record_size:
             return skipped(
                 Reason.TOO_LARGE,
                 f"its record is {record_size} bytes, over --max-shard-size {self.max_record_size}",

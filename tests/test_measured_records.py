@@ -5,6 +5,7 @@ The shard is the same, byte for byte, as the one written by transforming each im
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import multiprocessing
 import os
@@ -19,8 +20,12 @@ from PIL import Image
 from written_shards import file_digests, one_shard
 
 from beam_tfrecord.beam import pipeline, writing
+from beam_tfrecord.beam.pipeline import preparer
+from beam_tfrecord.codec.records import image_record_size
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
+from beam_tfrecord.images.decode import encode_for_tensorflow
+from beam_tfrecord.listing import SourceFile
 from beam_tfrecord.measurement import Prepared, measure_into, measured
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.shard_writer import write_shard
@@ -158,3 +163,43 @@ def test_a_local_build_measures_in_its_processes_and_leaves_no_kept_records(
     here = {p.name: p.read_bytes() for p in (tmp_path / "here").glob("*.tfrecord-*")}
     there = {p.name: p.read_bytes() for p in (tmp_path / "elsewhere").glob("*.tfrecord-*")}
     assert len(here) > 3 and here == there
+
+
+@pytest.mark.parametrize("sizes", ["measure", "estimate"])
+def test_a_transformed_image_is_refused_for_its_records_size_not_an_estimate(tmp_path, sizes):
+    """Planning estimates a PNG re-encoding far above what these photographs take: each is
+    written, as its record fits --max-shard-size. A noise image whose record does not fit is
+    reported with the size its record really has, not the estimate."""
+    src = tmp_path / "src" / "c"
+    src.mkdir(parents=True)
+    for n in range(3):
+        Image.fromarray(photo(128, 96, seed=n)).save(src / f"{n}.jpg", quality=90)
+    noise = np.random.default_rng(0).integers(0, 256, (400, 400, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(src / "noise.jpg", quality=95)
+    settings = {"inputs": [str(tmp_path / "src")], "output": str(tmp_path / "out")}
+    settings |= {"resize": 256, "encode": "png", "transformed_sizes": sizes}
+    config = BuildConfig.from_settings(
+        {**settings, "max_shard_size": "120KB", "min_shard_size": "1KB"}
+    )
+    planned = preparer(config).plan(
+        SourceFile(str(src / "0.jpg"), "c/0.jpg", (src / "0.jpg").stat().st_size), "c", 0
+    )
+    assert planned.record_size > 120_000  # the estimate, which planning used to refuse it by
+    pipeline.build(config)
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert sum(split["examples"] for split in manifest["splits"].values()) == 3
+    report = [json.loads(line) for line in (tmp_path / "out" / "report.jsonl").open()]
+    (refused,) = [entry for entry in report if entry["reason"] == Reason.TOO_LARGE]
+    assert refused["relpath"] == "c/noise.jpg"
+    encoded, info = encode_for_tensorflow((src / "noise.jpg").read_bytes(), config.image)
+    record = image_record_size(
+        len(encoded),
+        image_format=info.format,
+        height=info.height,
+        width=info.width,
+        channels=info.channels,
+        filename="c/noise.jpg",
+        label=0,
+        label_text="c",
+    )
+    assert f"its record is {record} bytes" in refused["message"]
