@@ -29,6 +29,7 @@ import multiprocessing
 import os
 import pickle
 import posixpath
+import select
 import signal
 import tempfile
 import threading
@@ -112,6 +113,7 @@ class ShardProcesses:
                 log_level,
                 copy.deepcopy(fsspec.config.conf),
                 max(1, usable_cores() // processes),
+                os.getpid(),
             ),
         )
         # The threads of this process that write shards prepared in segments: one shard's
@@ -610,10 +612,12 @@ def _block_sigterm() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
-def _start_worker(log_level: int, fsspec_conf: dict[str, Any], cores: int) -> None:
-    """Sets up a worker process; `cores` is its share of the machine's."""
+def _start_worker(log_level: int, fsspec_conf: dict[str, Any], cores: int, launcher: int) -> None:
+    """Sets up a worker process; `cores` is its share of the machine's, `launcher` the process
+    that started it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_term)
+    _end_with(launcher)
     # SIGTERM must reach this, the main thread: its handler runs only here, and only a signal
     # to this thread breaks a read it is blocked in (of a stalled file, say). The process
     # started with it blocked, so the threads its imports started (numpy's BLAS) block it;
@@ -636,6 +640,40 @@ def _start_worker(log_level: int, fsspec_conf: dict[str, Any], cores: int) -> No
     _worker["executor"] = new_executor(worker_threads(), initializer=_block_sigterm)
     _worker["cpu"] = threading.Semaphore(usable_cores())
     _worker["cores"] = cores
+
+
+def _end_with(launcher: int) -> None:
+    """Ends this process as SIGTERM does (a shard's temporary file removed) once `launcher`
+    has ended. A launcher killed outright (SIGKILL, the OOM killer) ends none of its workers,
+    which would go on writing the shards queued for them into an output no build holds any
+    more, then wait for ever: neither the fork server (a worker holds its pipe) nor the queue
+    (a worker holds both ends) tells them."""
+
+    def watch() -> None:
+        _block_sigterm()
+        try:
+            ended = os.pidfd_open(launcher)
+        except (AttributeError, OSError):  # not Linux 5.3 or newer: ask every second
+            while _alive(launcher):
+                time.sleep(1.0)
+        else:
+            select.select([ended], [], [])  # readable once the process has ended
+        if hasattr(signal, "pthread_kill"):
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        else:  # not POSIX: SIGTERM ends the process at once
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process took the number
+        return False
+    return True
 
 
 def _exit_on_term(signum, frame) -> None:

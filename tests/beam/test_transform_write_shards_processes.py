@@ -9,6 +9,8 @@ import multiprocessing
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -401,6 +403,70 @@ def test_a_shard_being_written_ends_when_the_build_stops_and_leaves_no_temporary
         if closer.is_alive():  # let the read end, so that the test can finish
             os.close(os.open(stuck, os.O_WRONLY | os.O_NONBLOCK))
             closer.join()
+
+
+# A launcher that writes one shard in a worker process, whose image never arrives: it prints
+# the worker's process id once the shard's temporary file is there, and waits.
+_STUCK_LAUNCHER = """
+import multiprocessing, sys, time
+from pathlib import Path
+from beam_tfrecord.config import BuildConfig
+from beam_tfrecord.entries import ImageEntry, ShardSpec
+from beam_tfrecord.shard_processes import ShardProcesses
+stuck, out = sys.argv[1], Path(sys.argv[2])
+spec = ShardSpec(str(out), "ds-train.tfrecord-00000-of-00001", "train", 0, 1)
+entry = ImageEntry(stuck, "cat/stuck.jpg", 1000, "train", 1, "cat", 0, 1100)
+policy = BuildConfig(inputs=("unused",), output="unused").image
+pool = ShardProcesses(1)
+pool.submit(spec, [entry], policy, max_record_size=1 << 20, resume=False, read_ahead=0)
+while not (out.exists() and any(out.iterdir())):
+    time.sleep(0.05)
+(worker,) = multiprocessing.active_children()
+print(worker.pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_worker_process_ends_when_its_launcher_is_killed(tmp_path, monkeypatch):
+    """SIGKILL ends a launcher and nothing else: no handler of its runs. Its worker processes
+    end by themselves, as SIGTERM ends them (the shard's temporary file removed), where they
+    would go on writing the shards queued for them into an output no build holds any more."""
+    monkeypatch.setenv("PYTHONPATH", with_stalling_disk(dict(os.environ))["PYTHONPATH"])
+    stuck = tmp_path / "src" / "cat" / "stuck.jpg"
+    stuck.parent.mkdir(parents=True)
+    os.mkfifo(stuck)
+    out = tmp_path / "out"
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", _STUCK_LAUNCHER, str(stuck), str(out)],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    worker = None
+    try:
+        worker = int(launcher.stdout.readline())
+        assert list(out.iterdir()), "the shard never started"
+        launcher.kill()
+        launcher.wait(timeout=60)
+        deadline = time.monotonic() + 20
+        while _running(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(worker), "the worker went on after its launcher was killed"
+        assert list(out.iterdir()) == [], "a temporary file or a shard was left"
+    finally:
+        launcher.kill()
+        if worker is not None and _running(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` is there and not a zombie (its parent may be gone too, and
+    whatever adopts it may never reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs Linux's /proc")
