@@ -120,6 +120,19 @@ def test_yaml_then_flags_flags_win(tmp_path):
     assert flags_only.inputs == ("x/**", "y/**") and flags_only.overwrite
 
 
+@pytest.mark.parametrize(("in_file", "flag"), [("overwrite", "resume"), ("resume", "overwrite")])
+def test_resume_or_overwrite_as_a_flag_answers_for_the_file(tmp_path, in_file, flag):
+    """Both say what becomes of an earlier build in --output: the flag's answer replaces the
+    file's, where giving both as flags (or both in the file) is refused."""
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text(f"input: [a]\noutput: o\n{in_file}: true\n")
+    config = config_from_args(_args("--config", str(yaml_file), f"--{flag}"))
+    assert getattr(config, flag) and not getattr(config, in_file)
+    yaml_file.write_text("input: [a]\noutput: o\noverwrite: true\nresume: true\n")
+    with pytest.raises(ConfigError, match="cannot go with"):
+        config_from_args(_args("--config", str(yaml_file)))
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "flags", "setting", "message"),
     [

@@ -184,6 +184,12 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
             settings.pop(setting.name, None)
             settings.pop(setting.key, None)
             settings[setting.name] = value
+    # Two answers to one question, what becomes of an earlier build in --output: one given as
+    # a flag replaces the file's answer, as any flag does. `overwrite: true` in a file would
+    # otherwise refuse the --resume of the command an interrupted build prints.
+    for flag, other in (("resume", "overwrite"), ("overwrite", "resume")):
+        if getattr(args, flag) and getattr(args, other) is None:
+            settings.pop(other, None)
     return BuildConfig.from_settings(settings)
 
 

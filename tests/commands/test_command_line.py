@@ -1170,6 +1170,29 @@ def test_16_too_many_skipped_publishes_nothing_and_resume_publishes_it(
     assert run("verify", str(out), cwd=tmp_path).returncode == 0
 
 
+def test_16_the_way_out_it_prints_works_when_a_config_file_says_overwrite(
+    src_with_truncated, tmp_path
+):
+    """`overwrite: true` in the file (as configs/sample.yaml has it) and the printed command's
+    --resume: the flag answers what the file answered, as any flag does, rather than clash."""
+    import shlex
+
+    out = tmp_path / "out"
+    config = tmp_path / "build.yaml"
+    config.write_text(
+        f"input: {src_with_truncated}\noutput: {out}\noverwrite: true\nmax_skipped_fraction: 0.1\n"
+    )
+    done = run("build", "--config", str(config), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    hint = done.stderr.splitlines()[-1]
+    assert hint.startswith("To publish it anyway: ")
+    command = shlex.split(hint.removeprefix("To publish it anyway: "))
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "  resumed: kept " in resumed.stdout
+    assert run("verify", str(out), cwd=tmp_path).returncode == 0
+
+
 # 17. A path an input list names that does not exist is reported as not found, not as gone.
 
 
