@@ -148,6 +148,11 @@ class Preparer:
         # The prefix keeps a capture from ever colliding with some other image's path.
         return relpath if group is None else f"split-by:{group}"
 
+    def grouped(self, relpath: str) -> bool:
+        """Whether --split-by's pattern matches this path (an image of a group); False without
+        --split-by."""
+        return self.split_by is not None and _compiled(self.split_by).search(relpath) is not None
+
     def label(self, source: SourceFile) -> str | ReportEntry | None:
         """The source's label, None when labels are off, or the report entry saying why it has none."""
         if not self.label_rule.enabled:

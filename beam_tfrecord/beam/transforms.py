@@ -699,10 +699,17 @@ class Batched(beam.PTransform):
         )
 
 
+# The planned images --split-by's pattern matched (in a group) and did not (each alone).
+SPLIT_BY_GROUPED = "split_by_grouped"
+SPLIT_BY_ALONE = "split_by_alone"
+
+
 class _PlanFn(_TallyFn):
     def __init__(self, preparer: Preparer):
         self._preparer = preparer
         self._skipped = metric_counter("images_skipped")
+        self._grouped = metric_counter(SPLIT_BY_GROUPED)
+        self._alone = metric_counter(SPLIT_BY_ALONE)
 
     def process(self, chunk: LabelledBatch, census: Census):
         plan, id_of, tally = self._preparer.plan, census.classes.id_of, self._tally
@@ -718,6 +725,12 @@ class _PlanFn(_TallyFn):
                 yield pvalue.TaggedOutput(REPORT, planned)
             else:
                 entries.append(planned)
+        if entries and self._preparer.split_by is not None:
+            # A pattern that matches nothing (a typo) splits every image on its own, as no
+            # --split-by would: the summary says so, from these.
+            grouped = sum(map(self._preparer.grouped, (entry.relpath for entry in entries)))
+            self._grouped.inc(grouped)
+            self._alone.inc(len(entries) - grouped)
         if entries:
             yield entries
 

@@ -47,6 +47,7 @@ def print_summary(
     _warn_out_of_bounds(manifest.get("shards", ()), config, out)
     _warn_folder_class(manifest["classes"], config, out)
     _note_other_extensions(getattr(result, "counters", None) or {}, config, out)
+    _note_split_by(getattr(result, "counters", None) or {}, config, out)
     if config.image.validate in ("header", "none"):
         # Documented, but a user who wrote a truncated download without a word should hear it.
         checked = "by header only" if config.image.validate == "header" else "not at all"
@@ -165,6 +166,30 @@ def _note_other_extensions(counters: dict[str, int], config: BuildConfig, out) -
             f"NOTE: {count(total, 'image file')} of other kinds {'was' if total == 1 else 'were'} "
             f"not taken ({kinds}): --extensions "
             f"{','.join(e.lstrip('.') for e in config.extensions)} leaves them out",
+            file=out,
+        )
+
+
+def _note_split_by(counters: dict[str, int], config: BuildConfig, out) -> None:
+    """How many images --split-by's pattern put in groups, where it left any alone: a pattern
+    that matches nothing (a typo) splits each image on its own, with no other sign."""
+    from beam_tfrecord.beam.transforms import SPLIT_BY_ALONE, SPLIT_BY_GROUPED
+
+    alone, grouped = counters.get(SPLIT_BY_ALONE, 0), counters.get(SPLIT_BY_GROUPED, 0)
+    if config.split_by is None or not alone:
+        return
+    planned = count(alone + grouped, "image")
+    if not grouped:
+        print(
+            f"WARNING: --split-by '{config.split_by}' matched none of the {planned} planned: "
+            "each was split on its own, as without --split-by",
+            file=out,
+        )
+    else:
+        rest = "the other was split on its own" if alone == 1 else f"the other {alone} were"
+        print(
+            f"NOTE: --split-by '{config.split_by}' matched {grouped} of the {planned} planned; "
+            + (rest if alone == 1 else f"{rest} each split on their own"),
             file=out,
         )
 

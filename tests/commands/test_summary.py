@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from beam_tfrecord.commands.summary import print_summary
 from beam_tfrecord.config import BuildConfig
+
+SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "fruits"
 
 
 def _summary(modified: int, **settings) -> str:
@@ -85,3 +88,34 @@ def test_resume_on_a_runner_without_metrics_does_not_guess():
     assert _resumed({}, 4) == [
         "  resumed: 4 finished shards found; the runner did not say how many were kept"
     ]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "said"),
+    [
+        (
+            r"patient(\d+)",
+            r"WARNING: --split-by 'patient(\d+)' matched none of the 46 images planned: each "
+            "was split on its own, as without --split-by",
+        ),
+        (
+            "(apple)",
+            "NOTE: --split-by '(apple)' matched 15 of the 46 images planned; the other 31 were "
+            "each split on their own",
+        ),
+        ("(.)", None),  # every image in a group: nothing to say
+    ],
+)
+def test_a_split_by_pattern_that_leaves_images_alone_is_said_to(tmp_path, pattern, said):
+    """A --split-by pattern with a typo matches nothing, and splits every image on its own as
+    if it were not given: without a word, a user would trust groups that do not exist."""
+    from test_command_line import run
+
+    done = run("build", "--input", str(SAMPLES), "--output", str(tmp_path / "out"),
+               "--split-by", pattern, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    if said is None:
+        assert not [line for line in lines if "--split-by" in line], lines
+    else:
+        assert said in lines, lines
