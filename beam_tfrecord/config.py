@@ -41,9 +41,11 @@ _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 # A split's name is part of its shards' file names (`{name}-{split}.tfrecord-...`, so no '-'),
 # and what TFDS's `split=` reads (its names are `[\w-]+`, so no '.': `a.b` was refused there).
 _SPLIT_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]*$")
+_SPLIT_NAME_RULE = "must start with a letter or digit, followed by letters, digits or '_'"
 # A dataset's name starts its shards' file names (`photos-v1.0-train.tfrecord-...`): a split name
 # follows it, so it may hold '.' and '-' (`photos-v1.0`).
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_NAME_RULE = "must start with a letter or digit, followed by letters, digits, '-', '_' or '.'"
 _RATIO_TOLERANCE = 1e-6
 
 # The settings (flags, config keys, the manifest's `config`) that make a build's ImagePolicy, in
@@ -137,8 +139,8 @@ def parse_splits(value: str | Mapping[str, Any]) -> tuple[tuple[str, float], ...
         if not _SPLIT_NAME_RE.match(name):
             raise ConfigError(
                 "splits",
-                f"split name {name!r} must be letters, digits or '_' (it is part of file names, "
-                "and what TFDS's split= reads)",
+                f"split name {name!r} {_SPLIT_NAME_RULE} (it is part of file names, and what "
+                "TFDS's split= reads)",
             )
         if name.lower() == "all":
             raise ConfigError(
@@ -408,10 +410,25 @@ def _output(setting: Setting, value: Any, config: BuildConfig) -> str:
 
 def _name(setting: Setting, value: Any, config: BuildConfig) -> str:
     if value is None:
-        value = _default_name(config.output)
+        return _name_of_folder(config.output)
     if not value or not isinstance(value, str) or not _NAME_RE.match(value):
-        raise ConfigError(setting.key, f"{value!r} must be letters, digits, '-', '_' or '.'")
+        raise ConfigError(setting.key, f"{value!r} {_NAME_RULE}")
     return value
+
+
+def _name_of_folder(output: str) -> str:
+    """The name of a build not given one: its output folder's. One that cannot be a name is
+    refused as the output's (the user gave --output, not --name), the folder named."""
+    name = _default_name(output)
+    if _NAME_RE.match(name):
+        return name
+    folder = _folder_name(output)
+    made = "" if folder == name else f" {folder!r}, '_' for each character a name cannot hold"
+    raise ConfigError(
+        "output",
+        f"{output!r} names the dataset {name!r} (its folder's name{made}; no --name was "
+        f"given), but a dataset name {_NAME_RULE}; pass --name NAME to name it",
+    )
 
 
 def _choice(setting: Setting, value: Any, config: BuildConfig) -> Any:
@@ -523,13 +540,17 @@ _CHECKS = {
 
 
 def _default_name(output: str) -> str:
-    """The output folder's own name, as a dataset name: `.` and `..` are the names of folders
-    they stand for (`--output .` in a folder `flowers` builds `flowers`)."""
+    """The output folder's own name, as a dataset name: each character a name cannot hold made
+    '_' (`my photos` -> `my_photos`); `dataset` for a folder with no name (`/`)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", _folder_name(output)) or "dataset"
+
+
+def _folder_name(output: str) -> str:
+    """The output folder's own name: `.` and `..` are the names of folders they stand for
+    (`--output .` in a folder `flowers` is `flowers`); empty for the root."""
     path = output if has_protocol(output) else os.path.abspath(output or ".")
     tail = posixpath.basename(without_protocol(path).rstrip("/"))
-    if tail in ("", ".", ".."):
-        return "dataset"
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", tail) or "dataset"
+    return "" if tail in (".", "..") else tail
 
 
 def unknown_setting(key: str) -> str:

@@ -38,7 +38,7 @@ KINDS = {
     "paths": "one fsspec glob or path, or a list of them",
     "text": "a string, taken as given",
     "output": "a folder, any fsspec URL",
-    "name": "letters, digits, '-', '_' or '.'",
+    "name": "a letter or digit, followed by letters, digits, '-', '_' or '.'",
     "choice": "one of the setting's choices",
     "extensions": "comma-separated suffixes, or a list of them",
     "labels": "dir, none or regex:PATTERN",
@@ -185,7 +185,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "name", "name", _WRITE, "dataset name in shard file names",
-        about="dataset name used in shard file names; defaults to the output folder's name.",
+        about="dataset name used in shard file names: a letter or digit, followed by letters, "
+        "digits, `-`, `_` or `.`; defaults to the output folder's name.",
         default_words="the output folder's name",
     ),
     Setting(

@@ -321,7 +321,8 @@ def test_the_name_is_the_output_folders_own(tmp_path, monkeypatch, output, name)
 @pytest.mark.parametrize(
     ("splits", "says"),
     [
-        ("a.b=0.5,c=0.5", "split name 'a.b' must be letters, digits or '_'"),
+        ("a.b=0.5,c=0.5", "split name 'a.b' must start with a letter or digit, followed by"),
+        ("_x=1", "split name '_x' must start with a letter or digit, followed by letters"),
         ("all=0.5,train=0.5", "split name 'all' is TFDS's name for every split at once"),
         (["train", "test"], "expected split names with their ratios, such as {train: 0.8"),
         ("train", "expected name=ratio, got 'train' (such as train=0.8,test=0.2"),
@@ -357,7 +358,41 @@ def test_a_dataset_name_may_hold_dots_and_dashes(name):
     assert BuildConfig.from_settings({"input": ["a"], "output": "o", "name": name}).name == name
 
 
-@pytest.mark.parametrize("name", [".hidden", "-dash", "a b", "a/b", "ünï"])
+@pytest.mark.parametrize("name", [".hidden", "-dash", "_abc", "a b", "a/b", "ünï"])
 def test_a_dataset_name_that_cannot_start_a_file_name_is_refused(name):
-    with pytest.raises(ConfigError, match="must be letters, digits"):
+    """The refusal said "must be letters, digits, '-', '_' or '.'", which `_abc` is: the first
+    character's rule went unsaid."""
+    with pytest.raises(ConfigError) as err:
         BuildConfig.from_settings({"input": ["a"], "output": "o", "name": name})
+    assert str(err.value) == (
+        f"--name: {name!r} must start with a letter or digit, followed by letters, digits, '-', "
+        "'_' or '.'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "made"),
+    [
+        ("out/_staging", "'_staging' (its folder's name;"),
+        ("out/.hidden", "'.hidden' (its folder's name;"),
+        ("out/日本", "'__' (its folder's name '日本', '_' for each character a name cannot hold;"),
+        (
+            "out/spa ce/ünï",
+            "'_n_' (its folder's name 'ünï', '_' for each character a name cannot hold;",
+        ),
+        ("gs://bucket/_tmp/", "'_tmp' (its folder's name;"),
+    ],
+)
+def test_an_output_folder_that_makes_no_dataset_name_is_refused_as_the_output(output, made):
+    """Refused as `--name`, a flag the user never gave, with a rule that left out the first
+    character's: `out/_staging` "must be letters, digits, '-', '_' or '.'"."""
+    with pytest.raises(ConfigError) as err:
+        BuildConfig.from_settings({"input": ["a"], "output": output})
+    given = output.rstrip("/")
+    assert str(err.value) == (
+        f"--output: {given!r} names the dataset {made} no --name was given), but a dataset name "
+        "must start with a letter or digit, followed by letters, digits, '-', '_' or '.'; pass "
+        "--name NAME to name it"
+    )
+    named = BuildConfig.from_settings({"input": ["a"], "output": output, "name": "staging"})
+    assert named.name == "staging"

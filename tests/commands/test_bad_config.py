@@ -48,6 +48,20 @@ CASES = [
         "is above --max-shard-size",
     ),
     ("bad_size_unit", ["--max-shard-size", "200MQ"], "--max-shard-size:", "'200MQ'"),
+    # Each rule said "must be letters, digits ... or '_'", which these are: the first
+    # character's rule went unsaid.
+    (
+        "name_starting_with_an_underscore",
+        ["--name", "_abc"],
+        "--name: '_abc' must start with a letter or digit, followed by letters, digits,",
+        "'-', '_' or '.'\n",
+    ),
+    (
+        "split_name_starting_with_an_underscore",
+        ["--splits", "_x=1"],
+        "--splits: split name '_x' must start with a letter or digit, followed by letters,",
+        "digits or '_' (it is part of file names",
+    ),
     ("unknown_color", ["--color", "cmyk"], None, "invalid choice: 'cmyk'"),
     ("negative_read_ahead", ["--read-ahead", "-1"], "--read-ahead:", "between 0 and 1024"),
     (
@@ -93,6 +107,38 @@ def test_bad_setting(src, tmp_path, capsys, flags, starts, says):
         assert f"beam-tfrecord build: error: {starts}" in err
     assert says in err
     assert not out.exists(), "nothing was written"
+
+
+@pytest.mark.parametrize(
+    ("folder", "named"),
+    [
+        ("_staging", "'_staging' (its folder's name;"),
+        (".hidden", "'.hidden' (its folder's name;"),
+        ("日本", "'__' (its folder's name '日本', '_' for each character a name cannot hold;"),
+    ],
+)
+def test_an_output_folder_that_makes_no_dataset_name_says_so_and_how_to_name_it(
+    src, tmp_path, capsys, folder, named
+):
+    """`--output out/_staging` was refused as `--name`, a flag the user never gave, by a rule
+    that `_staging` seemed to follow ("must be letters, digits, '-', '_' or '.'")."""
+    out = tmp_path / folder
+    assert main(["build", "--input", f"{src}/**", "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --output: {str(out)!r} names the dataset {named} no --name "
+        "was given), but a dataset name must start with a letter or digit, followed by letters, "
+        "digits, '-', '_' or '.'; pass --name NAME to name it\n"
+    )
+    assert not out.exists(), "nothing was written"
+
+
+def test_an_output_folder_that_makes_no_dataset_name_builds_with_the_name_it_is_given(
+    src, tmp_path, capsys
+):
+    out = tmp_path / "_staging"
+    assert main(["build", "--input", f"{src}/**", "--output", str(out), "--name", "pets"]) == 0
+    assert capsys.readouterr().out.startswith(f"Built 'pets' in {out}: ")
+    assert json.loads((out / "manifest.json").read_text())["name"] == "pets"
 
 
 def test_input_that_matches_nothing(src, tmp_path, capsys):
