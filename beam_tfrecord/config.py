@@ -24,6 +24,7 @@ __all__ = [
     "IMAGE_SETTINGS",
     "BuildConfig",
     "ConfigError",
+    "folder_renamed",
     "format_size",
     "parse_classes",
     "parse_size",
@@ -551,6 +552,16 @@ def _folder_name(output: str) -> str:
     path = output if has_protocol(output) else os.path.abspath(output or ".")
     tail = posixpath.basename(without_protocol(path).rstrip("/"))
     return "" if tail in (".", "..") else tail
+
+
+def folder_renamed(config: BuildConfig) -> str | None:
+    """The output folder's name when the build is named after it with '_' for the characters a
+    name cannot hold (`données` built as `donn_es`); None when the name is the folder's as it
+    is, or not made from it."""
+    folder = _folder_name(config.output)
+    if folder and folder != config.name and config.name == _default_name(config.output):
+        return folder
+    return None
 
 
 def unknown_setting(key: str) -> str:

@@ -186,7 +186,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "name", "name", _WRITE, "dataset name in shard file names",
         about="dataset name used in shard file names: a letter or digit, followed by letters, "
-        "digits, `-`, `_` or `.`; defaults to the output folder's name.",
+        "digits, `-`, `_` or `.`; defaults to the output folder's name, with `_` for each "
+        "character a name cannot hold (`données` makes `donn_es`, which the summary says).",
         default_words="the output folder's name",
     ),
     Setting(

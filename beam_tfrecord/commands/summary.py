@@ -7,7 +7,7 @@ import posixpath
 import sys
 from collections.abc import Sequence
 
-from beam_tfrecord.config import BuildConfig, format_size
+from beam_tfrecord.config import BuildConfig, folder_renamed, format_size
 from beam_tfrecord.wording import count
 
 __all__ = ["print_resumed", "print_submitted", "print_summary"]
@@ -44,6 +44,7 @@ def print_summary(
         _print_resume_outcome(result, config, finished_before, out)
     if inputs["modified"]:
         _print_modified(inputs["modified"], config, out)
+    _note_renamed_folder(config, out)
     _warn_out_of_bounds(manifest.get("shards", ()), config, out)
     _warn_folder_class(manifest["classes"], config, out)
     _note_other_extensions(getattr(result, "counters", None) or {}, config, out)
@@ -122,6 +123,18 @@ def _print_modified(modified: int, config: BuildConfig, out) -> None:
         f"{why} (report.jsonl)",
         file=out,
     )
+
+
+def _note_renamed_folder(config: BuildConfig, out) -> None:
+    """One line when the build took its name from its output folder with characters replaced:
+    its shards' names then differ from the folder's, which nothing else said."""
+    folder = folder_renamed(config)
+    if folder is not None:
+        print(
+            f"NOTE: the dataset is named {config.name!r} after its output folder {folder!r}, "
+            "with '_' for each character a name cannot hold; --name NAME names it otherwise",
+            file=out,
+        )
 
 
 def _warn_empty_classes(manifest, out) -> None:
@@ -293,6 +306,11 @@ def print_resumed(counters: dict[str, int], found: int, output: str, out) -> Non
 
 def print_submitted(submitted, config: BuildConfig, out=None, template: str | None = None) -> None:
     out = out or sys.stdout
+    _print_job(submitted, config, out, template)
+    _note_renamed_folder(config, out)
+
+
+def _print_job(submitted, config: BuildConfig, out, template: str | None) -> None:
     graph = f"{submitted.transforms} transforms, a {format_size(submitted.graph_bytes)} graph"
     if submitted.state == "TEMPLATE_WRITTEN":
         print(

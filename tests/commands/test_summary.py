@@ -7,7 +7,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from imagegen import make_collection
 
+from beam_tfrecord.cli import main
 from beam_tfrecord.commands.summary import print_summary
 from beam_tfrecord.config import BuildConfig
 
@@ -119,3 +121,77 @@ def test_a_split_by_pattern_that_leaves_images_alone_is_said_to(tmp_path, patter
         assert not [line for line in lines if "--split-by" in line], lines
     else:
         assert said in lines, lines
+
+
+def _named(output: str, **settings) -> list[str]:
+    manifest = {
+        "name": "any",
+        "inputs": {"listed": 4, "written": 4, "modified": 0, "skipped": 0},
+        "splits": {"train": {"examples": 4, "shards": 1, "bytes": 10**4}},
+        "classes": ["cat"],
+    }
+    config = BuildConfig.from_settings(dict(inputs=("src/**",), output=output, **settings))
+    out = io.StringIO()
+    print_summary(SimpleNamespace(manifest=manifest, seconds=1.0), config, out)
+    return [line for line in out.getvalue().splitlines() if "named" in line]
+
+
+@pytest.mark.parametrize(
+    ("output", "name", "folder"),
+    [
+        ("out/données", "donn_es", "données"),
+        ("out/my photos/", "my_photos", "my photos"),
+        ("gs://bucket/v1 (final)", "v1__final_", "v1 (final)"),
+    ],
+)
+def test_a_name_made_of_the_output_folder_with_characters_replaced_is_said_to_be(
+    output, name, folder
+):
+    """`--output out/données` built `donn_es-train.tfrecord-...` and said nothing of it."""
+    assert _named(output) == [
+        f"NOTE: the dataset is named {name!r} after its output folder {folder!r}, with '_' for "
+        "each character a name cannot hold; --name NAME names it otherwise"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("output", "settings"),
+    [
+        ("out/fruits", {}),
+        ("out/photos-v1.0", {}),
+        ("/", {}),
+        ("out/données", {"name": "donnees"}),
+        ("out/fruits", {"name": "f_uits"}),
+    ],
+)
+def test_a_name_as_the_folder_has_it_or_as_given_needs_no_note(output, settings):
+    assert _named(output, **settings) == []
+
+
+def test_the_build_named_after_a_folder_with_characters_replaced_says_so(tmp_path, capsys):
+    make_collection(tmp_path / "src", {"cat": 2, "dog": 2}, seed=1)
+    out = tmp_path / "données"
+    flags = ["--input", str(tmp_path / "src"), "--output", str(out), "--splits", "train=1"]
+    assert main(["build", *flags]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"Built 'donn_es' in {out}: ")
+    assert (
+        "NOTE: the dataset is named 'donn_es' after its output folder 'données', with '_' for "
+        "each character a name cannot hold; --name NAME names it otherwise\n"
+    ) in printed
+    assert [p.name for p in out.glob("*.tfrecord-*")] == ["donn_es-train.tfrecord-00000-of-00001"]
+
+
+def test_a_job_submitted_under_a_name_made_of_its_folder_says_so_too():
+    from beam_tfrecord.commands.summary import print_submitted
+
+    submitted = SimpleNamespace(
+        transforms=12, graph_bytes=40_000, state="RUNNING", dry_run=False, job_id="j1",
+        runner="DataflowRunner",
+    )  # fmt: skip
+    config = BuildConfig.from_settings({"inputs": ("src/**",), "output": "gs://b/données"})
+    out = io.StringIO()
+    print_submitted(submitted, config, out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Submitted 'donn_es' to DataflowRunner: job j1 ")
+    assert lines[-1].startswith("NOTE: the dataset is named 'donn_es' after its output folder ")
