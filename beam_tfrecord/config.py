@@ -362,6 +362,11 @@ class BuildConfig:
 _OWN_SETTINGS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.policy_field is None)
 
 
+# The kinds whose value is one path, with what it names: a config file's list, mapping or
+# number is refused as a list of inputs is.
+_ONE_PATH = {"output": "folder", "text": "file"}
+
+
 def _read(setting: Setting, value: Any) -> Any:
     """A value as a config file or a flag gives it (text, YAML's types), made the setting's
     type where that is plain (`seed: "7"`); BuildConfig and ImagePolicy check it then."""
@@ -372,6 +377,13 @@ def _read(setting: Setting, value: Any) -> Any:
             raise ConfigError(
                 setting.key, f"must be a path or glob, or a list of them, got {value!r}"
             )
+    elif setting.kind in _ONE_PATH and not isinstance(value, (str, os.PathLike, type(None))):
+        # YAML's `output: [a, b]` made a name of its text ('__a____b__', then refused as --name);
+        # `output: 7` built into ./7.
+        kind = _ONE_PATH[setting.kind]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        quote = f" (quote it, '{value}', for a {kind} of that name)" if number else ""
+        raise ConfigError(setting.key, f"must be a {kind}'s path or URL, got {value!r}{quote}")
     elif setting.kind in ("integer", "number") and isinstance(value, str):
         kind, word = (int, "an integer") if setting.kind == "integer" else (float, "a number")
         try:

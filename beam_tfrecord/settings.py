@@ -36,7 +36,7 @@ DEFAULT_EXTENSIONS: tuple[str, ...] = (
 # kind's reading and check; ImagePolicy checks the image settings' values itself):
 KINDS = {
     "paths": "one fsspec glob or path, or a list of them",
-    "text": "a string, taken as given",
+    "text": "a file's path or URL, taken as given",
     "output": "a folder, any fsspec URL",
     "name": "a letter or digit, followed by letters, digits, '-', '_' or '.'",
     "choice": "one of the setting's choices",

@@ -182,6 +182,11 @@ def test_resume_or_overwrite_as_a_flag_answers_for_the_file(tmp_path, in_file, f
             "sets min_shard_size twice ('min_shard_size' and 'min-shard-size'); keep one",
         ),
         ("input: 5\noutput: o\n", [], "--input", "must be a path or glob, or a list of them"),
+        ("input: [a]\noutput: [a, b]\n", [], "--output", "a folder's path or URL, got ['a', 'b']"),
+        ("input: [a]\noutput: {a: 1}\n", [], "--output", "a folder's path or URL, got {'a': 1}"),
+        ("input: [a]\noutput: 7\n", [], "--output", "got 7 (quote it, '7', for a folder of that"),
+        ("output: o\ninput_list: [a.csv]\n", [], "--input-list", "a file's path or URL, got"),
+        ("output: o\ninput_list: 5\n", [], "--input-list", "got 5 (quote it, '5', for a file of"),
         ("input: [a]\noutput: o\nresize: 6.5\n", [], "--resize", "a size such as 256"),
     ],
 )

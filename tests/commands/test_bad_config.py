@@ -399,6 +399,35 @@ def test_unknown_yaml_setting_and_missing_config(src, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    ("yaml_text", "says"),
+    [
+        ("output: [a, b]", "--output: must be a folder's path or URL, got ['a', 'b']"),
+        ("output: {a: 1}", "--output: must be a folder's path or URL, got {'a': 1}"),
+        (
+            "output: 7",
+            "--output: must be a folder's path or URL, got 7 (quote it, '7', for a folder of "
+            "that name)",
+        ),
+        ("output: o\ninput_list: 5", "--input-list: must be a file's path or URL, got 5 (quote"),
+        ("output: o\ninput_list: [a.csv]", "--input-list: must be a file's path or URL, got ['a"),
+    ],
+)
+def test_a_path_setting_of_another_kind_is_refused_as_a_list_of_inputs_is(
+    src, tmp_path, monkeypatch, capsys, yaml_text, says
+):
+    """`output: [a, b]` was refused as `--name: '__a____b__' must be ...`, a flag nobody gave;
+    `output: 7` built into ./7; `input_list: 5` ended in a traceback."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.yaml"
+    inputs = "" if "input_list" in yaml_text else f"input: ['{src}/**']\n"
+    config.write_text(f"{inputs}{yaml_text}\n")
+    assert main(["build", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"beam-tfrecord build: error: {says}") and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"], "nothing was written"
+
+
+@pytest.mark.parametrize(
     ("setting", "value"),
     [("overwrite", '"no"'), ("overwrite", "maybe"), ("dedup", '"false"'), ("resume", "1")],
 )
