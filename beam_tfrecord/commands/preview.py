@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import io
 import math
+import os
 import posixpath
 import random
 import textwrap
@@ -18,7 +19,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from beam_tfrecord.codec.reader import TFRecordReader, read_records
 from beam_tfrecord.commands.arguments import print_error
-from beam_tfrecord.locations import protocol_problem
+from beam_tfrecord.locations import is_local, protocol_problem
 from beam_tfrecord.manifest import read_manifest
 from beam_tfrecord.reader import Dataset, MissingRecordsError, Shard, decode_image, parse_record
 from beam_tfrecord.wording import count
@@ -258,11 +259,18 @@ def _format_of(out: str) -> str | None:
 
 
 def _refusal(out: str, overwrite: bool) -> str | None:
-    """Why the sheet cannot go to `out` (it is a folder; it exists and --overwrite is not
-    given), or None."""
+    """Why the sheet cannot go to `out` (it is a folder; its folder is not there; it exists
+    and --overwrite is not given), or None."""
     fs, path = fsspec.core.url_to_fs(out)
     if fs.isdir(path):
         return f"-o {out}: is a folder; name the PNG file to write"
+    if is_local(fs) and not fs.isdir(os.path.dirname(path)):
+        # Named before any work, as the user typed it: the write makes no folder (`run`), and
+        # would fail only once the sheet is drawn. Object stores have no folders to be missing.
+        folder = posixpath.dirname(out)
+        if fs.exists(os.path.dirname(path)):
+            return f"-o {out}: {folder} is a file, not a folder"
+        return f"-o {out}: no such folder {folder}; make it, or name a file in a folder that is"
     if _format_of(out) is None:  # PNG bytes under another suffix would mislead every viewer
         return (
             f"-o {out}: the sheet is a PNG, JPEG or WebP file; name it .png, .jpg or .webp "
@@ -300,16 +308,32 @@ def _unknown_split(output: str, split: str) -> str | None:
 
 
 def _usage_refusal(args: argparse.Namespace) -> str | None:
-    """Why the arguments cannot work, as other commands refuse a bad value; None if they can.
-
-    What to read, then where to write: a split that is not there is the first thing to fix
-    (its fix may well be to preview another folder, where the sheet's name is free)."""
+    """Why the arguments cannot name a dataset to read, as other commands refuse a bad value;
+    None if they can. Where to write is refused once the dataset is found (`run`): a split or
+    a dataset that is not there is the first thing to fix (its fix may well be to preview
+    another folder, where the sheet's name is free)."""
     for url in (args.output, args.out):
         problem = protocol_problem(url)
         if problem is not None:
             return f"{url}: {problem}"
-    refusal = args.split and _unknown_split(args.output, args.split)
-    return refusal or _refusal(args.out, args.overwrite)
+    return _unknown_split(args.output, args.split) if args.split else None
+
+
+def _tiles(dataset: Dataset, images: int, seed: int | None) -> list[_Tile]:
+    """The sheet's tiles: the split's first `images` records, or as many drawn with `seed`."""
+    wanted = None
+    if seed is not None:
+        total = len(dataset)
+        wanted = set(random.Random(seed).sample(range(total), min(images, total)))
+    tiles = []
+    for item in _records(dataset.shards, wanted):
+        if len(tiles) == images:
+            break
+        if isinstance(item, str):
+            tiles.append(_Tile("unreadable", problem=item))
+        else:
+            tiles.append(_tile(item, dataset.classes))
+    return tiles
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
@@ -321,20 +345,17 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         return 2
     try:
         split = args.split or _first_split(args.output)
-        dataset = Dataset(args.output, split)
-        wanted = None
-        if args.seed is not None:
-            total = len(dataset)
-            wanted = set(random.Random(args.seed).sample(range(total), min(args.images, total)))
-        tiles = []
-        for item in _records(dataset.shards, wanted):
-            if len(tiles) == args.images:
-                break
-            if isinstance(item, str):
-                tiles.append(_Tile("unreadable", problem=item))
-            else:
-                tiles.append(_tile(item, dataset.classes))
-    except (OSError, ValueError) as error:  # no dataset, no such split, framing damage...
+        dataset = Dataset(args.output, split)  # its manifest and shards found, no record read
+    except (OSError, ValueError) as error:  # no dataset, no such split...
+        print_error("preview", str(error))
+        return 1
+    refusal = _refusal(args.out, args.overwrite)
+    if refusal is not None:  # before a record is read, so that nothing is written
+        print_error("preview", refusal)
+        return 2
+    try:
+        tiles = _tiles(dataset, args.images, args.seed)
+    except (OSError, ValueError) as error:  # framing damage, a shard gone...
         print_error("preview", str(error))
         return 1
     if not tiles:
@@ -348,9 +369,10 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     else:
         sheet.convert("RGB").save(buffer, image_format)
     try:
-        with fsspec.open(args.out, "wb") as f:
+        # No folder made on the way: `_refusal` found it there, and a store has none to make.
+        with fsspec.open(args.out, "wb", auto_mkdir=False) as f:
             f.write(buffer.getvalue())
-    except OSError as error:  # no such folder, no permission: the path is the user's to fix
+    except OSError as error:  # no permission, the folder gone since: the user's to fix
         print_error("preview", f"-o {args.out}: cannot write: {error}")
         return 2
     columns = min(args.columns, len(tiles))

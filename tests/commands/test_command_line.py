@@ -928,6 +928,34 @@ def test_12_preview_to_a_place_it_cannot_write_is_one_line(built, tmp_path, wher
     assert files_below(tmp_path) == ["notes.txt"]
 
 
+def test_12_preview_into_a_folder_that_is_not_there_is_refused_and_makes_none(built, tmp_path):
+    """`-o /nonexistdir/x.png` made every folder on the way, wherever it pointed."""
+    target = tmp_path / "nodir" / "deeper" / "sheet.png"
+    done = run("preview", str(built), "-o", str(target), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"beam-tfrecord preview: error: -o {target}: no such folder {target.parent}; make it, or "
+        "name a file in a folder that is"
+    ]
+    assert not (tmp_path / "nodir").exists()
+    # As the user typed it: a relative path is named relative.
+    done = run("preview", str(built), "-o", "nodir/sheet.png", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "error: -o nodir/sheet.png: no such folder nodir; make it," in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_12_preview_of_a_missing_dataset_says_so_before_the_sheet_in_the_way(tmp_path):
+    """With ./preview.png there, `preview nonexist` said "the file exists; pass --overwrite",
+    and with --overwrite it would only then have said the dataset is not there."""
+    (tmp_path / "preview.png").write_bytes(b"an earlier sheet")
+    done = run("preview", "nonexist", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["beam-tfrecord preview: error: nonexist: no such folder"]
+    assert (tmp_path / "preview.png").read_bytes() == b"an earlier sheet"
+
+
 # 13. A header-only check says, once, what it does not catch.
 
 
