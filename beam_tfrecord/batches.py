@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from beam_tfrecord.entries import ImageEntry, ReportEntry
 from beam_tfrecord.listing import SourceFile
+from beam_tfrecord.spool import Held
 
 __all__ = [
     "BATCH",
@@ -231,38 +232,48 @@ def in_shard_order(batches: Iterable[bytes]) -> list[bytes]:
 
 class PackedEntries:
     """Planned images held as the compressed bytes of the batches they came in
-    (EntryBatch.to_bytes), each batch decoded only as it is iterated over.
+    (EntryBatch.to_bytes), as `hold` kept them, each batch read and decoded only as it is
+    iterated over.
 
     What a shard's writer is handed: about 22 bytes an image, against about 700 as ImageEntry
     objects, in the process that passes the shard on (the launcher, which holds every shard's
-    plan at once on an in-process runner) and on its way to the process that writes it.
-    Iterating gives the entries, batch after batch, in no particular order.
+    plan at once on an in-process runner) and on its way to the process that writes it; a few
+    dozen bytes a batch where a spool keeps them (`spool`). Iterating gives the entries, batch
+    after batch, in no particular order.
     """
 
     __slots__ = ("batches",)
 
-    def __init__(self, batches: Iterable[bytes]):
-        self.batches = list(batches)
+    def __init__(self, batches: Iterable[bytes | Held]):
+        self.batches = [held if isinstance(held, Held) else Held(held) for held in batches]
+
+    def each_batch(self) -> Iterator[bytes]:
+        """Each batch's bytes (EntryBatch.to_bytes), read as it is reached."""
+        for held in self.batches:
+            yield held.data
 
     def __iter__(self) -> Iterator[ImageEntry]:
-        for data in self.batches:
+        for data in self.each_batch():
             yield from EntryBatch.from_bytes(data)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, PackedEntries) and self.batches == other.batches
+        return isinstance(other, PackedEntries) and list(self.each_batch()) == list(
+            other.each_batch()
+        )
 
     def __repr__(self) -> str:
         return f"PackedEntries(<{len(self.batches)} batches>)"
 
     def to_bytes(self) -> bytes:
-        return _join(self.batches)
+        """The batches as `hold` kept them: references to a spool's, or the bytes themselves."""
+        return _join([held.encoded() for held in self.batches])
 
     def encoded_size(self) -> int:
-        return _overhead(self.batches) + sum(map(len, self.batches))
+        return _overhead(self.batches) + sum(held.encoded_size() for held in self.batches)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PackedEntries:
-        return cls(_split(data))
+        return cls(map(Held.decoded, _split(data)))
 
 
 # How a label is coded in a LabelledBatch: its kind, then its text.

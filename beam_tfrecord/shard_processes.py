@@ -847,7 +847,7 @@ def _packed(entries: Iterable[ImageEntry]) -> list[bytes]:
 def _in_order(entries: Iterable[ImageEntry]) -> list[bytes]:
     """The entries' compact forms in sort-key order; packed ones ordered from their bytes."""
     if isinstance(entries, PackedEntries):
-        return in_shard_order(entries.batches)
+        return in_shard_order(entries.each_batch())
     return _packed(sorted(entries, key=lambda e: e.sort_key))
 
 

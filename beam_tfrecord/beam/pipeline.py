@@ -79,6 +79,7 @@ from beam_tfrecord.shard_processes import (
     settings_travel,
     start_early,
 )
+from beam_tfrecord.spool import spooling
 from beam_tfrecord.storage import is_store_refusal, store_reason
 from beam_tfrecord.tfds_metadata import tfds_files
 from beam_tfrecord.verdict import BuildFailed, Counts, Verdict, decide, skipped_fraction
@@ -511,7 +512,12 @@ class LocalRunner(SwitchingDirectRunner):
     """
 
     def run_pipeline(self, pipeline, options):
-        return run_on_fn_api_runner(pipeline, options)
+        # In memory, every step's output waits in this process for the next step: in a spool
+        # (`spool`), the launcher holds references to it, not the metadata of every image.
+        # Worker processes of Beam's own (multi_processing) keep theirs as Beam does.
+        in_memory = options.view_as(DirectOptions).direct_running_mode == "in_memory"
+        with spooling(in_memory):
+            return run_on_fn_api_runner(pipeline, options)
 
 
 def shard_processes(config: BuildConfig, options: PipelineOptions) -> int:

@@ -58,6 +58,7 @@ from beam_tfrecord.sharding import (
     num_buckets,
     plan_splits,
 )
+from beam_tfrecord.spool import Held, hold
 from beam_tfrecord.wording import nearest
 
 __all__ = [
@@ -269,11 +270,11 @@ class _OnePerFileFn(_TallyFn):
     def __init__(self):
         self._listed = metric_counter("images_listed")
 
-    def process(self, element: tuple[tuple[str, int], Iterable[bytes]]):
+    def process(self, element: tuple[tuple[str, int], Iterable[Held]]):
         _, packed = element
         by_url: dict[str, list[SourceFile]] = {}
-        for data in packed:
-            for source in SourceBatch.from_bytes(data):
+        for held in packed:
+            for source in SourceBatch.from_bytes(held.data):
                 listings = by_url.get(source.url)
                 if listings is None:
                     by_url[source.url] = [source]
@@ -481,10 +482,11 @@ class _BatchCoder(beam.coders.Coder):
     kind: type
 
     def encode(self, value) -> bytes:
-        return self.kind.to_bytes(value)
+        # In a spool while a local build runs (`spool`): the runner holds a reference.
+        return hold(self.kind.to_bytes(value)).encoded()
 
     def decode(self, encoded: bytes):
-        return self.kind.from_bytes(encoded)
+        return self.kind.from_bytes(Held.decoded(encoded).data)
 
     def estimate_size(self, value) -> int:
         return value.encoded_size()
@@ -509,10 +511,39 @@ class _LabelledBatchCoder(_BatchCoder):
 
 
 class _PackedEntriesCoder(_BatchCoder):
+    """A shard's plan as the references to its batches (`spool`), read where it is written."""
+
     kind = PackedEntries
 
+    def encode(self, value: PackedEntries) -> bytes:
+        return value.to_bytes()
 
-for _coder in (_SourceBatchCoder, _EntryBatchCoder, _LabelledBatchCoder, _PackedEntriesCoder):
+    def decode(self, encoded: bytes) -> PackedEntries:
+        return PackedEntries.from_bytes(encoded)
+
+
+class _HeldCoder(_BatchCoder):
+    """Bytes `hold` kept: a reference to them in a spool, or the bytes themselves."""
+
+    kind = Held
+
+    def encode(self, value: Held) -> bytes:
+        return value.encoded()
+
+    def decode(self, encoded: bytes) -> Held:
+        return Held.decoded(encoded)
+
+    def estimate_size(self, value: Held) -> int:
+        return value.encoded_size()
+
+
+for _coder in (
+    _SourceBatchCoder,
+    _EntryBatchCoder,
+    _LabelledBatchCoder,
+    _PackedEntriesCoder,
+    _HeldCoder,
+):
     beam.coders.registry.register_coder(_coder.kind, _coder)
 
 
@@ -531,8 +562,9 @@ _Chunk = tuple[tuple[str, int], EntryBatch]
 _Shard = tuple[tuple[str, int], PackedEntries]
 
 
-# A chunk as it crosses a shuffle: ((split, bucket or shard), EntryBatch.to_bytes()).
-_Packed = tuple[tuple[str, int], bytes]
+# A chunk as it crosses a shuffle: ((split, bucket or shard), EntryBatch.to_bytes() as `hold`
+# keeps it).
+_Packed = tuple[tuple[str, int], Held]
 
 
 class GroupChunks(beam.PTransform):
@@ -555,12 +587,12 @@ class GroupChunks(beam.PTransform):
 
 def _packed(chunk: _Chunk) -> _Packed:
     key, entries = chunk
-    return key, entries.to_bytes()
+    return key, hold(entries.to_bytes())
 
 
-def _chunks(packed: Iterable[bytes]) -> Iterator[EntryBatch]:
+def _chunks(packed: Iterable[Held]) -> Iterator[EntryBatch]:
     """A group's chunks, each decoded as it is reached: one chunk's objects at a time."""
-    return map(EntryBatch.from_bytes, packed)
+    return (EntryBatch.from_bytes(held.data) for held in packed)
 
 
 class SpreadBatches(beam.PTransform):
@@ -574,9 +606,9 @@ class SpreadBatches(beam.PTransform):
         kind = self._kind
         return (
             batches
-            | "Pack" >> beam.Map(kind.to_bytes).with_output_types(bytes)
+            | "Pack" >> beam.Map(lambda batch: hold(kind.to_bytes(batch))).with_output_types(Held)
             | "Reshuffle" >> beam.Reshuffle()
-            | "Unpack" >> beam.Map(kind.from_bytes).with_output_types(kind)
+            | "Unpack" >> beam.Map(lambda held: kind.from_bytes(held.data)).with_output_types(kind)
         )
 
 
@@ -870,7 +902,7 @@ class _KeepOneCopyFn(beam.DoFn):
         self._skipped = metric_counter("images_skipped")
         self._duplicates = metric_counter("duplicates_dropped")
 
-    def process(self, element: tuple[tuple[str, int], Iterable[bytes]]):
+    def process(self, element: tuple[tuple[str, int], Iterable[Held]]):
         _, packed = element
         by_content: dict[str, list[ImageEntry]] = {}
         for chunk in _chunks(packed):
@@ -1035,18 +1067,18 @@ class _PlanBucketFn(beam.DoFn):
 
     def process(self, element, plan: Mapping[str, SplitPlan]):
         (split, bucket), packed = element
-        records = in_placing_order(packed)
+        records = in_placing_order(held.data for held in packed)
         # Placed in key order, so a shard's entries come in one run: chunks of one shard each.
         chunk: list[bytes] = []
         current = None
         for shard, data in plan[split].place_in_order(bucket, records):
             if shard != current or len(chunk) >= _CHUNK_ENTRIES:
                 if chunk:
-                    yield (split, current), EntryBatch.from_entries_bytes(chunk)
+                    yield (split, current), hold(EntryBatch.from_entries_bytes(chunk))
                 chunk, current = [], shard
             chunk.append(data)
         if chunk:
-            yield (split, current), EntryBatch.from_entries_bytes(chunk)
+            yield (split, current), hold(EntryBatch.from_entries_bytes(chunk))
 
 
 def _joined(element: tuple[tuple[str, int], Iterable[bytes]]) -> _Shard:

@@ -3,15 +3,20 @@ plans, shuffles included, grows with batches, not images."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+from dataclasses import replace
 
 import apache_beam as beam
 import pytest
 from apache_beam.metrics import monitoring_infos
 from PIL import Image
+from written_shards import file_digests
 
+from beam_tfrecord import spool
 from beam_tfrecord.batches import BATCH
+from beam_tfrecord.beam import pipeline as pipeline_module
 from beam_tfrecord.beam.pipeline import ConvertImages, LocalRunner
 from beam_tfrecord.beam.transforms import REPORT
 from beam_tfrecord.config import BuildConfig
@@ -135,3 +140,41 @@ def test_files_listed_twice_meet_in_batches_not_one_element_each(tmp_path, listi
     assert manifest["inputs"]["listed"] == manifest["inputs"]["written"] == IMAGES
     written = sum(split["examples"] for split in manifest["splits"].values())
     assert written == IMAGES
+
+
+def test_a_local_build_holds_references_to_its_metadata_in_a_spool(tmp_path, monkeypatch):
+    """An in-process runner keeps each step's output until the next step has read all of it:
+    the listing, then the plan by bucket, then by shard, each in two or three copies at once.
+    A local build's batches wait in a spool file instead, and what the runner holds and copies
+    of each is a reference of a few dozen bytes: the launcher's memory stays flat in the
+    collection's size (`benchmarks/bench_cost.py --scale`). The shards are the same bytes."""
+    _images(tmp_path)
+    spooled, references = [], []
+    put, encoded = spool._Spool.put, spool.Held.encoded
+
+    def spooled_put(self, data):
+        spooled.append(len(data))
+        return put(self, data)
+
+    def reference(self):
+        references.append(encoded(self))
+        return references[-1]
+
+    monkeypatch.setattr(spool._Spool, "put", spooled_put)
+    monkeypatch.setattr(spool.Held, "encoded", reference)
+    config = BuildConfig(inputs=(f"{tmp_path}/src/**",), output=str(tmp_path / "spooled"))
+    _built(config)
+    # The listing, the labelled files, the plan's chunks by bucket and by shard, at least.
+    assert sum(spooled) > 4 * IMAGES * 10, sum(spooled)
+    assert references and all(ref[:1] == b"\1" for ref in references)
+    assert max(map(len, references)) < 200
+    spooled.clear()
+    monkeypatch.setattr(pipeline_module, "spooling", lambda enabled: contextlib.nullcontext())
+    _built(replace(config, output=str(tmp_path / "held")))
+    assert not spooled
+    shards = {
+        name: digest
+        for name, digest in file_digests(tmp_path / "spooled").items()
+        if name != "manifest.json"  # it says when it was made
+    }
+    assert len(shards) > 3 and shards.items() <= file_digests(tmp_path / "held").items()

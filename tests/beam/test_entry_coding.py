@@ -65,7 +65,8 @@ def test_the_encoding_is_compact():
 
 def test_the_planning_shuffles_carry_entries_as_compressed_batch_bytes():
     """An in-process runner holds a shuffle's values as its coder decodes them, all at once:
-    planning's chunks cross as bytes, never as a batch of ImageEntry objects."""
+    planning's chunks cross as bytes as `hold` keeps them (a reference into a spool, or the
+    bytes), never as a batch of ImageEntry objects."""
     pipeline = beam.Pipeline()
     config = BuildConfig(inputs=("samples/fruits/**",), output="unused", dedup=True)
     _ = pipeline | ConvertImages(config)
@@ -79,11 +80,11 @@ def test_the_planning_shuffles_carry_entries_as_compressed_batch_bytes():
             coders[transform.unique_name] = repr(context.coders.get_by_id(coder_id))
     for step in ("/GroupBuckets/", "/GroupShards", "/GroupCopies/"):
         (coder,) = (c for name, c in coders.items() if step in name)
-        assert coder.endswith(", BytesCoder]"), coder
+        assert coder.endswith(", _HeldCoder]"), coder
         assert "Pickle" not in coder and "FastPrimitives" not in coder
     # The reshuffles before reading images move batches as bytes too.
     (spread,) = (c for name, c in coders.items() if "HashImages/Spread" in name)
-    assert "BytesCoder" in spread and "Pickle" not in spread, spread
+    assert "_HeldCoder" in spread and "Pickle" not in spread, spread
 
 
 def test_listed_files_cross_in_their_compact_coder_too():
@@ -107,7 +108,7 @@ def test_listed_files_cross_in_their_compact_coder_too():
         coders[name.split("/")[-1]] = repr(context.coders.get_by_id(coder_id))
     assert coders["Label"] == "_LabelledBatchCoder"
     assert coders["KeyByUrl"].endswith(", _SourceBatchCoder]"), coders
-    assert coders["Group"].endswith(", BytesCoder]"), coders
+    assert coders["Group"].endswith(", _HeldCoder]"), coders
     assert "Pickle" not in coders["Group"] and "FastPrimitives" not in coders["Group"]
 
 

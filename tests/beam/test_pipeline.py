@@ -25,6 +25,7 @@ from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.config import BuildConfig, ConfigError
 from beam_tfrecord.splits import assign_split
+from beam_tfrecord.spool import Held
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "fruits"
 
@@ -385,11 +386,13 @@ def test_importing_the_library_leaves_the_callers_logging_alone(tmp_path):
 def _largest_record(kv) -> int:
     """A GroupByKey input's size: of the whole element, or of its largest entry with the key
     when it holds a chunk of entries (a list of them, or a batch's compressed bytes, as planning
-    moves them; inside a combine, the chunk keyed again). Bytes that are not a batch's are
+    moves them, as `hold` keeps them; inside a combine, the chunk keyed again). Bytes that are not a batch's are
     measured whole: an image's would be."""
     key, value = kv
     if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], list):
         key, value = (key, value[0]), value[1]
+    if isinstance(value, Held):  # as a chunk crosses a shuffle: `hold`'s, here in memory
+        value = value.data
     if isinstance(value, bytes):
         with contextlib.suppress(zlib.error):
             value = EntryBatch.from_bytes(value)
