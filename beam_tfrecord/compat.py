@@ -32,10 +32,12 @@ __all__ = [
     "end_fork_server",
     "import_beam_for_one_local_build",
     "option_strings",
+    "process_running",
     "release_named_semaphores",
     "reuse_image_memory",
     "run_exit_handlers",
     "subcommand_parsers",
+    "wait_for_exit",
 ]
 
 # The versions each reliance here and in `beam.compat` was checked on, from the first release
@@ -176,6 +178,33 @@ def reuse_image_memory() -> None:
         if mallopt is not None:
             mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
             mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+
+
+def process_running(pid: int) -> bool:
+    """Whether process `pid` is running (a zombie counts): signal 0 reaches it. One of another
+    user's, which may have taken the number of one of ours that ended, counts as not."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def wait_for_exit(pid: int) -> None:
+    """Returns once process `pid` (not a child of this one) has ended: a pidfd becomes readable
+    then (Linux 5.3 and newer, Python 3.9 and newer); elsewhere, asked each second."""
+    import select
+
+    try:
+        ended = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        while process_running(pid):
+            time.sleep(1.0)
+        return
+    try:
+        select.select([ended], [], [])
+    finally:
+        os.close(ended)
 
 
 def _glibc_mallopt():

@@ -29,7 +29,6 @@ import multiprocessing
 import os
 import pickle
 import posixpath
-import select
 import signal
 import tempfile
 import threading
@@ -45,7 +44,12 @@ import fsspec.config
 from beam_tfrecord import progress
 from beam_tfrecord.batches import PackedEntries, SourceBatch, batched, in_shard_order
 from beam_tfrecord.codec.record_index import index_file_name
-from beam_tfrecord.compat import SpawnWithoutMain, end_fork_server, reuse_image_memory
+from beam_tfrecord.compat import (
+    SpawnWithoutMain,
+    end_fork_server,
+    reuse_image_memory,
+    wait_for_exit,
+)
 from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.head_start import HeadStart, plan_digest, plan_shards
 from beam_tfrecord.images.decode import quiet_pillow_for_good
@@ -651,29 +655,13 @@ def _end_with(launcher: int) -> None:
 
     def watch() -> None:
         _block_sigterm()
-        try:
-            ended = os.pidfd_open(launcher)
-        except (AttributeError, OSError):  # not Linux 5.3 or newer: ask every second
-            while _alive(launcher):
-                time.sleep(1.0)
-        else:
-            select.select([ended], [], [])  # readable once the process has ended
+        wait_for_exit(launcher)
         if hasattr(signal, "pthread_kill"):
             signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
         else:  # not POSIX: SIGTERM ends the process at once
             os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, name="launcher-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process took the number
-        return False
-    return True
 
 
 def _exit_on_term(signum, frame) -> None:

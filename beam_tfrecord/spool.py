@@ -25,6 +25,8 @@ import tempfile
 import threading
 from collections.abc import Iterator
 
+from beam_tfrecord.compat import process_running
+
 __all__ = ["Held", "hold", "spooling"]
 
 _PREFIX = "beam-tfrecord-spool-"
@@ -166,15 +168,5 @@ def _sweep() -> None:
             if not name.startswith(_PREFIX):
                 continue
             pid = name[len(_PREFIX) :].partition("-")[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_running(int(pid)):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's: not ours to remove
-        return True
-    return True

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from importlib import metadata
 from pathlib import Path
 
@@ -582,3 +583,21 @@ def test_beams_option_parser_knows_every_options_class_and_raises():
     assert known.direct_num_workers == 2 and unknown == ["--nope"]
     with pytest.raises(OptionRefused):
         parser.parse_known_args(["--direct_num_workers=two"])
+
+
+def test_a_process_is_running_until_it_ends_and_waited_for_by_one_not_its_parent():
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        assert compat.process_running(child.pid)
+        waiting = threading.Thread(target=compat.wait_for_exit, args=(child.pid,))
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive(), "it returned before the process ended"
+        child.stdin.close()
+        child.wait(timeout=30)
+        waiting.join(10)
+        assert not waiting.is_alive()
+        assert not compat.process_running(child.pid)
+    finally:
+        child.kill()
