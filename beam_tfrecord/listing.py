@@ -10,7 +10,7 @@ import os
 import posixpath
 import re
 import struct
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from dataclasses import dataclass, replace
 
 import fsspec
@@ -31,8 +31,10 @@ __all__ = [
     "has_magic",
     "input_list_chunks",
     "is_hidden",
+    "left_out_counter",
     "matching_folders",
     "one_input",
+    "other_image_suffix",
     "parse_input_line",
     "pattern_base",
     "read_input_list_chunk",
@@ -382,6 +384,20 @@ def other_image_suffix(relpath: str, extensions: Iterable[str]) -> str | None:
     if is_hidden(relpath) or suffix not in DEFAULT_EXTENSIONS or suffix in extensions:
         return None
     return suffix
+
+
+def left_out_counter(
+    extensions: Iterable[str], counts: MutableMapping[str, int]
+) -> Callable[[str], None]:
+    """What a listing calls with each file it leaves out (`expand_task`'s `left_out`): counts
+    the images of other kinds, by suffix (`other_image_suffix`), in `counts`."""
+
+    def left_out(relpath: str) -> None:
+        suffix = other_image_suffix(relpath, extensions)
+        if suffix is not None:
+            counts[suffix] = counts.get(suffix, 0) + 1
+
+    return left_out
 
 
 def _fsspec_glob_files(fs: fsspec.AbstractFileSystem, path: str) -> dict[str, int]:

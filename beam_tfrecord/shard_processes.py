@@ -54,7 +54,7 @@ from beam_tfrecord.entries import ImageEntry, ReportEntry, ShardResult, ShardSpe
 from beam_tfrecord.head_start import HeadStart, plan_digest, plan_shards
 from beam_tfrecord.images.decode import quiet_pillow_for_good
 from beam_tfrecord.images.policy import ImagePolicy
-from beam_tfrecord.listing import ListingTask, expand_task, other_image_suffix
+from beam_tfrecord.listing import ListingTask, expand_task, left_out_counter
 from beam_tfrecord.measurement import measure_into
 from beam_tfrecord.planning import hash_source
 from beam_tfrecord.readahead import new_executor, usable_cores, worker_threads
@@ -781,13 +781,7 @@ def _list(
     path of a file holding them, when they are many (`listed` reads it)."""
     with _ended_by_sigterm():
         left: dict[str, int] = {}
-
-        def left_out(relpath: str) -> None:
-            suffix = other_image_suffix(relpath, extensions)
-            if suffix is not None:
-                left[suffix] = left.get(suffix, 0) + 1
-
-        found = expand_task(task, extensions, left_out)
+        found = expand_task(task, extensions, left_out_counter(extensions, left))
         listed = [batch.to_bytes() for batch in batched(found, SourceBatch)], left
         if sum(map(len, listed[0])) <= _RESULT_SENT_WHOLE:
             return listed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +38,8 @@ from beam_tfrecord.listing import (
     expand_pattern,
     expand_task,
     input_list_chunks,
+    left_out_counter,
     one_input,
-    other_image_suffix,
     read_input_list_chunk,
     split_listing,
     url_key,
@@ -114,14 +114,6 @@ class _ListingFn(beam.DoFn):
     def _listing(self, task: ListingTask) -> Iterator[Any]:
         raise NotImplementedError
 
-    def _left_out(self, left: _LeftOut) -> Callable[[str], None]:
-        def left_out(relpath: str) -> None:
-            suffix = other_image_suffix(relpath, self._extensions)
-            if suffix is not None:
-                left[suffix] += 1
-
-        return left_out
-
     def start_bundle(self):
         self._found = SourceBatch()
         self._ahead = StreamsAhead(self._listing, LISTINGS_AT_ONCE)
@@ -173,7 +165,7 @@ class _SplitFn(_ListingFn):
 
     def _listing(self, task: ListingTask) -> Iterator[ListingTask | SourceFile | _LeftOut]:
         left = _LeftOut()
-        yield from split_listing(task, self._extensions, self._left_out(left))
+        yield from split_listing(task, self._extensions, left_out_counter(self._extensions, left))
         if left:
             yield left
 
@@ -231,7 +223,7 @@ class _ExpandTaskFn(_ListingFn):
 
     def _listing(self, task: ListingTask) -> Iterator[SourceFile | _LeftOut]:
         left = _LeftOut()
-        yield from expand_task(task, self._extensions, self._left_out(left))
+        yield from expand_task(task, self._extensions, left_out_counter(self._extensions, left))
         if left:
             yield left
 
