@@ -796,6 +796,17 @@ def listed(
     return _from_file(result) if isinstance(result, str) else result
 
 
+def drop_listing(future: Future) -> None:
+    """A listing `submit_listing` ran that will not be read: not started, it never runs; done,
+    the file it came back through (if any) goes."""
+    if future.cancel() or not future.done() or future.exception() is not None:
+        return
+    result = future.result()
+    if isinstance(result, str):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(result)
+
+
 def _through_file(result: Any, kind: str) -> str:
     """A worker's result pickled into a file of its own, whose path is sent back at once."""
     fd, path = tempfile.mkstemp(prefix=f"beam-tfrecord-{kind}-")

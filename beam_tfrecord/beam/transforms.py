@@ -49,7 +49,7 @@ from beam_tfrecord.planning import Preparer, hash_source
 from beam_tfrecord.readahead import StreamsAhead
 from beam_tfrecord.remote import Fetches
 from beam_tfrecord.settings import default
-from beam_tfrecord.shard_processes import listed, started
+from beam_tfrecord.shard_processes import drop_listing, listed, started
 from beam_tfrecord.shard_writer import segment_runs
 from beam_tfrecord.sharding import (
     SplitPlan,
@@ -213,6 +213,12 @@ class _ExpandTaskFn(_ListingFn):
             for output in self._taken(self._listings.popleft().result()):
                 yield in_global_window(output)
         yield from super().finish_bundle()
+
+    def teardown(self):
+        # A bundle that failed left listings unread: none of them leaves its file behind.
+        for future in getattr(self, "_listings", ()):
+            drop_listing(future)
+        super().teardown()
 
     def _taken(self, result: tuple[list[bytes], dict[str, int]] | str) -> Iterator[Any]:
         # Gathered into full batches again: a folder of a few files is a batch of a few.

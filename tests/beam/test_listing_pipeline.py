@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
@@ -221,6 +222,12 @@ def test_a_large_listing_comes_back_from_its_process_through_a_file(tmp_path, mo
     assert not Path(path).exists()
     batches, left = whole
     assert left == {".png": 1} and len(batches) == 2  # 3,000 files: two batches of 2,048
+    # One a failed bundle leaves unread goes too.
+    unread = Future()
+    unread.set_result(shard_processes._list(task, (".jpg",)))
+    assert Path(unread.result()).exists()
+    shard_processes.drop_listing(unread)
+    assert not Path(unread.result()).exists()
 
 
 def test_files_the_processes_list_are_gathered_into_full_batches(tmp_path):
