@@ -114,15 +114,16 @@ def parse_splits(value: str | Mapping[str, Any]) -> tuple[tuple[str, float], ...
         isinstance(pair, (list, tuple)) and len(pair) == 2 for pair in value
     ):
         items = [(str(name), ratio) for name, ratio in value]
-    elif isinstance(value, (list, tuple)):  # a config file's `splits: [train, test]`
+    elif not isinstance(value, str):  # a config file's `splits: [train, test]`, `splits: 5`
+        got = f"a list: {value!r}" if isinstance(value, (list, tuple)) else repr(value)
         raise ConfigError(
             "splits",
             f"expected split names with their ratios, such as {{train: 0.8, test: 0.2}} in a "
-            f"config file, got a list: {value!r}",
+            f"config file, got {got}",
         )
     else:
         items = []
-        for part in str(value).split(","):
+        for part in value.split(","):
             if not part.strip():
                 continue
             name, sep, ratio = part.partition("=")
@@ -149,6 +150,8 @@ def parse_splits(value: str | Mapping[str, Any]) -> tuple[tuple[str, float], ...
                 f"split name {name!r} is TFDS's name for every split at once; choose another",
             )
         try:
+            if isinstance(raw, bool):  # `{train: yes}` is no ratio of 1
+                raise TypeError(raw)
             ratio = float(raw)
         except (TypeError, ValueError):
             raise ConfigError("splits", f"ratio of {name!r} is not a number: {raw!r}") from None
@@ -366,33 +369,81 @@ _OWN_SETTINGS: tuple[Setting, ...] = tuple(s for s in SETTINGS if s.policy_field
 # number is refused as a list of inputs is.
 _ONE_PATH = {"output": "folder", "text": "file"}
 
+# The kinds whose value is text (extensions and classes: or a list of texts), with what it must
+# be and, for a name, what it names: a config file's `classes: 5` or `split_by: 5` reached
+# Python as a number ('int' object is not iterable), `extensions: {a: 1}` was taken as `.a`,
+# `labels: [dir]` as the text "['dir']", and `classes: [yes, no]` as 'True' and 'False'.
+_TEXT = {
+    "name": ("a dataset name", "dataset"),
+    "labels": ("dir, none or regex:PATTERN", None),
+    "regex": ("a regex with a capture group", None),
+    "extensions": ("file suffixes, comma-separated or a list of them", None),
+    "classes": ("class names: a,b,c, @FILE or a list of them", "class"),
+}
+_TEXTS = ("extensions", "classes")
+
 
 def _read(setting: Setting, value: Any) -> Any:
     """A value as a config file or a flag gives it (text, YAML's types), made the setting's
     type where that is plain (`seed: "7"`); BuildConfig and ImagePolicy check it then."""
     if setting.kind == "paths":
-        if isinstance(value, list):
-            return tuple(value)
-        if not isinstance(value, (str, tuple)) or not all(isinstance(p, str) for p in value):
+        if not isinstance(value, (str, list, tuple)) or not all(isinstance(p, str) for p in value):
+            # `input: [a, 5]` was the folder '5'.
             raise ConfigError(
                 setting.key, f"must be a path or glob, or a list of them, got {value!r}"
             )
+        return tuple(value) if isinstance(value, list) else value
     elif setting.kind in _ONE_PATH and not isinstance(value, (str, os.PathLike, type(None))):
         # YAML's `output: [a, b]` made a name of its text ('__a____b__', then refused as --name);
         # `output: 7` built into ./7.
         kind = _ONE_PATH[setting.kind]
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        quote = f" (quote it, '{value}', for a {kind} of that name)" if number else ""
-        raise ConfigError(setting.key, f"must be a {kind}'s path or URL, got {value!r}{quote}")
+        hint = _unquoted(value, kind)
+        raise ConfigError(setting.key, f"must be a {kind}'s path or URL, got {value!r}{hint}")
     elif setting.kind in ("integer", "number") and isinstance(value, str):
         kind, word = (int, "an integer") if setting.kind == "integer" else (float, "a number")
         try:
             return kind(value)
         except ValueError:
             raise ConfigError(setting.key, f"must be {word}, got {value!r}") from None
+    elif setting.kind in _TEXT:
+        _check_text(setting, value)
+    elif setting.kind == "splits" and isinstance(value, Mapping):
+        for name in (name for name in value if not isinstance(name, str)):
+            # `{5: 1}` was the split '5', `{yes: 1}` the split 'True'.
+            hint = _unquoted(name, "split")
+            raise ConfigError(setting.key, f"a split's name must be text, got {name!r}{hint}")
     elif setting.kind == "switch":
         _check_switch(setting.key, value)
     return value
+
+
+def _check_text(setting: Setting, value: Any) -> None:
+    """Refuses a value of a text kind (`_TEXT`) that is not text: a config file's number,
+    boolean, list or mapping (a list where a list of texts is taken, holding another)."""
+    if isinstance(value, str) or (value is None and setting.default is None):
+        return
+    wrong = [value]
+    if setting.kind in _TEXTS and isinstance(value, (list, tuple)):
+        wrong = [item for item in value if not isinstance(item, str)]
+        if not wrong:
+            return
+    what, noun = _TEXT[setting.kind]
+    raise ConfigError(setting.key, f"must be {what}, got {value!r}{_unquoted(wrong[0], noun)}")
+
+
+def _unquoted(value: Any, noun: str | None) -> str:
+    """How to write a name that YAML read as a number or a boolean (`classes: [0, 1]`,
+    `classes: [yes, no]`) as the text it is, said after the refusal; empty where none helps."""
+    if noun is None:
+        return ""
+    if isinstance(value, bool):
+        return (
+            f" (YAML reads an unquoted yes, no, on, off, true or false as a switch: quote a "
+            f"{noun} so named)"
+        )
+    if isinstance(value, (int, float)):
+        return f" (quote it, '{value}', for a {noun} of that name)"
+    return ""
 
 
 # --- each kind's check (settings.KINDS): the value as given -> the value the config holds ------

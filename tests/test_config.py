@@ -4,6 +4,7 @@ import argparse
 import json
 
 import pytest
+import yaml
 
 from beam_tfrecord.commands.build import add_arguments, config_from_args
 from beam_tfrecord.config import (
@@ -15,6 +16,7 @@ from beam_tfrecord.config import (
     parse_splits,
 )
 from beam_tfrecord.images.policy import ImagePolicy, Resize
+from beam_tfrecord.settings import KINDS, SETTINGS
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -197,6 +199,88 @@ def test_bad_settings_name_the_setting(tmp_path, yaml_text, flags, setting, mess
         config_from_args(_args("--config", str(yaml_file), *flags))
     assert str(err.value).startswith(setting + ":"), str(err.value)
     assert message in str(err.value)
+
+
+# For each kind of setting (settings.KINDS), values a config file may give that are not of it:
+# YAML's numbers, switches, lists and mappings, each with what its refusal shows of it where
+# that is not the whole value.
+_WRONG_KINDS = {
+    "paths": ["5", "{a: 1}", "[a, 5]"],
+    "text": ["5", "[a.csv]", "{a: 1}", "true"],
+    "output": ["5", "[a, b]", "{a: 1}", "true"],
+    "name": ["5", "[a]", "{a: 1}", "no"],
+    "choice": ["5", "[a]", "{a: 1}", "true"],
+    "extensions": ["5", "{a: 1}", "true", "[jpg, 5]", "[[jpg]]", ""],
+    "labels": ["5", "[dir]", "{a: 1}", "true"],
+    "classes": ["5", "{a: 1}", "true", "[a, 5]", "[a, [b]]", "[yes, no]"],
+    "splits": ["5", "true", "[train]", ("{5: 1}", "got 5"), ("{train: yes}", ": True")],
+    "integer": ["[1]", "{a: 1}", "true", "1.5"],
+    "number": ["[1]", "{a: 1}", "true"],
+    "size": ["[1]", "{a: 1}", "true"],
+    "switch": ["5", "[true]", "{a: 1}", "'yes'"],
+    "regex": ["5", "[a]", "{a: 1}", "true"],
+    "color": ["5", "{a: 1}", "true"],
+    "resize": ["[1]", "{a: 1}", "true"],
+}
+
+
+def test_every_kind_of_setting_has_values_of_another_kind_to_refuse():
+    assert set(_WRONG_KINDS) == set(KINDS)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [
+        (s.key, *(case if isinstance(case, tuple) else (case, None)))
+        for s in SETTINGS
+        for case in _WRONG_KINDS[s.kind]
+    ],
+)
+def test_a_config_value_of_another_kind_is_refused_in_words(tmp_path, key, value, shown):
+    """`classes: 5` and `extensions: 5` were refused as `--config: 'int' object is not
+    iterable`, `split_by: 5` as `--config: first argument must be string or compiled
+    pattern`; `extensions: [jpg, 5]` ended in a traceback, `extensions: {a: 1}` took `.a`
+    files and `classes: [yes, no]` the classes 'True' and 'False'. Every setting names itself
+    and the value it was given, in words."""
+    settings = {"input": "[a]", "output": "o", key: value}
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("".join(f"{k}: {v}\n" for k, v in settings.items()))
+    with pytest.raises(ConfigError) as err:
+        config_from_args(_args("--config", str(yaml_file)))
+    message = str(err.value)
+    assert message.startswith(f"--{key.replace('_', '-')}: "), message
+    assert (shown or repr(yaml.safe_load(value))) in message, message
+    python_speak = ("object", "iterable", "argument", "unhashable", "NoneType", "Error")
+    assert not any(word in message for word in python_speak), message
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("classes: [0, 1]", "--classes: must be class names: a,b,c, @FILE or a list of them, "
+         "got [0, 1] (quote it, '0', for a class of that name)"),
+        ("classes: [yes, no]", "got [True, False] (YAML reads an unquoted yes, no, on, off, "
+         "true or false as a switch: quote a class so named)"),
+        ("name: 2024", "--name: must be a dataset name, got 2024 (quote it, '2024', for a "
+         "dataset of that name)"),
+        ("splits: {1: 0.5, 2: 0.5}", "--splits: a split's name must be text, got 1 (quote it, "
+         "'1', for a split of that name)"),
+    ],
+)  # fmt: skip
+def test_a_name_yaml_reads_as_a_number_or_a_switch_is_refused_with_how_to_quote_it(
+    tmp_path, yaml_text, message
+):
+    """YAML reads `classes: [0, 1]` as numbers, and `[yes, no]` as true and false: the build
+    took them as the classes '0' and '1' (and `[007]` as '7'), 'True' and 'False'."""
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text(f"input: [a]\noutput: o\n{yaml_text}\n")
+    with pytest.raises(ConfigError) as err:
+        config_from_args(_args("--config", str(yaml_file)))
+    assert message in str(err.value)
+    quoted = yaml_text.replace("[0, 1]", "['0', '1']").replace("[yes, no]", "['yes', 'no']")
+    quoted = quoted.replace("2024", "'2024'").replace("{1: 0.5, 2: 0.5}", "{'1': 0.5, '2': 0.5}")
+    yaml_file.write_text(f"input: [a]\noutput: o\n{quoted}\n")
+    config_from_args(_args("--config", str(yaml_file)))
 
 
 def test_a_config_in_another_encoding_is_refused_and_a_byte_order_mark_is_no_key(tmp_path):

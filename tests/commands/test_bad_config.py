@@ -428,6 +428,38 @@ def test_a_path_setting_of_another_kind_is_refused_as_a_list_of_inputs_is(
 
 
 @pytest.mark.parametrize(
+    ("yaml_text", "says"),
+    [
+        ("classes: 5", "--classes: must be class names: a,b,c, @FILE or a list of them, got 5 "
+         "(quote it, '5', for a class of that name)"),
+        ("extensions: 5", "--extensions: must be file suffixes, comma-separated or a list of "
+         "them, got 5"),
+        ("extensions: [jpg, 5]", "--extensions: must be file suffixes, comma-separated or a "
+         "list of them, got ['jpg', 5]"),
+        ("split_by: 5", "--split-by: must be a regex with a capture group, got 5"),
+        ("labels: [dir]", "--labels: must be dir, none or regex:PATTERN, got ['dir']"),
+        ("classes: [yes, no]", "--classes: must be class names: a,b,c, @FILE or a list of "
+         "them, got [True, False] (YAML reads an unquoted yes, no, on, off, true or false as "
+         "a switch: quote a class so named)"),
+    ],
+)  # fmt: skip
+def test_a_setting_of_another_kind_is_refused_in_words_naming_it(
+    src, tmp_path, monkeypatch, capsys, yaml_text, says
+):
+    """`classes: 5` and `extensions: 5` were refused as `--config: 'int' object is not
+    iterable`, `split_by: 5` as `--config: first argument must be string or compiled
+    pattern`, `extensions: [jpg, 5]` in a traceback; `labels: [dir]` as the text "['dir']";
+    `classes: [yes, no]` built, and every input was refused as of no class."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"input: ['{src}/**']\noutput: out\n{yaml_text}\n")
+    assert main(["build", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"beam-tfrecord build: error: {says}\n", err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"], "nothing was written"
+
+
+@pytest.mark.parametrize(
     ("setting", "value"),
     [("overwrite", '"no"'), ("overwrite", "maybe"), ("dedup", '"false"'), ("resume", "1")],
 )
