@@ -177,6 +177,10 @@ def test_resume_or_overwrite_as_a_flag_answers_for_the_file(tmp_path, in_file, f
             "--config",
             "line 4: 'seed' is given twice",
         ),
+        # A list as a key was a traceback (unhashable type: 'list'), from the check for keys
+        # given twice.
+        ("input: [a]\noutput: o\nsplits: {[a]: 1}\n", [], "--config", "line 3: found unhashable"),
+        ("input: [a]\n[o]: o\n", [], "--config", "cannot be read, line 2: found unhashable key"),
         (
             "input: [a]\nmin_shard_size: 1MB\noutput: o\nmin-shard-size: 2MB\n",
             [],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import contextlib
 import functools
 import gc
@@ -163,6 +164,8 @@ def _unique_keys_loader() -> type:
             seen: set = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, collections.abc.Hashable):
+                    break  # `{[a]: 1}`: yaml's own refusal says where (`found unhashable key`)
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"{key!r} is given twice", key_node.start_mark
