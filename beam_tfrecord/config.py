@@ -469,7 +469,11 @@ def _text(setting: Setting, value: Any, config: BuildConfig) -> Any:
 def _output(setting: Setting, value: Any, config: BuildConfig) -> str:
     if not value or not str(value).strip():
         raise ConfigError(setting.key, "an output folder is needed")
-    return str(value).rstrip("/") or "/"
+    output = str(value)
+    if has_protocol(output) and not without_protocol(output).strip("/"):
+        # `gs://` built into a folder `gs:` here, its slashes taken off as a folder's are.
+        raise ConfigError(setting.key, f"{output!r} names a filesystem, but no folder in it")
+    return output.rstrip("/") or "/"
 
 
 def _name(setting: Setting, value: Any, config: BuildConfig) -> str:

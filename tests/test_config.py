@@ -92,6 +92,15 @@ def test_parse_classes(tmp_path):
         parse_classes(f"@{tmp_path / 'missing.txt'}")
 
 
+@pytest.mark.parametrize("output", ["gs://", "s3:///", "memory://", "file:///"])
+def test_an_output_url_that_names_no_folder_is_refused(output):
+    """`--output gs://` built into a folder `gs:` here: the slashes were taken off as the end
+    of a folder's path."""
+    with pytest.raises(ConfigError) as err:
+        BuildConfig(inputs=("a",), output=output)
+    assert str(err.value) == f"--output: {output!r} names a filesystem, but no folder in it"
+
+
 def test_defaults_and_name_from_output():
     config = BuildConfig(inputs=("data/**",), output="gs://bucket/datasets/flowers-v2/")
     assert config.name == "flowers-v2"
