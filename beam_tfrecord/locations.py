@@ -20,6 +20,7 @@ __all__ = [
     "is_gcsfs",
     "is_local",
     "is_local_url",
+    "is_memory_url",
     "is_object_store",
     "is_remote",
     "is_s3fs",
@@ -116,6 +117,13 @@ def is_object_store(fs: fsspec.AbstractFileSystem) -> bool:
 def is_store_url(url: str) -> bool:
     """`is_object_store` for a URL, with no filesystem made: not this machine's disk or memory."""
     return get_protocol(url) not in _NOT_STORES
+
+
+def is_memory_url(url: str) -> bool:
+    """Whether `url` is in fsspec's memory filesystem (`memory://x`, or a chain that reaches it:
+    `simplecache::memory://x`): this process's own, holding nothing when it starts and gone
+    when it ends."""
+    return any(get_protocol(part) == "memory" for part in url.split("::"))
 
 
 def reached_alike(url: str) -> bool:

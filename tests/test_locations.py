@@ -10,6 +10,7 @@ from beam_tfrecord.locations import (
     is_gcsfs,
     is_local,
     is_local_url,
+    is_memory_url,
     is_object_store,
     is_remote,
     is_store_url,
@@ -35,6 +36,21 @@ def test_one_answer_by_url(url, local, store, alike):
     assert is_local_url(url) is local
     assert is_store_url(url) is store
     assert reached_alike(url) is alike
+
+
+@pytest.mark.parametrize(
+    ("url", "memory"),
+    [
+        ("memory://x", True),
+        ("memory://", True),
+        ("simplecache::memory://x", True),
+        ("memory", False),  # a folder of that name
+        ("out/memory:x", False),
+        ("gs://memory/x", False),
+    ],
+)
+def test_memory_is_told_by_url(url, memory):
+    assert is_memory_url(url) is memory
 
 
 def test_the_filesystem_and_the_url_agree():

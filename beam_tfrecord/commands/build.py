@@ -36,6 +36,7 @@ from beam_tfrecord.config import (
     ConfigError,
     unknown_setting,
 )
+from beam_tfrecord.locations import is_memory_url
 from beam_tfrecord.progress import Progress
 from beam_tfrecord.settings import SETTINGS, Setting
 from beam_tfrecord.storage import written_at
@@ -351,6 +352,7 @@ def _settings(
 
             check_beam_args(extra, _own_flags())
         raise
+    _refuse_memory(config)
     _start_before_beam(config, extra, started, early)  # at once: before Beam is imported
     # Beam is imported only once the config is sound (a build that started early has it).
     # Stopped meanwhile, a build that has started nothing says so in one line (`starting`).
@@ -364,6 +366,24 @@ def _settings(
         beam_args.append('--sdk_harness_log_level_overrides={"beam_tfrecord": "DEBUG"}')
     _LOG.debug("Beam options: %s", " ".join(beam_args) or "(none)")
     return config, options, beam_args
+
+
+def _refuse_memory(config: BuildConfig) -> None:
+    """Refuses fsspec's memory filesystem as a place of the command's build: it is this
+    process's own, so a build written there is lost when the command ends (which said "Built
+    'x' in memory://x", exit status 0), and an input there holds nothing yet. The library's
+    `build` takes it, in one process with its caller (tests use it)."""
+    for setting, url in config.places():
+        if is_memory_url(url):
+            held = (
+                "gone when the command ends: the build would be lost"
+                if setting == "output"
+                else "empty when a command starts"
+            )
+            raise ConfigError(
+                setting, f"{url!r} is in memory (fsspec's memory filesystem), {held}; give a "
+                "path on disk or in a bucket",
+            )  # fmt: skip
 
 
 def _run_build(

@@ -19,7 +19,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from beam_tfrecord.codec.reader import TFRecordReader, read_records
 from beam_tfrecord.commands.arguments import print_error
-from beam_tfrecord.locations import is_local, protocol_problem
+from beam_tfrecord.locations import is_local, is_memory_url, protocol_problem
 from beam_tfrecord.manifest import read_manifest
 from beam_tfrecord.reader import Dataset, MissingRecordsError, Shard, decode_image, parse_record
 from beam_tfrecord.wording import count
@@ -261,6 +261,11 @@ def _format_of(out: str) -> str | None:
 def _refusal(out: str, overwrite: bool) -> str | None:
     """Why the sheet cannot go to `out` (it is a folder; its folder is not there; it exists
     and --overwrite is not given), or None."""
+    if is_memory_url(out):  # written, and gone with the command, which said it wrote it
+        return (
+            f"-o {out}: is in memory (fsspec's memory filesystem), gone when the command ends; "
+            "name a file on disk or in a bucket"
+        )
     fs, path = fsspec.core.url_to_fs(out)
     if fs.isdir(path):
         return f"-o {out}: is a folder; name the PNG file to write"

@@ -459,6 +459,47 @@ def test_a_setting_of_another_kind_is_refused_in_words_naming_it(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"], "nothing was written"
 
 
+_IN_MEMORY = "is in memory (fsspec's memory filesystem),"
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--output", "memory://built"], f"--output: 'memory://built' {_IN_MEMORY} gone when "
+         "the command ends: the build would be lost; give a path on disk or in a bucket"),
+        (["--output", "simplecache::memory://built"], "--output: 'simplecache::memory://built' "
+         f"{_IN_MEMORY} gone when the command ends: the build would be lost;"),
+        (["--input", "memory://src", "--output", "out"], f"--input: 'memory://src' {_IN_MEMORY} "
+         "empty when a command starts; give a path on disk or in a bucket"),
+        (["--input-list", "memory://list.csv", "--output", "out"], "--input-list: "
+         f"'memory://list.csv' {_IN_MEMORY} empty when a command starts;"),
+    ],
+    ids=["output", "chained_output", "input", "input_list"],
+)  # fmt: skip
+def test_the_command_refuses_memory_which_ends_with_it(
+    src, tmp_path, monkeypatch, capsys, flags, says
+):
+    """`build --output memory://x` printed "Built 'x' in memory://x", exit status 0: the build
+    was in the command's own memory, gone as it ended. The library's `build` takes memory, in
+    one process with its caller (the tests use it)."""
+    import fsspec
+
+    monkeypatch.chdir(tmp_path)
+    memory = fsspec.filesystem("memory")
+    memory.pipe("/src/cat/a.png", next((src / "cat").iterdir()).read_bytes())
+    memory.pipe("/list.csv", b"memory://src/cat/a.png\n")
+    inputs = [] if "--input" in flags or "--input-list" in flags else ["--input", str(src)]
+    try:
+        assert main(["build", *inputs, *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"beam-tfrecord build: error: {says}") and err.count("\n") == 1
+        assert list(tmp_path.iterdir()) == [], "nothing was written"
+        assert not memory.exists("/built")
+    finally:
+        memory.rm("/src", recursive=True)
+        memory.rm("/list.csv")
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [("overwrite", '"no"'), ("overwrite", "maybe"), ("dedup", '"false"'), ("resume", "1")],

@@ -321,6 +321,19 @@ def test_preview_refuses_a_file_name_whose_suffix_names_no_format_it_writes(
     assert not out.exists()
 
 
+def test_preview_refuses_to_write_its_sheet_into_memory(built, capsys):
+    """`-o memory://sheet.png` said "wrote memory://sheet.png", exit status 0: a sheet in the
+    command's own memory, gone as it ended."""
+    import fsspec
+
+    assert main(["preview", str(built), "-o", "memory://sheet.png"]) == 2
+    assert capsys.readouterr().err == (
+        "beam-tfrecord preview: error: -o memory://sheet.png: is in memory (fsspec's memory "
+        "filesystem), gone when the command ends; name a file on disk or in a bucket\n"
+    )
+    assert not fsspec.filesystem("memory").exists("/sheet.png")
+
+
 def test_feature_spec_scan_0_reads_every_record_as_the_command_does(built):
     from beam_tfrecord.feature_spec import feature_spec
 
