@@ -256,11 +256,7 @@ class BuildConfig:
             object.__setattr__(self, setting.name, value)
         _check_unitless_bound(given, self.min_shard_size, self.max_shard_size)
         if self.min_shard_size > self.max_shard_size:
-            raise ConfigError(
-                "min_shard_size",
-                f"{format_size(self.min_shard_size)} is above --max-shard-size "
-                f"{format_size(self.max_shard_size)}",
-            )
+            raise _crossed_bounds(given, self.min_shard_size, self.max_shard_size)
         if self.overwrite and self.resume:
             raise ConfigError(
                 "resume", "--resume keeps finished shards; it cannot go with --overwrite"
@@ -660,14 +656,51 @@ def _check_unitless_bound(given: Mapping[str, Any], low: int, high: int) -> None
     (setting,) = unitless
     number = str(given[setting]).strip()
     other, bound = (
-        ("min-shard-size", low) if setting == "max_shard_size" else ("max-shard-size", high)
+        ("min_shard_size", low) if setting == "max_shard_size" else ("max_shard_size", high)
     )
     side = "below" if setting == "max_shard_size" else "above"
+    meant = float(number) * 10**6
+    # `--max-shard-size 10` meant as 10MB is below the default minimum (100MB) all the same.
+    crossed = meant < low if setting == "max_shard_size" else meant > high
+    also = f", with {_flag(other)} set too" if crossed and _is_default(given, other) else ""
     raise ConfigError(
         setting,
-        f"{number} is {number} bytes (a size without a unit is bytes), {side} --{other} "
-        f"{format_size(bound)}; did you mean {number}MB?",
+        f"{number} is {number} bytes (a size without a unit is bytes), {side} "
+        f"{_bound(given, other, bound)}; did you mean {number}MB{also}?",
     )
+
+
+def _crossed_bounds(given: Mapping[str, Any], low: int, high: int) -> ConfigError:
+    """The refusal of shard size bounds that cross: named as the bound given, the other one
+    said to be its default where it is (`--max-shard-size 50MB` alone was refused as
+    `--min-shard-size: 100.0 MB is above ...`, a size the user never gave), and to set it."""
+    if _is_default(given, "min_shard_size") and not _is_default(given, "max_shard_size"):
+        return ConfigError(
+            "max_shard_size",
+            f"{format_size(high)} is below {_bound(given, 'min_shard_size', low)}; set "
+            "--min-shard-size too",
+        )
+    also = "; set --max-shard-size too" if _is_default(given, "max_shard_size") else ""
+    return ConfigError(
+        "min_shard_size",
+        f"{format_size(low)} is above {_bound(given, 'max_shard_size', high)}{also}",
+    )
+
+
+def _bound(given: Mapping[str, Any], setting: str, size: int) -> str:
+    """A shard size bound as a refusal names it: `--max-shard-size 50.0 MB`, or one not given
+    `--max-shard-size's default, 200.0 MB`."""
+    if _is_default(given, setting):
+        return f"{_flag(setting)}'s default, {format_size(size)}"
+    return f"{_flag(setting)} {format_size(size)}"
+
+
+def _is_default(given: Mapping[str, Any], setting: str) -> bool:
+    return given[setting] == default(setting)
+
+
+def _flag(setting: str) -> str:
+    return "--" + setting.replace("_", "-")
 
 
 def _check_switch(setting: str, value: Any) -> None:

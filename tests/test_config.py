@@ -296,6 +296,35 @@ def test_a_name_yaml_reads_as_a_number_or_a_switch_is_refused_with_how_to_quote_
     config_from_args(_args("--config", str(yaml_file)))
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--max-shard-size", "50MB"], "--max-shard-size: 50.0 MB is below --min-shard-size's "
+         "default, 100.0 MB; set --min-shard-size too"),
+        (["--min-shard-size", "300MB"], "--min-shard-size: 300.0 MB is above --max-shard-size's "
+         "default, 200.0 MB; set --max-shard-size too"),
+        (["--min-shard-size", "3MB", "--max-shard-size", "2MB"], "--min-shard-size: 3.0 MB is "
+         "above --max-shard-size 2.0 MB"),
+        (["--max-shard-size", "150"], "--max-shard-size: 150 is 150 bytes (a size without a unit "
+         "is bytes), below --min-shard-size's default, 100.0 MB; did you mean 150MB?"),
+        # 10MB, the size meant, is below the default minimum too.
+        (["--max-shard-size", "10"], "--max-shard-size: 10 is 10 bytes (a size without a unit "
+         "is bytes), below --min-shard-size's default, 100.0 MB; did you mean 10MB, with "
+         "--min-shard-size set too?"),
+        (["--min-shard-size", "1MB", "--max-shard-size", "10"], "--max-shard-size: 10 is 10 "
+         "bytes (a size without a unit is bytes), below --min-shard-size 1.0 MB; did you mean "
+         "10MB?"),
+    ],
+)  # fmt: skip
+def test_shard_size_bounds_that_cross_say_which_is_a_default(flags, message):
+    """`--max-shard-size 50MB` was refused as `--min-shard-size: 100.0 MB is above
+    --max-shard-size 50.0 MB`, a minimum the user never set, without a word of its being the
+    default: named as the bound given, the other said to be its default, and to set it."""
+    with pytest.raises(ConfigError) as err:
+        config_from_args(_args("--input", "a", "--output", "o", *flags))
+    assert str(err.value) == message
+
+
 def test_a_config_in_another_encoding_is_refused_and_a_byte_order_mark_is_no_key(tmp_path):
     """Notepad saves UTF-16, with a byte-order mark: refused in one line, not a traceback. A
     UTF-8 file with a mark (a spreadsheet's, an editor's) reads as it would without one."""

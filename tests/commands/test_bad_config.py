@@ -47,6 +47,13 @@ CASES = [
         "--min-shard-size:",
         "is above --max-shard-size",
     ),
+    # Refused as `--min-shard-size: 100.0 MB is above ...`, a size the user never gave.
+    (
+        "max_below_the_default_min",
+        ["--max-shard-size", "50MB"],
+        "--max-shard-size: 50.0 MB is below --min-shard-size's default, 100.0 MB;",
+        "set --min-shard-size too\n",
+    ),
     ("bad_size_unit", ["--max-shard-size", "200MQ"], "--max-shard-size:", "'200MQ'"),
     # Each rule said "must be letters, digits ... or '_'", which these are: the first
     # character's rule went unsaid.

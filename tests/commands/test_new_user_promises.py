@@ -389,7 +389,8 @@ def test_8_a_size_without_a_unit_is_named_with_the_unit_meant(shapes, tmp_path):
     assert done.returncode == 2
     assert done.stderr == (
         "beam-tfrecord build: error: --max-shard-size: 10 is 10 bytes (a size without a unit "
-        "is bytes), below --min-shard-size 100.0 MB; did you mean 10MB?\n"
+        "is bytes), below --min-shard-size's default, 100.0 MB; did you mean 10MB, with "
+        "--min-shard-size set too?\n"
     )
 
 
