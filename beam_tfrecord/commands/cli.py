@@ -54,7 +54,9 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = _command_word(argv)
     for name, (module_name, help_text) in _COMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        # No command takes a flag abbreviated (`inspect --rec 1` for --records): build cannot,
+        # where one could swallow a Beam flag, and a habit one command took, another refused.
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         if name == chosen:  # only the command that runs is imported
             module = importlib.import_module(module_name)
             module.add_arguments(sub_parser)

@@ -121,6 +121,32 @@ def test_1_the_other_commands_name_the_flag_a_typo_meant(src, tmp_path, command,
     )
 
 
+@pytest.mark.parametrize(
+    ("command", "abbreviated", "says"),
+    [
+        ("inspect", "--rec 1", "--rec: no such flag; did you mean --records?"),
+        ("inspect", "--rec=1", "--rec: no such flag; did you mean --records?"),
+        ("verify", "--loo", "--loo: no such flag; did you mean --loose?"),
+        ("spec", "--sc 5", "--sc: no such flag; did you mean --scan?"),
+        ("preview", "--over", "--over: no such flag; did you mean --overwrite?"),
+    ],
+    ids=["inspect", "inspect_with_equals", "verify", "spec", "preview"],
+)
+def test_1_every_command_refuses_an_abbreviated_flag_as_build_does(
+    src, tmp_path, command, abbreviated, says
+):
+    """`inspect out/x --rec 1` was taken as --records 1, where `build --split` is refused
+    (an abbreviation there could swallow a Beam flag: `test_1_an_unknown_flag_...`): a habit
+    one command took, the other refused."""
+    done = run(command, str(src), *abbreviated.split(), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"beam-tfrecord {command}: error: {says} (see beam-tfrecord {command} --help)\n"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 # 2. A bad Beam option or runner: one line, exit 2, nothing created.
 
 
