@@ -19,7 +19,7 @@ from beam_tfrecord.beam.compat import OptionRefused, beam_flags, beam_option_par
 from beam_tfrecord.compat import option_strings
 from beam_tfrecord.config import ConfigError
 from beam_tfrecord.locations import has_protocol
-from beam_tfrecord.wording import nearest
+from beam_tfrecord.wording import flag_meant, nearest
 
 __all__ = ["FlagError", "beam_flag_names", "check_beam_args", "check_job_service", "runner_name"]
 
@@ -173,10 +173,9 @@ def _unexpected(unknown: Sequence[str]) -> str:
 
 
 def _unknown_flag(flag: str, candidates: Iterable[str]) -> ConfigError:
-    return FlagError(
-        flag.lstrip("-"),
-        f"{flag}: no such flag, of this tool or of Beam{_suggest(flag, candidates)}",
-    )
+    meant = flag_meant(flag, candidates)
+    hint = f"; did you mean {meant}?" if meant else ""
+    return FlagError(flag.lstrip("-"), f"{flag}: no such flag, of this tool or of Beam{hint}")
 
 
 def runner_name(options: argparse.Namespace) -> str | None:

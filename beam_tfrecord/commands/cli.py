@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from beam_tfrecord.commands.console import quiet_libraries, stop_on_signals
 from beam_tfrecord.commands.starting import started
 from beam_tfrecord.compat import option_strings, run_exit_handlers, subcommand_parsers
-from beam_tfrecord.wording import nearest
+from beam_tfrecord.wording import flag_meant, nearest
 
 # Subcommand name -> module exposing `add_arguments(parser)` and `run(args, extra) -> int`.
 # Modules are imported only when their command runs, so `inspect` never pays for importing Beam.
@@ -81,7 +81,7 @@ def _unrecognized(extra: Sequence[str], parser: argparse.ArgumentParser) -> str:
     unknown = [arg.split("=", 1)[0] for arg in extra if arg.startswith("-") and arg != "-"]
     if not unknown:
         return f"unrecognized arguments: {' '.join(extra)}"
-    meant = {flag: nearest(flag, flags) for flag in unknown}
+    meant = {flag: flag_meant(flag, flags) for flag in unknown}
     if len(unknown) == 1:
         flag = unknown[0]
         return f"{flag}: no such flag" + (f"; did you mean {meant[flag]}?" if meant[flag] else "")

@@ -538,6 +538,27 @@ def test_a_mistyped_flag_is_named_even_when_it_leaves_a_required_setting_unset(
 
 
 @pytest.mark.parametrize(
+    ("flag", "meant"),
+    [
+        ("--in", "--input or --input-list"),
+        ("--jpeg", "--jpeg-quality"),
+        ("--split", "--splits"),  # the nearest, of the two it begins
+    ],
+)
+def test_an_abbreviated_flag_is_refused_naming_the_flags_it_begins(
+    src, tmp_path, capsys, flag, meant
+):
+    """`build --in DIR` was refused with no flag named: too short for `nearest`'s likeness."""
+    out = tmp_path / "out"
+    assert main(["build", flag, str(src), "--output", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: {flag}: no such flag, of this tool or of Beam; did you "
+        f"mean {meant}?\n"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
     ("command", "says"),
     [
         ("biuld", "'biuld' is not a command; did you mean 'build'?"),

@@ -129,8 +129,10 @@ def test_1_the_other_commands_name_the_flag_a_typo_meant(src, tmp_path, command,
         ("verify", "--loo", "--loo: no such flag; did you mean --loose?"),
         ("spec", "--sc 5", "--sc: no such flag; did you mean --scan?"),
         ("preview", "--over", "--over: no such flag; did you mean --overwrite?"),
+        # Too short for the likeness of `nearest`: the flag it begins is named.
+        ("inspect", "--comp GZIP", "--comp: no such flag; did you mean --compression?"),
     ],
-    ids=["inspect", "inspect_with_equals", "verify", "spec", "preview"],
+    ids=["inspect", "inspect_with_equals", "verify", "spec", "preview", "begins_one"],
 )
 def test_1_every_command_refuses_an_abbreviated_flag_as_build_does(
     src, tmp_path, command, abbreviated, says
