@@ -54,8 +54,10 @@ class _Spool:
         return offset
 
     def close(self) -> None:
+        """Closes the file and removes its folder: what it held is gone."""
         _open.pop(self.path, None)
         os.close(self._fd)
+        shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
 
 # The spool this process writes to, while one is open (`spooling`).
@@ -141,23 +143,46 @@ def _read(path: str, offset: int, length: int) -> bytes:
 
 @contextlib.contextmanager
 def spooling(enabled: bool = True) -> Iterator[None]:
-    """While within, `hold` keeps bytes in a new spool file of this process's, which goes at the
-    end; spools of processes that ended without removing theirs (killed) go at the start."""
-    global _current
-    if not enabled or _current is not None:  # a build within a build (tests) shares it
+    """While within, `hold` keeps bytes in this process's spool file. Builds that run at once in
+    one process (a program's threads, a test's build within a build) share it, and it goes with
+    the last of them; the spools of processes that ended without removing theirs (killed) go
+    when one starts."""
+    if not enabled:
         yield
         return
-    _sweep()
-    folder = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+    _enter()
     try:
-        _current = _Spool(folder)
-        try:
-            yield
-        finally:
-            spool, _current = _current, None
-            spool.close()
+        yield
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        _leave()
+
+
+_users = 0
+_users_lock = threading.Lock()
+
+
+def _enter() -> None:
+    global _current, _users
+    with _users_lock:
+        if _current is None:
+            _sweep()
+            folder = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+            try:
+                _current = _Spool(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+        _users += 1
+
+
+def _leave() -> None:
+    global _current, _users
+    with _users_lock:
+        _users -= 1
+        if _users or _current is None:
+            return
+        spool, _current = _current, None
+    spool.close()
 
 
 def _sweep() -> None:

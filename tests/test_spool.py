@@ -8,6 +8,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from beam_tfrecord import spool
@@ -77,6 +78,28 @@ def test_a_build_within_a_build_shares_its_spool():
             second = hold(b"two")
         assert first.data == b"one" and second.data == b"two"
         assert len(_spool_folders()) == 1
+
+
+def test_builds_that_overlap_in_threads_share_the_spool_until_the_last_ends():
+    """One build's end must not take the spool from under another still running."""
+    first_in, first_out = threading.Event(), threading.Event()
+    held = []
+
+    def first_build():
+        with spooling():
+            first_in.set()
+            first_out.wait(10)
+
+    thread = threading.Thread(target=first_build)
+    thread.start()
+    first_in.wait(10)
+    with spooling():
+        held.append(hold(b"second's"))
+        first_out.set()
+        thread.join(10)  # the first build ended
+        assert held[0].data == b"second's"
+        assert len(_spool_folders()) == 1
+    assert _spool_folders() == []
 
 
 def _spool_folders() -> list[str]:
