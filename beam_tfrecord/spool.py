@@ -91,20 +91,20 @@ class Held:
         """What a runner holds and moves of it: a reference, or the bytes themselves."""
         if self._data is not None:
             return _INLINE + self._data
-        return _SPOOLED + _REF.pack(self._offset, self._length) + self._path.encode()
+        return _SPOOLED + _REF.pack(self._offset, self._length) + os.fsencode(self._path)
 
     def encoded_size(self) -> int:
         """len(self.encoded()), without encoding."""
         if self._data is not None:
             return 1 + self._length
-        return 1 + _REF.size + len(self._path.encode())
+        return 1 + _REF.size + len(os.fsencode(self._path))
 
     @classmethod
     def decoded(cls, encoded: bytes) -> Held:
         if encoded[:1] == _INLINE:
             return cls(encoded[1:])
         offset, length = _REF.unpack_from(encoded, 1)
-        return cls(None, encoded[1 + _REF.size :].decode(), offset, length)
+        return cls(None, os.fsdecode(encoded[1 + _REF.size :]), offset, length)
 
     def __reduce__(self):
         return Held.decoded, (self.encoded(),)
