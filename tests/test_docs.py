@@ -147,6 +147,20 @@ def test_every_manifest_field_has_its_row(site):
     for _title, cls, fields, _meanings in _hook().manifest_sections():
         for name in fields:
             assert f"{cls.__name__.lower()}-{name}" in page.rows, (cls.__name__, name)
+    # Each type as the declaration writes it.
+    assert page.rows["inputs-listed"].split()[:2] == ["listed", "int"]
+    assert " dict[str, SplitSummary] " in page.rows["manifest-splits"]
+
+
+def test_no_page_shows_a_type_as_python_holds_it(site):
+    """The manifest reference showed every field's type as `ForwardRef('int', module=...)`."""
+    out, _ = site
+    shown = [
+        str(path.relative_to(out))
+        for path in out.rglob("*.html")
+        if "ForwardRef(" in path.read_text(encoding="utf-8")
+    ]
+    assert shown == []
 
 
 def _declared_keys(manifest: dict) -> None:

@@ -276,8 +276,17 @@ def _typed_dict_fields(cls) -> dict[str, str]:
     for klass in reversed(cls.__mro__):
         for name, annotation in getattr(klass, "__annotations__", {}).items():
             if klass.__module__ == cls.__module__:
-                fields[name] = annotation if isinstance(annotation, str) else str(annotation)
+                fields[name] = _as_written(annotation)
     return fields
+
+
+def _as_written(annotation) -> str:
+    """An annotation as its source wrote it (`dict[str, int]`). Under `from __future__ import
+    annotations` a TypedDict keeps each one as a ForwardRef, whose str() is
+    `ForwardRef('int', module=...)`: the page showed that for every field."""
+    if isinstance(annotation, str):
+        return annotation
+    return getattr(annotation, "__forward_arg__", None) or str(annotation)
 
 
 def manifest_sections() -> list[tuple[str, type, dict[str, str], dict[str, str]]]:
