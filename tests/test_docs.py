@@ -327,6 +327,16 @@ def test_the_page_runs_as_written(page, workdir):
         assert done.returncode == 0, f"{page}, block {number}:\n{code}\n{done.stdout}{done.stderr}"
 
 
+def test_the_pages_say_only_an_interrupted_build_keeps_its_lock():
+    """They said a local output kept its lock until `release_output` or the end of the process,
+    where a build that ends releases it as build() returns."""
+    for page in ("guide/python.md", "guide/output-lock.md"):
+        text = " ".join((DOCS / page).read_text(encoding="utf-8").split())
+        (said,) = [s for s in re.split(r"(?<=\.) ", text) if "`release_output(output)`" in s]
+        assert "interrupted build" in said, (page, said)
+        assert "build()` releases" in text or "releases it as `build` returns" in text, page
+
+
 def test_the_python_example_leaves_logging_as_it_was(workdir):
     """The guide's "From Python" example, run as a script: the summary it prints, and nothing of
     Beam's on stderr (the library leaves the program's logging as it was)."""

@@ -348,6 +348,23 @@ def test_an_interrupt_reaches_the_caller_as_itself_and_the_output_stays_locked(
     assert not (out / "manifest.json").exists()
 
 
+def test_a_build_that_ends_or_fails_leaves_its_output_unlocked(built, collection, tmp_path):
+    """Only an interrupted build keeps its lock (above): one that finished, or failed, released
+    it as build() returned or raised, as the guides say."""
+    from beam_tfrecord.output_lock import LOCK_FILE, lock_output, release_output
+    from beam_tfrecord.verdict import BuildFailed
+
+    src, _ = collection
+    _, out, _, _ = built
+    failed = tmp_path / "failed"
+    with pytest.raises(BuildFailed):
+        build(_config(src, failed, labels="regex:^(cat|dog|fox)/", classes="cat,dgo,fox"))
+    for folder in (out, failed):
+        assert not (folder / LOCK_FILE).exists()
+        lock_output(str(folder))  # not held by this process any more, nor by another
+        release_output(str(folder))
+
+
 def test_importing_the_library_leaves_the_callers_logging_alone(tmp_path):
     """Without Beam's Google Cloud extras (the package's own install), `import apache_beam`
     logs "apitools not found..." through `logging.warning`, which also gives a root logger
