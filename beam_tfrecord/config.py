@@ -328,7 +328,18 @@ class BuildConfig:
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> BuildConfig:
-        """Builds a config from a mapping whose keys may use `-` or `_` (YAML files, merged flags)."""
+        """Builds a config from a mapping whose keys may use `-` or `_` (YAML files, merged flags).
+
+        A path (`input`, `output`, `input_list`, and the file of `classes`, `@FILE` in a flag)
+        may be given as text or as an `os.PathLike` such as `pathlib.Path`.
+        """
+        if not isinstance(settings, Mapping):
+            raise ConfigError(
+                "config",
+                "from_settings takes a mapping of settings to their values, such as "
+                f"{{'input': ['photos/**'], 'output': 'out/photos'}}, not a "
+                f"{type(settings).__name__}: {settings!r}",
+            )
         values: dict[str, Any] = {}
         for key, value in settings.items():
             norm = cls.setting_of(key)
@@ -382,6 +393,7 @@ _TEXTS = ("extensions", "classes")
 def _read(setting: Setting, value: Any) -> Any:
     """A value as a config file or a flag gives it (text, YAML's types), made the setting's
     type where that is plain (`seed: "7"`); BuildConfig and ImagePolicy check it then."""
+    value = _path_as_text(setting, value)
     if setting.kind == "paths":
         if not isinstance(value, (str, list, tuple)) or not all(isinstance(p, str) for p in value):
             # `input: [a, 5]` was the folder '5'.
@@ -411,6 +423,22 @@ def _read(setting: Setting, value: Any) -> Any:
     elif setting.kind == "switch":
         _check_switch(setting.key, value)
     return value
+
+
+def _path_as_text(setting: Setting, value: Any) -> Any:
+    """A path given as an `os.PathLike` (a `pathlib.Path`, as `Dataset` takes one), or a list
+    of inputs holding some, as the text of its path; a class list's file so given as `@FILE`.
+    Any other value as it is."""
+    if setting.kind == "paths" and isinstance(value, (list, tuple)):
+        return [os.fspath(p) if isinstance(p, os.PathLike) else p for p in value]
+    if not isinstance(value, os.PathLike) or setting.kind not in _PATH_KINDS:
+        return value
+    path = os.fspath(value)
+    return "@" + path if setting.kind == "classes" and isinstance(path, str) else path
+
+
+# The kinds of setting a path is given to: a file of class names is one way to give classes.
+_PATH_KINDS = ("paths", "output", "text", "classes")
 
 
 def _check_text(setting: Setting, value: Any) -> None:
@@ -446,9 +474,9 @@ def _unquoted(value: Any, noun: str | None) -> str:
 
 
 def _paths(setting: Setting, value: Any, config: BuildConfig) -> tuple[str, ...]:
-    if isinstance(value, str):
+    if isinstance(value, (str, os.PathLike)):
         value = (value,)
-    value = tuple(str(p) for p in value)
+    value = tuple(os.fspath(p) if isinstance(p, os.PathLike) else str(p) for p in value)
     if any(not p.strip() for p in value):
         raise ConfigError(setting.key, f"an input pattern is empty: {list(value)}")
     if not value and not config.input_list:
@@ -459,10 +487,12 @@ def _paths(setting: Setting, value: Any, config: BuildConfig) -> tuple[str, ...]
 
 
 def _text(setting: Setting, value: Any, config: BuildConfig) -> Any:
-    return value
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
 
 
 def _output(setting: Setting, value: Any, config: BuildConfig) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
     if not value or not str(value).strip():
         raise ConfigError(setting.key, "an output folder is needed")
     output = str(value)
@@ -524,7 +554,7 @@ def _classes(setting: Setting, value: Any, config: BuildConfig) -> tuple[str, ..
         return None
     if config.labels == "none":
         raise ConfigError(setting.key, "a class list needs --labels dir or regex:PATTERN")
-    return parse_classes(value)
+    return parse_classes(_path_as_text(setting, value))
 
 
 def _splits(setting: Setting, value: Any, config: BuildConfig) -> Any:

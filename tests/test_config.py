@@ -467,6 +467,40 @@ def test_split_names_tfds_cannot_load_and_a_list_of_names_are_refused(splits, sa
     assert str(err.value).startswith(f"--splits: {says}")
 
 
+def test_paths_from_python_may_be_path_objects(tmp_path):
+    """`Dataset` took a `pathlib.Path`, `from_settings` refused one: `--input: must be a path or
+    glob, or a list of them, got [PosixPath('samples/fruits')]`."""
+    from pathlib import Path
+
+    (tmp_path / "classes.txt").write_text("cat\ndog\n")
+    config = BuildConfig.from_settings(
+        {"input": [Path("samples/fruits"), "more/**"], "output": Path("out/p"),
+         "classes": tmp_path / "classes.txt"}
+    )  # fmt: skip
+    assert config.inputs == ("samples/fruits", "more/**") and config.output == "out/p"
+    assert config.classes == ("cat", "dog")  # a class list's file, as `@FILE` gives it
+    assert BuildConfig.from_settings(json.loads(json.dumps(config.to_dict()))) == config
+    alone = BuildConfig.from_settings({"input": Path("a"), "output": "o"})
+    assert alone.inputs == ("a",)
+    listed = BuildConfig.from_settings({"input_list": Path("in.csv"), "output": "o"})
+    assert listed.input_list == "in.csv" and isinstance(listed.input_list, str)
+    made = BuildConfig(inputs=Path("a"), output=Path("o"), classes=tmp_path / "classes.txt")
+    assert (made.inputs, made.output, made.classes) == (("a",), "o", ("cat", "dog"))
+    made = BuildConfig(inputs=(), output="o", input_list=Path("in.csv"))
+    assert made.input_list == "in.csv" and isinstance(made.input_list, str)
+
+
+@pytest.mark.parametrize("settings", [["input=a"], "input: a", None])
+def test_settings_that_are_no_mapping_are_refused_in_words(settings):
+    with pytest.raises(ConfigError) as err:
+        BuildConfig.from_settings(settings)
+    assert str(err.value) == (
+        "--config: from_settings takes a mapping of settings to their values, such as "
+        f"{{'input': ['photos/**'], 'output': 'out/photos'}}, not a "
+        f"{type(settings).__name__}: {settings!r}"
+    )
+
+
 def test_splits_as_pairs_from_python():
     config = BuildConfig.from_settings(
         {"input": ["a"], "output": "o", "splits": [("train", 0.75), ["test", 0.25]]}
