@@ -15,7 +15,14 @@ from typing import Any
 from beam_tfrecord.images.policy import ImagePolicy, PolicyError
 from beam_tfrecord.labels import class_name_problem
 from beam_tfrecord.locations import has_protocol, is_store_url, without_protocol
-from beam_tfrecord.settings import DEFAULT_EXTENSIONS, SETTINGS, Setting, default, image_settings
+from beam_tfrecord.settings import (
+    DEFAULT_EXTENSIONS,
+    SETTINGS,
+    Setting,
+    default,
+    image_settings,
+    in_python_names,
+)
 from beam_tfrecord.settings import setting as setting_named
 from beam_tfrecord.wording import nearest
 
@@ -25,6 +32,7 @@ __all__ = [
     "BuildConfig",
     "ConfigError",
     "folder_renamed",
+    "for_the_caller",
     "format_size",
     "parse_classes",
     "parse_size",
@@ -55,7 +63,8 @@ IMAGE_SETTINGS: dict[str, str] = image_settings()
 
 
 class ConfigError(ValueError):
-    """A setting is invalid. `setting` names it as the user spelled it on the command line."""
+    """A setting is invalid. `setting` names it as the user spelled it on the command line;
+    `message` says what is wrong, the text after `--setting: `."""
 
     def __init__(self, setting: str, message: str):
         self.setting = setting
@@ -63,17 +72,21 @@ class ConfigError(ValueError):
         super().__init__(f"--{setting.replace('_', '-')}: {message}")
 
     def for_python(self) -> ConfigError:
-        """The same refusal as a Python caller reads it: the switches it says to pass named
-        as BuildConfig's fields (`overwrite=True`), not as flags (`--overwrite`)."""
-        message = self.message
-        for switch in (s for s in SETTINGS if s.kind == "switch" and s.default is False):
-            (flag,) = switch.flags
-            message = re.sub(rf"(pass |, or ){flag}\b", rf"\g<1>{switch.key}=True", message)
-        return ConfigError(self.setting, message)
+        """The same refusal as a Python caller reads it: the settings its words name (the
+        switches to pass among them) as BuildConfig's fields (`overwrite=True`,
+        `max_skipped_fraction`), not as flags (`--overwrite`)."""
+        return ConfigError(self.setting, in_python_names(self.message))
 
 
-# Set while the command line runs a build: its refusals name flags, not BuildConfig's fields.
+# Set while the command line reads its settings and runs a build: its refusals name flags, not
+# BuildConfig's fields.
 COMMAND_LINE = contextvars.ContextVar("beam_tfrecord_command_line", default=False)
+
+
+def for_the_caller(error: Exception) -> Exception:
+    """`error` (a ConfigError or BuildFailed) in the words of whoever called: as it is for the
+    command line, its `for_python()` for a Python caller."""
+    return error if COMMAND_LINE.get() else error.for_python()
 
 
 def parse_size(value: str | int, setting: str = "size") -> int:
@@ -248,6 +261,13 @@ class BuildConfig:
     read_ahead: int | None = default("read_ahead")
 
     def __post_init__(self) -> None:
+        try:
+            self._check()
+        except ConfigError as err:
+            raise for_the_caller(err) from None
+
+    def _check(self) -> None:
+        """Checks each setting by its kind, in the table's order, holding it as checked."""
         if not isinstance(self.image, ImagePolicy):
             raise ConfigError("image", f"expected an ImagePolicy, got {self.image!r}")
         given = {"min_shard_size": self.min_shard_size, "max_shard_size": self.max_shard_size}
@@ -332,7 +352,18 @@ class BuildConfig:
 
         A path (`input`, `output`, `input_list`, and the file of `classes`, `@FILE` in a flag)
         may be given as text or as an `os.PathLike` such as `pathlib.Path`.
+
+        Raises:
+            ConfigError: a setting is unknown, missing or invalid; from Python, its words name
+                the settings as this mapping does (`overwrite=True`), not as flags.
         """
+        try:
+            return cls._from_mapping(settings)
+        except ConfigError as err:
+            raise for_the_caller(err) from None
+
+    @classmethod
+    def _from_mapping(cls, settings: Mapping[str, Any]) -> BuildConfig:
         if not isinstance(settings, Mapping):
             raise ConfigError(
                 "config",
@@ -352,7 +383,9 @@ class BuildConfig:
                 continue
             if values.get(required) in (None, "", [], ()):
                 key = setting_named(required).key
-                raise ConfigError(key, f"is required (give --{key} or set it in --config)")
+                # A config file is the command's; a Python caller gives the mapping alone.
+                where = f" (give --{key} or set it in --config)" if COMMAND_LINE.get() else ""
+                raise ConfigError(key, f"is required{where}")
         values = {name: _read(setting_named(name), value) for name, value in values.items()}
         policy = {
             IMAGE_SETTINGS[name]: values.pop(name) for name in IMAGE_SETTINGS if name in values

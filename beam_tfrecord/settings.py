@@ -9,6 +9,7 @@ here, and a field of BuildConfig (or ImagePolicy) that holds it.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ __all__ = [
     "Setting",
     "default",
     "image_settings",
+    "in_python_names",
     "setting",
 ]
 
@@ -345,3 +347,22 @@ def default(name: str) -> Any:
 def image_settings() -> dict[str, str]:
     """The image settings, each with the ImagePolicy field it sets, in the table's order."""
     return {s.name: s.policy_field for s in SETTINGS if s.policy_field}
+
+
+def in_python_names(text: str) -> str:
+    """`text` (a refusal, a failure, a warning), which names settings by their flags, as a
+    Python caller names them: a switch by the value that turns it on (`pass --overwrite` ->
+    `pass overwrite=True`, `--no-exif-orientation` -> `exif_orientation=False`), a flag with a
+    quoted value or a placeholder as a keyword (`--labels 'regex:^(a)'` -> `labels='regex:^(a)'`,
+    `--name NAME` -> `name=NAME`), any other flag by its key (`--max-skipped-fraction` ->
+    `max_skipped_fraction`)."""
+    for known in SETTINGS:
+        for flag in known.flags:
+            # Not part of a word, a path or a value quoted (a class named '--overwrite').
+            named = rf"(?<![\w/'\"-]){re.escape(flag)}(?![\w-])"
+            if known.kind == "switch":
+                text = re.sub(named, f"{known.key}={not known.default}", text)
+            else:
+                text = re.sub(rf"{named} (?='|[A-Z]+\b)", f"{known.key}=", text)
+                text = re.sub(named, known.key, text)
+    return text

@@ -48,6 +48,13 @@ class BuildFailed(Exception):
         self.resumable = resumable
         self.retry = retry
 
+    def for_python(self) -> BuildFailed:
+        """The same failure as a Python caller reads it: the settings it names as BuildConfig's
+        fields (`allow_missing_classes=True`), not as flags (`--allow-missing-classes`)."""
+        from beam_tfrecord.settings import in_python_names
+
+        return BuildFailed(in_python_names(str(self)), resumable=self.resumable, retry=self.retry)
+
 
 class Withdrawal(str, enum.Enum):
     """Why a build was withdrawn: it publishes nothing, and leaves its report.jsonl."""

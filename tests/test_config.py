@@ -501,6 +501,47 @@ def test_settings_that_are_no_mapping_are_refused_in_words(settings):
     )
 
 
+@pytest.mark.parametrize(
+    ("settings", "python", "command_line"),
+    [
+        ({"input": ["a"]}, "--output: is required",
+         "--output: is required (give --output or set it in --config)"),
+        ({"input": ["a"], "output": "o", "resume": True, "overwrite": True},
+         "--resume: resume=True keeps finished shards; it cannot go with overwrite=True",
+         "--resume: --resume keeps finished shards; it cannot go with --overwrite"),
+        ({"input": ["a"], "output": "o", "labels": "none", "classes": "x,y"},
+         "--classes: a class list needs labels dir or regex:PATTERN",
+         "--classes: a class list needs --labels dir or regex:PATTERN"),
+        ({"input": ["a"], "output": "o", "max_shard_size": "50MB"},
+         "--max-shard-size: 50.0 MB is below min_shard_size's default, 100.0 MB; set "
+         "min_shard_size too",
+         "--max-shard-size: 50.0 MB is below --min-shard-size's default, 100.0 MB; set "
+         "--min-shard-size too"),
+    ],
+)  # fmt: skip
+def test_a_python_caller_is_told_the_settings_the_command_line_the_flags(
+    settings, python, command_line
+):
+    """from_settings said `--resume: --resume keeps finished shards; it cannot go with
+    --overwrite` to a caller that had passed resume=True and overwrite=True."""
+    with pytest.raises(ConfigError) as err:
+        BuildConfig.from_settings(settings)
+    assert str(err.value) == python
+    assert err.value.message == python.split(": ", 1)[1]
+    if "output" in settings:  # as BuildConfig's fields, too
+        with pytest.raises(ConfigError) as err:
+            BuildConfig(**{("inputs" if k == "input" else k): v for k, v in settings.items()})
+        assert str(err.value) == python
+    flags = []
+    for key, value in settings.items():
+        flags += [f"--{key.replace('_', '-')}"] + (
+            [] if value is True else [value[0] if key == "input" else value]
+        )
+    with pytest.raises(ConfigError) as err:
+        config_from_args(_args(*flags))
+    assert str(err.value) == command_line
+
+
 def test_splits_as_pairs_from_python():
     config = BuildConfig.from_settings(
         {"input": ["a"], "output": "o", "splits": [("train", 0.75), ["test", 0.25]]}
@@ -552,7 +593,7 @@ def test_an_output_folder_that_makes_no_dataset_name_is_refused_as_the_output(ou
     """Refused as `--name`, a flag the user never gave, with a rule that left out the first
     character's: `out/_staging` "must be letters, digits, '-', '_' or '.'"."""
     with pytest.raises(ConfigError) as err:
-        BuildConfig.from_settings({"input": ["a"], "output": output})
+        config_from_args(_args("--input", "a", "--output", output))
     given = output.rstrip("/")
     assert str(err.value) == (
         f"--output: {given!r} names the dataset {made} no --name was given), but a dataset name "

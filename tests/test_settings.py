@@ -200,3 +200,32 @@ def test_the_flex_template_states_the_tables_defaults_and_choices():
                 assert set(choices.group(1).split("|")) == set(declared.choices), regex
                 checked += 1
     assert stated >= 4 and checked >= 3
+
+
+@pytest.mark.parametrize(
+    ("flags", "python"),
+    [
+        ("pass --overwrite to replace it", "pass overwrite=True to replace it"),
+        ("--resume keeps finished shards; it cannot go with --overwrite",
+         "resume=True keeps finished shards; it cannot go with overwrite=True"),
+        ("or pass --allow-missing-classes to publish it", "or pass allow_missing_classes=True to "
+         "publish it"),
+        ("--no-exif-orientation", "exif_orientation=False"),
+        ("more than --max-skipped-fraction 0.25 allows",
+         "more than max_skipped_fraction 0.25 allows"),
+        ("build with --labels 'regex:^([a-z]+)'", "build with labels='regex:^([a-z]+)'"),
+        ("pass --name NAME to name it", "pass name=NAME to name it"),
+        ("the --input folder; (or --input-list)", "the input folder; (or input_list)"),
+        ("--quality", "jpeg_quality"),
+        # Not a flag: part of a path, or of a Beam flag, or of another word.
+        ("see out/--overwrite/report.jsonl", "see out/--overwrite/report.jsonl"),
+        ("class '--resume' is listed twice", "class '--resume' is listed twice"),
+        ("--runner=DataflowRunner needs --job_endpoint", "--runner=DataflowRunner needs "
+         "--job_endpoint"),
+        ("--inputs-extra", "--inputs-extra"),
+    ],
+)  # fmt: skip
+def test_words_naming_flags_name_the_settings_for_python(flags, python):
+    from beam_tfrecord.settings import in_python_names
+
+    assert in_python_names(flags) == python

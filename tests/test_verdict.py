@@ -115,6 +115,23 @@ def test_the_messages_word_for_word():
     )
 
 
+def test_a_failure_for_python_names_the_settings_as_fields():
+    failure = decide(Counts(10, 10, {}), 0.5, ("sqare",)).failure(URL)
+    python = failure.for_python()
+    assert isinstance(python, BuildFailed)
+    assert str(python) == (
+        "classes names 1 class no input is labelled with: 'sqare'; nothing was published "
+        "(the finished shards are kept), see out/report.jsonl. Correct classes, or pass "
+        "allow_missing_classes=True to publish it with no image (resume=True keeps the "
+        "finished shards)"
+    )
+    assert (python.resumable, python.retry, python.exit_code) == (
+        failure.resumable,
+        failure.retry,
+        failure.exit_code,
+    )
+
+
 def test_a_published_build_whose_books_do_not_balance_fails_with_the_manifests_count():
     inputs = {"listed": 3, "written": 3, "skipped_by_reason": {}, "unaccounted": 1}
     verdict = of_published(inputs)

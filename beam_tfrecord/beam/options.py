@@ -25,11 +25,17 @@ __all__ = ["FlagError", "beam_flag_names", "check_beam_args", "check_job_service
 
 
 class FlagError(ConfigError):
-    """A flag refused with a message of its own (argparse's names the flag already)."""
+    """A flag refused with a message of its own (argparse's names the flag already): `message`
+    is the whole of it, and `setting` names the flag or setting refused."""
 
     def __init__(self, setting: str, message: str):
         ValueError.__init__(self, message)
         self.setting = setting
+        self.message = message
+
+    def for_python(self) -> FlagError:
+        """As it is: the flags it names are Beam's, given as flags from Python too."""
+        return self
 
 
 def beam_flag_names() -> list[str]:

@@ -48,7 +48,7 @@ from beam_tfrecord.beam.writing import WriteReport, WriteShards
 from beam_tfrecord.build_folder import finished_shard_names
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
-from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError
+from beam_tfrecord.config import BuildConfig, ConfigError, for_the_caller
 from beam_tfrecord.early_start import checked_before_beam, head_start, taken_before_beam
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.listing import InputListError, local_bytes_reach
@@ -614,7 +614,7 @@ def build(
     # A job not waited for runs on after this process has returned, maybe ended: no lock
     # held here would cover it. Nor is there one on object stores.
     lock = not dry_run and (wait or isinstance(runner, LocalRunner)) and is_lockable(config.output)
-    with _released_at_end(config.output, lock):
+    with _released_at_end(config.output, lock), _worded_for_the_caller():
         return _build(config, options, runner, dry_run, wait, lock)
 
 
@@ -652,6 +652,19 @@ def _whole_local_paths(config: BuildConfig) -> BuildConfig:
 
 
 @contextmanager
+def _worded_for_the_caller() -> Iterator[None]:
+    """The build's refusal or failure in its caller's words: a Python caller's names the
+    settings as BuildConfig's fields (`overwrite=True`), the command line's as flags."""
+    try:
+        yield
+    except (ConfigError, BuildFailed) as err:
+        worded = for_the_caller(err)
+        if worded is err:
+            raise
+        raise worded.with_traceback(err.__traceback__) from err.__cause__
+
+
+@contextmanager
 def _released_at_end(output: str, lock: bool) -> Iterator[None]:
     """Releases the output's lock when the build ends or fails; not when it is interrupted."""
     if not lock:
@@ -678,15 +691,10 @@ def _build(
         runner, options, lambda: beam.Pipeline(runner=runner, options=options)
     )
     early = taken_before_beam(config)
-    try:
-        # The command checked a plain build before Beam was imported, or while it was.
-        checked = early or checked_before_beam(config)
-        if not checked:
-            preflight(config, lock=lock)
-    except ConfigError as err:
-        if COMMAND_LINE.get():
-            raise
-        raise err.for_python() from None
+    # The command checked a plain build before Beam was imported, or while it was.
+    checked = early or checked_before_beam(config)
+    if not checked:
+        preflight(config, lock=lock)
     if config.overwrite and not dry_run and not checked:
         # A folder half-way through being replaced must not claim to be a finished build.
         discard_manifest(config.output)

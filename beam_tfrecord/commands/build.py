@@ -194,7 +194,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     for flag, other in (("resume", "overwrite"), ("overwrite", "resume")):
         if getattr(args, flag) and getattr(args, other) is None:
             settings.pop(other, None)
-    return BuildConfig.from_settings(settings)
+    with _naming_flags():
+        return BuildConfig.from_settings(settings)
 
 
 def _own_flags() -> list[str]:
@@ -492,8 +493,9 @@ def _finished(
 
 @contextlib.contextmanager
 def _naming_flags():
-    """While the command runs its build, the build's refusals name flags (`--overwrite`), not
-    BuildConfig's fields (`overwrite=True`), as they do for a Python caller."""
+    """While the command reads its settings and runs its build, refusals name flags
+    (`--overwrite`), not BuildConfig's fields (`overwrite=True`) as they do for a Python
+    caller."""
     token = COMMAND_LINE.set(True)
     try:
         yield

@@ -195,12 +195,13 @@ def test_a_build_that_skipped_too_many_is_withheld_by_the_pipeline_itself(src, t
     assert not set(_CLAIMS) & set(files)
     shards = [name for name in files if ".tfrecord-" in name and "/" not in name]
     assert shards and "report.jsonl" in files
-    # The folder is an interrupted build's. build() says why, and that --resume can publish it.
+    # The folder is an interrupted build's. build() says why (in a Python caller's words), and
+    # that --resume can publish it.
     with pytest.raises(BuildFailed) as failed:
         build(replace(config, resume=True), [])
     assert str(failed.value) == (
         "60 of 120 inputs (50.0%) were skipped (no_label: 60), more than "
-        "--max-skipped-fraction 0.25 allows; nothing was published (the finished shards are "
+        "max_skipped_fraction 0.25 allows; nothing was published (the finished shards are "
         f"kept), see {out}/report.jsonl"
     )
     assert failed.value.resumable

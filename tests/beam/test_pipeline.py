@@ -310,9 +310,11 @@ def test_the_library_refuses_beam_flags_before_anything_is_written(
 ):
     src, _ = collection
     out = tmp_path / "out"
-    with pytest.raises(ConfigError, match=says):
+    with pytest.raises(ConfigError, match=says) as refused:
         build(_config(src, out), beam_args)
     assert not out.exists()
+    # Refused with ConfigError's attributes, a FlagError (which names its flag itself) too.
+    assert refused.value.setting and refused.value.message in str(refused.value)
 
 
 def test_an_interrupt_reaches_the_caller_as_itself_and_the_output_stays_locked(
@@ -357,8 +359,12 @@ def test_a_build_that_ends_or_fails_leaves_its_output_unlocked(built, collection
     src, _ = collection
     _, out, _, _ = built
     failed = tmp_path / "failed"
-    with pytest.raises(BuildFailed):
+    with pytest.raises(BuildFailed) as withheld:
         build(_config(src, failed, labels="regex:^(cat|dog|fox)/", classes="cat,dgo,fox"))
+    # In a Python caller's words: it said "pass --allow-missing-classes".
+    assert "Correct classes, or pass allow_missing_classes=True to publish it" in str(
+        withheld.value
+    )
     for folder in (out, failed):
         assert not (folder / LOCK_FILE).exists()
         lock_output(str(folder))  # not held by this process any more, nor by another
