@@ -35,25 +35,45 @@ EXIT_CONFIG = 2
 class BuildFailed(Exception):
     """A build that ran but must not be published: its one-line reason, for the command line.
 
-    `resumable`: the build's finished shards are kept, and `--resume` (with settings that let it
-    pass) publishes them without writing them again. `retry`: it stopped on a file or object it
-    could not read or write, a store's trouble that may pass; the same build with `--resume`
-    goes on from the shards it finished.
+    Attributes:
+        resumable: the shards the build finished are kept in its output, and the build again
+            with `resume=True` (`--resume`) keeps them rather than writing them again: with
+            settings that let it pass (a looser `max_skipped_fraction`, `classes` corrected or
+            `allow_missing_classes=True`), or as it was where `retry` is true.
+        retry: what stopped it may pass: a file or object it could not read or write (a
+            store's trouble), or inputs the runner lost between stages. The same build with
+            `resume=True` goes on from the shards it finished.
+        withdrawal: why a build that ran to its end was withdrawn, a `Withdrawal`:
+            `"no_image"`, `"too_many_skipped"`, `"missing_classes"` or `"unaccounted"`; None
+            for a build stopped by a file or object it could not read or write.
     """
 
     exit_code = EXIT_FAILED
 
-    def __init__(self, message: str, *, resumable: bool = False, retry: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        resumable: bool = False,
+        retry: bool = False,
+        withdrawal: Withdrawal | None = None,
+    ):
         super().__init__(message)
         self.resumable = resumable
         self.retry = retry
+        self.withdrawal = withdrawal
 
     def for_python(self) -> BuildFailed:
         """The same failure as a Python caller reads it: the settings it names as BuildConfig's
         fields (`allow_missing_classes=True`), not as flags (`--allow-missing-classes`)."""
         from beam_tfrecord.settings import in_python_names
 
-        return BuildFailed(in_python_names(str(self)), resumable=self.resumable, retry=self.retry)
+        return BuildFailed(
+            in_python_names(str(self)),
+            resumable=self.resumable,
+            retry=self.retry,
+            withdrawal=self.withdrawal,
+        )
 
 
 class Withdrawal(str, enum.Enum):
@@ -142,8 +162,10 @@ class Verdict:
 
     @property
     def resumable(self) -> bool:
-        """Whether `--resume` with a looser bound publishes the kept shards as they are."""
-        return self.withdrawal is Withdrawal.TOO_MANY_SKIPPED
+        """Whether `--resume` keeps the shards the build finished (with settings that let it
+        pass: a looser bound, --classes corrected or --allow-missing-classes; or as they were,
+        where the runner lost inputs): every withdrawn build that keeps them."""
+        return self.keeps_shards
 
     @property
     def retry(self) -> bool:
@@ -192,7 +214,10 @@ class Verdict:
     def failure(self, report_url: str, hint: str = "") -> BuildFailed:
         """The BuildFailed a withdrawn build raises."""
         return BuildFailed(
-            self.message(report_url, hint), resumable=self.resumable, retry=self.retry
+            self.message(report_url, hint),
+            resumable=self.resumable,
+            retry=self.retry,
+            withdrawal=self.withdrawal,
         )
 
     def _reasons(self) -> str:

@@ -50,8 +50,9 @@ def test_the_order_of_the_reasons(counts, bound, missing, withdrawal):
         (None, False, False, False),
         (Withdrawal.NO_IMAGE, False, False, False),
         (Withdrawal.TOO_MANY_SKIPPED, True, False, True),
-        (Withdrawal.MISSING_CLASSES, False, False, True),
-        (Withdrawal.UNACCOUNTED, False, True, True),
+        # Its message said "--resume keeps the finished shards", with resumable False.
+        (Withdrawal.MISSING_CLASSES, True, False, True),
+        (Withdrawal.UNACCOUNTED, True, True, True),
     ],
 )
 def test_what_each_verdict_implies(withdrawal, resumable, retry, keeps_shards):
@@ -66,7 +67,10 @@ def test_what_each_verdict_implies(withdrawal, resumable, retry, keeps_shards):
         failure = verdict.failure(URL)
         assert isinstance(failure, BuildFailed) and failure.exit_code == EXIT_FAILED
         assert (failure.resumable, failure.retry) == (resumable, retry)
+        assert failure.withdrawal is withdrawal and failure.withdrawal == withdrawal.value
         assert "\n" not in str(failure) and "nothing was published" in str(failure)
+        # Its words agree: the shards it says are kept, --resume keeps.
+        assert ("the finished shards are kept" in str(failure)) is failure.resumable
 
 
 def test_a_build_known_withdrawn_whose_counts_pass_lost_inputs():
@@ -183,3 +187,22 @@ def test_without_the_pipelines_verdict_the_folder_gives_the_same_one(tmp_path):
     (tmp_path / "out-train.tfrecord-00000-of-00001").unlink()
     empty = withdrawn_failure(str(tmp_path), None, max_skipped_fraction=0.25, listed=120)
     assert str(empty).startswith("no image was written: 60 inputs were reported (no_label: 60)")
+
+
+def test_the_command_offers_to_publish_anyway_only_past_the_skipped_bound(tmp_path, capsys):
+    """A build withheld for a --classes typo is resumable too, but dropping
+    --max-skipped-fraction would not publish it: its own line says what would."""
+    from beam_tfrecord.cli import main
+
+    src = tmp_path / "src"
+    make_collection(src, {"a": 3, "b": 2}, seed=1)
+    out = tmp_path / "out"
+    flags = ["build", "--input", f"{src}/**", "--output", str(out), "--splits", "train=1"]
+    assert main([*flags, "--classes", "a,bb"]) == EXIT_FAILED
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("beam-tfrecord build: error: --classes names 1 class no input ")
+    assert line.endswith("pass --allow-missing-classes to publish it with no image (--resume "
+                         "keeps the finished shards)")  # fmt: skip
+    assert main([*flags, "--overwrite", "--max-skipped-fraction", "0.1"]) == EXIT_OK
+    assert main([*flags, "--overwrite", "--classes", "a", "--max-skipped-fraction", "0.1"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1].startswith("To publish it anyway: ")

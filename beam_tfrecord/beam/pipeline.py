@@ -399,7 +399,9 @@ def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
                 # server offline. There is nothing to go on from.
                 return BuildFailed(f"{message}; nothing was written")
             return BuildFailed(
-                f"{message}; the shards it finished are kept in {output}", retry=True
+                f"{message}; the shards it finished are kept in {output}",
+                resumable=True,
+                retry=True,
             )
     return None
 
@@ -574,9 +576,12 @@ def build(
         ConfigError: the config cannot work, another build is writing into the output folder,
             or `--dry_run` is given to a runner that would run the build anyway (before
             anything is written).
-        BuildFailed: the build wrote no image, or skipped more than --max-skipped-fraction of
-            its inputs; report.jsonl says why, and nothing claims a finished dataset (the
-            finished shards of the second kind stay, for --resume).
+        BuildFailed: the build must not be published: it wrote no image, skipped more than
+            `max_skipped_fraction` of its inputs, was given `classes` no input is labelled
+            with, or its runner lost inputs between stages; or it stopped on a file or object
+            it could not read or write. Nothing claims a finished dataset, and report.jsonl
+            says why where it was written; its `resumable`, `retry` and `withdrawal` say what
+            was kept and what to do.
     """
     if isinstance(beam_args, (str, bytes)):
         raise ConfigError(

@@ -40,7 +40,14 @@ from beam_tfrecord.locations import is_memory_url
 from beam_tfrecord.progress import Progress
 from beam_tfrecord.settings import SETTINGS, Setting
 from beam_tfrecord.storage import written_at
-from beam_tfrecord.verdict import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, BuildFailed, of_published
+from beam_tfrecord.verdict import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_OK,
+    BuildFailed,
+    Withdrawal,
+    of_published,
+)
 from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "config_from_args", "run"]
@@ -327,7 +334,7 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         return EXIT_CONFIG
     except BuildFailed as err:
         print(f"{_PROG}: error: {err}", file=sys.stderr)
-        if err.resumable:
+        if err.withdrawal is Withdrawal.TOO_MANY_SKIPPED:
             print(f"To publish it anyway: {_publish_anyway_command(config)}", file=sys.stderr)
         if err.retry:
             print(f"To go on from them: {resume_command(sys.argv)}", file=sys.stderr)

@@ -371,6 +371,45 @@ def test_a_build_that_ends_or_fails_leaves_its_output_unlocked(built, collection
         release_output(str(folder))
 
 
+@pytest.mark.parametrize(
+    ("withdrawal", "settings", "passing"),
+    [
+        ("too_many_skipped", {"max_skipped_fraction": 0.0}, {"max_skipped_fraction": None}),
+        # Said "--resume keeps the finished shards" with resumable False.
+        ("missing_classes", {"classes": "cat,dgo,fox"}, {"allow_missing_classes": True}),
+        ("unaccounted", {}, {}),
+    ],
+)
+def test_a_build_withdrawn_with_its_shards_kept_is_resumable_and_resume_keeps_them(
+    collection, tmp_path, monkeypatch, withdrawal, settings, passing
+):
+    from dataclasses import replace
+
+    from beam_tfrecord.beam import pipeline
+    from beam_tfrecord.verdict import BuildFailed
+
+    if withdrawal == "unaccounted":  # the runner lost an input between listing and writing
+        real = pipeline.build_manifest
+        monkeypatch.setattr(
+            pipeline,
+            "build_manifest",
+            lambda **fields: real(**{**fields, "listed": fields["listed"] + 1}),
+        )
+    src, _ = collection
+    out = tmp_path / "out"
+    config = _config(src, out, labels="regex:^(cat|dog|fox)/", **settings)
+    with pytest.raises(BuildFailed) as failed:
+        build(config)
+    assert failed.value.withdrawal == withdrawal
+    assert failed.value.resumable and failed.value.retry is (withdrawal == "unaccounted")
+    kept = _shard_bytes(out)
+    assert kept and not (out / "manifest.json").exists()
+    monkeypatch.undo()
+    resumed = build(replace(config, resume=True, **passing))
+    assert resumed.counters["shards_kept"] == len(kept)
+    assert {name: _shard_bytes(out)[name] for name in kept} == kept
+
+
 def test_importing_the_library_leaves_the_callers_logging_alone(tmp_path):
     """Without Beam's Google Cloud extras (the package's own install), `import apache_beam`
     logs "apitools not found..." through `logging.warning`, which also gives a root logger
@@ -468,8 +507,8 @@ def test_a_runner_that_fails_before_any_step_wrote_nothing_to_go_on_from(tmp_pat
         "the build failed: <urlopen error [Errno -2] Name or service not known>; "
         "nothing was written"
     )
-    assert not failure.retry
+    assert not failure.retry and not failure.resumable
     (out / "out-train.tfrecord-00000-of-00002").write_bytes(b"")
     failure = _io_failure(URLError("[Errno -2] Name or service not known"), str(out))
     assert str(failure).endswith(f"; the shards it finished are kept in {out}")
-    assert failure.retry
+    assert failure.retry and failure.resumable and failure.withdrawal is None
