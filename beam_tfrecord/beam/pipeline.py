@@ -23,6 +23,7 @@ from apache_beam.options.pipeline_options import (
 from apache_beam.runners.direct.direct_runner import SwitchingDirectRunner
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 
+from beam_tfrecord import build_warnings
 from beam_tfrecord.beam import callers_logging_kept
 from beam_tfrecord.beam.compat import (
     BuildOptions,
@@ -48,7 +49,7 @@ from beam_tfrecord.beam.writing import WriteReport, WriteShards
 from beam_tfrecord.build_folder import finished_shard_names
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
-from beam_tfrecord.config import BuildConfig, ConfigError, for_the_caller
+from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError, for_the_caller
 from beam_tfrecord.early_start import checked_before_beam, head_start, taken_before_beam
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.listing import InputListError, local_bytes_reach
@@ -72,6 +73,7 @@ from beam_tfrecord.planning import preparer
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import read_depth
 from beam_tfrecord.report import PARTS_DIR, compose_report, remove_parts, shard_report_name
+from beam_tfrecord.settings import in_python_names
 from beam_tfrecord.shard_processes import (
     PROCESSES_MIN_BYTES,
     PROCESSES_MIN_IMAGES,
@@ -728,7 +730,19 @@ def _build(
         return _submitted(result, pipeline, options, dry_run=False, state="TEMPLATE_WRITTEN")
     if result.state != PipelineState.DONE:
         return _submitted(result, pipeline, options, dry_run=False)
-    return _finished(result, config, started)
+    finished = _finished(result, config, started)
+    _warn_a_python_caller(finished, config)
+    return finished
+
+
+def _warn_a_python_caller(result: BuildResult, config: BuildConfig) -> None:
+    """What the command's summary warns of (inputs skipped, a split with no image...), logged
+    at WARNING for a Python caller, who gets no summary, in its words. Not for the command
+    line, which prints them in its summary."""
+    if COMMAND_LINE.get():
+        return
+    for warning in build_warnings.of_build(result.manifest, result.counters, config):
+        _LOG.warning("%s", in_python_names(warning))
 
 
 def _run(

@@ -3,10 +3,10 @@ and notes, and the job of one submitted."""
 
 from __future__ import annotations
 
-import posixpath
 import sys
 from collections.abc import Sequence
 
+from beam_tfrecord import build_warnings
 from beam_tfrecord.config import BuildConfig, folder_renamed, format_size
 from beam_tfrecord.wording import count
 
@@ -44,11 +44,13 @@ def print_summary(
         _print_resume_outcome(result, config, finished_before, out)
     if inputs["modified"]:
         _print_modified(inputs["modified"], config, out)
+    counters = getattr(result, "counters", None) or {}
     _note_renamed_folder(config, out)
-    _warn_out_of_bounds(manifest.get("shards", ()), config, out)
-    _warn_folder_class(manifest["classes"], config, out)
-    _note_other_extensions(getattr(result, "counters", None) or {}, config, out)
-    _note_split_by(getattr(result, "counters", None) or {}, config, out)
+    _warn(build_warnings.out_of_bounds(manifest.get("shards", ()), config), out)
+    _warn([build_warnings.folder_class(manifest["classes"], config)], out)
+    _note_other_extensions(counters, config, out)
+    _warn([build_warnings.split_by_unmatched(counters, config)], out)
+    _note_split_by(counters, config, out)
     if config.image.validate in ("header", "none"):
         # Documented, but a user who wrote a truncated download without a word should hear it.
         checked = "by header only" if config.image.validate == "header" else "not at all"
@@ -57,23 +59,16 @@ def print_summary(
             "truncated or corrupt image data is not detected; --validate decode finds it",
             file=out,
         )
-    for name, split in manifest["splits"].items():
-        if not split["examples"]:
-            print(
-                f"WARNING: split {name!r} received no images; it is left out of TFDS's "
-                "dataset_info.json",
-                file=out,
-            )
-    _warn_empty_classes(manifest, out)
-    if inputs["skipped"]:
-        skipped = inputs["skipped"]
-        reasons = ", ".join(f"{reason}: {n}" for reason, n in inputs["skipped_by_reason"].items())
-        print(
-            f"WARNING: {skipped} of {count(inputs['listed'], 'input')} "
-            f"{'was' if skipped == 1 else 'were'} NOT written ({reasons}); "
-            f"see {config.output.rstrip('/')}/report.jsonl",
-            file=out,
-        )
+    _warn(build_warnings.empty_splits(manifest), out)
+    _warn(build_warnings.empty_classes(manifest), out)
+    _warn([build_warnings.skipped_inputs(manifest, config.output)], out)
+
+
+def _warn(warnings, out) -> None:
+    """Each warning (`build_warnings`) on a line of its own; None for none."""
+    for warning in warnings:
+        if warning:
+            print(f"WARNING: {warning}", file=out)
 
 
 def _print_resume_outcome(
@@ -137,31 +132,6 @@ def _note_renamed_folder(config: BuildConfig, out) -> None:
         )
 
 
-def _warn_empty_classes(manifest, out) -> None:
-    """A warning for the classes of labels.txt no image was written for, when others got some."""
-    written = {c for split in manifest["splits"].values() for c in split.get("class_counts", {})}
-    empty = [name for name in manifest["classes"] if name not in written]
-    if not (empty and written):
-        return
-    # Its ids stay as listed (labels.txt), so a class whose images come back later moves no
-    # other class; but a model trained on this split has never seen it.
-    given = manifest.get("given_classes") or {}
-    unlabelled = set(given.get("not_found", ()))
-    _warn_classes(
-        [name for name in empty if name in unlabelled],
-        "of --classes {has} no input labelled with {it}, so no image",
-        lambda name: _meant(name, given.get("meant", {})),
-        out,
-    )
-    _warn_classes(
-        [name for name in empty if name not in unlabelled],
-        "in labels.txt got no image written",
-        lambda name: "",
-        out,
-        after=" ({their} inputs are in report.jsonl)",
-    )
-
-
 def _note_other_extensions(counters: dict[str, int], config: BuildConfig, out) -> None:
     """One line counting the images of other kinds --extensions left out of the listing: they
     are not inputs (not in report.jsonl), but a user leaving a folder's PNGs out should know."""
@@ -184,90 +154,20 @@ def _note_other_extensions(counters: dict[str, int], config: BuildConfig, out) -
 
 
 def _note_split_by(counters: dict[str, int], config: BuildConfig, out) -> None:
-    """How many images --split-by's pattern put in groups, where it left any alone: a pattern
-    that matches nothing (a typo) splits each image on its own, with no other sign."""
+    """How many images --split-by's pattern put in groups, where it left some alone (one that
+    matched none is a warning: `build_warnings.split_by_unmatched`)."""
+    if config.split_by is None:
+        return
     from beam_tfrecord.beam.transforms import SPLIT_BY_ALONE, SPLIT_BY_GROUPED
 
     alone, grouped = counters.get(SPLIT_BY_ALONE, 0), counters.get(SPLIT_BY_GROUPED, 0)
-    if config.split_by is None or not alone:
+    if not alone or not grouped:
         return
     planned = count(alone + grouped, "image")
-    if not grouped:
-        print(
-            f"WARNING: --split-by '{config.split_by}' matched none of the {planned} planned: "
-            "each was split on its own, as without --split-by",
-            file=out,
-        )
-    else:
-        rest = "the other was split on its own" if alone == 1 else f"the other {alone} were"
-        print(
-            f"NOTE: --split-by '{config.split_by}' matched {grouped} of the {planned} planned; "
-            + (rest if alone == 1 else f"{rest} each split on their own"),
-            file=out,
-        )
-
-
-def _warn_folder_class(classes, config: BuildConfig, out) -> None:
-    """One line when `--labels dir` gave every image the name of the --input folder it is
-    right in: a flat folder, whose classes are most often in the file names.
-
-    A warning, not a refusal: the build is sound, and a one-class build of a folder given as
-    --input (positives only, a class built alone) is meant so; the line shows the fix.
-    """
-    if config.labels != "dir" or config.classes is not None or len(classes) != 1:
-        return
-    from beam_tfrecord.listing import pattern_base
-
-    (name,) = classes
-    folders = {posixpath.basename(pattern_base(p).rstrip("/")) for p in config.inputs}
-    if name in folders:
-        print(
-            f"WARNING: the images are right in the --input folder {name!r}, so --labels dir "
-            f"(the default) gave them all one class, {name!r}; if the class is in the file "
-            "names (apple01.jpg), build with --labels 'regex:^([a-z]+)'",
-            file=out,
-        )
-
-
-def _warn_out_of_bounds(shards, config: BuildConfig, out) -> None:
-    """A warning for each reason shards are outside the size bounds, naming up to five."""
-    from beam_tfrecord.measurement import measures
-    from beam_tfrecord.shard_bounds import shards_out_of_bounds
-
-    estimated = config.transformed_sizes == "estimate" and measures(config.image, "measure")
-    low, high = config.min_shard_size, config.max_shard_size
-    by_why: dict[str, list] = {}
-    for shard in shards_out_of_bounds(shards, low, high, estimated=estimated):
-        by_why.setdefault(shard.why, []).append(shard)
-    for why, found in by_why.items():
-        named = ", ".join(shard.describe(low, high) for shard in found[:5])
-        more = f" and {len(found) - 5} more" if len(found) > 5 else ""
-        print(
-            f"WARNING: {count(len(found), 'shard')} outside --min-shard-size "
-            f"{format_size(low)} .. --max-shard-size {format_size(high)}, {why}: {named}{more}",
-            file=out,
-        )
-
-
-def _meant(name: str, meant_by: dict[str, str]) -> str:
-    """For a --classes name no input has: the label its inputs have, if it is a typo of one."""
-    meant = meant_by.get(name)
-    if meant is None:
-        return ""
-    return f" (did you mean {meant!r}? its inputs were skipped as unknown_class)"
-
-
-def _warn_classes(names, what: str, note, out, after: str = "") -> None:
-    """One warning naming up to five classes `what` says of, each with its `note`."""
-    if not names:
-        return
-    one = len(names) == 1
-    shown = ", ".join(f"{name!r}{note(name)}" for name in names[:5])
-    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-    words = {"has": "has" if one else "have", "it": "it" if one else "them"}
+    rest = "the other was split on its own" if alone == 1 else f"the other {alone} were"
     print(
-        f"WARNING: {count(len(names), 'class', 'classes')} {what.format(**words)}: "
-        f"{shown}{more}{after.format(their='its' if one else 'their')}",
+        f"NOTE: --split-by '{config.split_by}' matched {grouped} of the {planned} planned; "
+        + (rest if alone == 1 else f"{rest} each split on their own"),
         file=out,
     )
 

@@ -410,6 +410,49 @@ def test_a_build_withdrawn_with_its_shards_kept_is_resumable_and_resume_keeps_th
     assert {name: _shard_bytes(out)[name] for name in kept} == kept
 
 
+def test_a_python_caller_is_warned_as_the_command_is_and_the_command_once(tmp_path, caplog, capsys):
+    """build() said nothing of an input it skipped or a split left empty, which the command's
+    summary warns of: a Python caller gets them logged, at WARNING, by the package's logger."""
+    import logging
+
+    from beam_tfrecord.cli import main
+
+    settings = {"splits": "train=0.98,test=0.02", "seed": 1}
+    out = tmp_path / "w"
+    with caplog.at_level(logging.WARNING, logger="beam_tfrecord"):
+        build(BuildConfig.from_settings({"input": [str(SAMPLES)], "output": str(out), **settings}))
+    assert [(r.name.split(".")[0], r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("beam_tfrecord", logging.WARNING,
+         "split 'test' received no images; it is left out of TFDS's dataset_info.json"),
+        ("beam_tfrecord", logging.WARNING,
+         f"1 of 46 inputs was NOT written (truncated: 1); see {out}/report.jsonl"),
+    ]  # fmt: skip
+    caplog.clear()
+    cli = tmp_path / "cli"
+    flags = ["--splits", settings["splits"], "--seed", "1"]
+    assert main(["build", "--input", str(SAMPLES), "--output", str(cli), *flags]) == 0
+    printed = capsys.readouterr()
+    assert [line for line in printed.out.splitlines() if line.startswith("WARNING")] == [
+        "WARNING: split 'test' received no images; it is left out of TFDS's dataset_info.json",
+        f"WARNING: 1 of 46 inputs was NOT written (truncated: 1); see {cli}/report.jsonl",
+    ]
+    assert "NOT written" not in printed.err and not caplog.records
+
+
+def test_a_python_caller_is_warned_in_its_own_words(tmp_path, caplog):
+    """A warning that names flags names the settings, as a Python caller gives them."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="beam_tfrecord"):
+        build(BuildConfig.from_settings({"input": [str(SAMPLES / "apple")],
+                                         "output": str(tmp_path / "apple")}))  # fmt: skip
+    assert (
+        "the images are right in the input folder 'apple', so labels dir (the default) gave "
+        "them all one class, 'apple'; if the class is in the file names (apple01.jpg), build "
+        "with labels='regex:^([a-z]+)'"
+    ) in caplog.messages
+
+
 def test_importing_the_library_leaves_the_callers_logging_alone(tmp_path):
     """Without Beam's Google Cloud extras (the package's own install), `import apache_beam`
     logs "apitools not found..." through `logging.warning`, which also gives a root logger
@@ -442,7 +485,10 @@ def test_importing_the_library_leaves_the_callers_logging_alone(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "[]\n[]\n"
-    assert done.stderr == ""
+    # Nothing of Beam's: the build's own warning alone, as Python prints one with no handler set.
+    assert done.stderr == (
+        f"1 of 46 inputs was NOT written (truncated: 1); see {tmp_path / 'out'}/report.jsonl\n"
+    )
 
 
 def _largest_record(kv) -> int:
