@@ -6,8 +6,10 @@ The public API, in one import::
         build, BuildConfig, BuildFailed, ConfigError, Dataset, list_shards, release_output
     )
 
-Each name is imported when first asked for, so importing the package, or reading a dataset with
-`Dataset`, loads neither Beam nor Pillow nor numpy: only `build` brings in Beam.
+and what `build` returns, `BuildResult` (a finished build) or `SubmittedBuild` (a job not waited
+for). Each name is imported when first asked for, so importing the package, or reading a dataset
+with `Dataset`, loads neither Beam nor Pillow nor numpy: only `build` (and the classes it
+returns) brings in Beam.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = [
     "BuildResult",
     "ConfigError",
     "Dataset",
+    "SubmittedBuild",
     "__version__",
     "build",
     "list_shards",
@@ -34,13 +37,14 @@ _HOMES = {
     "BuildResult": "beam_tfrecord.beam.pipeline",
     "ConfigError": "beam_tfrecord.config",
     "Dataset": "beam_tfrecord.reader",
+    "SubmittedBuild": "beam_tfrecord.beam.pipeline",
     "build": "beam_tfrecord.beam.pipeline",
     "list_shards": "beam_tfrecord.reader",
     "release_output": "beam_tfrecord.output_lock",
 }
 
 if TYPE_CHECKING:
-    from beam_tfrecord.beam.pipeline import BuildResult, build
+    from beam_tfrecord.beam.pipeline import BuildResult, SubmittedBuild, build
     from beam_tfrecord.config import BuildConfig, ConfigError
     from beam_tfrecord.output_lock import release_output
     from beam_tfrecord.reader import Dataset, list_shards

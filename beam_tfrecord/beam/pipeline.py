@@ -320,7 +320,15 @@ class ConvertImages(beam.PTransform):
 
 @dataclass(frozen=True)
 class BuildResult:
-    """What a finished build says about itself: its manifest, and the Beam counters it kept."""
+    """What a finished build says about itself: its manifest, and the Beam counters it kept.
+
+    Attributes:
+        manifest: the dict `manifest.json` holds (its reference lists every field): the
+            inputs listed, written and skipped, each split's examples and shards, the classes.
+        counters: the build's Beam counters by name (`images_listed`, `images_written`,
+            `shards_kept` of a `resume=True` build...); empty where the runner reports none.
+        seconds: how long the build ran, from its checks to its manifest.
+    """
 
     manifest: dict[str, Any]
     counters: dict[str, int]
@@ -328,6 +336,8 @@ class BuildResult:
 
     @property
     def skipped_fraction(self) -> float:
+        """The share of the listed inputs the build skipped (report.jsonl names each), 0 when
+        none was listed: what `max_skipped_fraction` bounds."""
         return skipped_fraction(self.manifest["inputs"])
 
 
@@ -336,6 +346,16 @@ class SubmittedBuild:
     """A build whose job was built, and submitted unless a dry run, but that has not finished.
 
     Nothing of it can be known yet but the job: its manifest is written when the job ends.
+
+    Attributes:
+        runner: the runner the job went to (`DataflowRunner`).
+        state: the job's state when `build` returned (`RUNNING`, `PENDING`...), or
+            `TEMPLATE_WRITTEN` for a job written to `--template_location`, not submitted.
+        job_id: the runner's id of the job, if it gives one; None for a dry run.
+        dry_run: the job was built and not submitted (`--dry_run=True`).
+        transforms: transforms in the job's pipeline graph.
+        graph_bytes: the serialized pipeline graph's size, as the runner receives it.
+        job: the runner's own object for the job, where it keeps one.
     """
 
     runner: str
