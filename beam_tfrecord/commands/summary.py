@@ -39,7 +39,10 @@ def print_summary(
             f"  {shards:>5} shard{'s' if shards != 1 else ' '}  {format_size(split['bytes']):>10}",
             file=out,
         )
-    print(f"  classes: {len(manifest['classes'])} (labels.txt)", file=out)
+    if config.labels == "none":  # its labels.txt is empty: there is nothing to point at
+        print("  classes: none (--labels none)", file=out)
+    else:
+        print(f"  classes: {len(manifest['classes'])} (labels.txt)", file=out)
     if config.resume and finished_before is not None:
         _print_resume_outcome(result, config, finished_before, out)
     if inputs["modified"]:

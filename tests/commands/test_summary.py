@@ -16,12 +16,12 @@ from beam_tfrecord.config import BuildConfig
 SAMPLES = Path(__file__).resolve().parents[2] / "samples" / "fruits"
 
 
-def _summary(modified: int, **settings) -> str:
+def _summary(modified: int, classes=("cat", "dog"), **settings) -> str:
     manifest = {
         "name": "pets",
         "inputs": {"listed": 45, "written": 45, "modified": modified, "skipped": 0},
         "splits": {"train": {"examples": 45, "shards": 1, "bytes": 10**6}},
-        "classes": ["cat", "dog"],
+        "classes": list(classes),
     }
     config = BuildConfig.from_settings(dict(inputs=("src/**",), output="out", **settings))
     out = io.StringIO()
@@ -47,6 +47,13 @@ def test_images_transformed_as_asked_are_not_blamed_on_tensorflow(settings, flag
         f"  45 images were re-encoded as {flags} asked, or so that TensorFlow decodes them "
         "(report.jsonl)"
     ) in _summary(45, **settings)
+
+
+def test_a_build_without_labels_says_it_has_no_classes():
+    """It said `classes: 0 (labels.txt)`, pointing at an empty file."""
+    assert "  classes: 2 (labels.txt)\n" in _summary(0)
+    summary = _summary(0, classes=(), labels="none")
+    assert "  classes: none (--labels none)\n" in summary and "labels.txt" not in summary
 
 
 def _resumed(counters: dict[str, int], found: int) -> list[str]:
