@@ -1,4 +1,4 @@
-"""What a build's output folder holds, judged by file names: finished shards, and gaps.
+"""What a build's output folder holds, judged by file names: finished shards, gaps, and traces.
 
 A build publishes each shard under its final name when it is whole and writes manifest.json
 last, so a folder with shards and no manifest.json is a build that did not finish.
@@ -10,9 +10,18 @@ import posixpath
 from collections import Counter
 from collections.abc import Iterable
 
+from beam_tfrecord.manifest import BUILD_FOLDERS, REPORT_FILE
+from beam_tfrecord.output_lock import LOCK_FILE
 from beam_tfrecord.shard_names import is_shard_name, parse_shard_name, shard_order
 
-__all__ = ["finished_shard_names", "finished_shards", "missing_shards", "mixed_sets", "shard_names"]
+__all__ = [
+    "build_traces",
+    "finished_shard_names",
+    "finished_shards",
+    "missing_shards",
+    "mixed_sets",
+    "shard_names",
+]
 
 
 def finished_shards(output: str) -> dict[str, dict] | None:
@@ -75,3 +84,17 @@ def mixed_sets(names: Iterable[str]) -> dict[str, dict[int, int]]:
         if shard is not None:
             sets.setdefault(shard.stem, Counter())[shard.count] += 1
     return {stem: dict(sorted(c.items())) for stem, c in sorted(sets.items()) if len(c) > 1}
+
+
+def build_traces(files: Iterable[str], folders: Iterable[str]) -> list[str]:
+    """What a build of this tool leaves in its output folder before it writes manifest.json, among
+    the names of the folder's `files` and `folders`: its shards' `index/` and `reports/` folders
+    (each shard's report lines are published before the shard itself), its `report.jsonl`, and
+    the lock a local build holds. Shards another tool wrote come with none of them.
+
+    Returns:
+        The traces found, as a listing names them (`index/`, `report.jsonl`...).
+    """
+    files, folders = set(files), set(folders)
+    found = [f"{name}/" for name in BUILD_FOLDERS if name in folders]
+    return found + [name for name in (REPORT_FILE, LOCK_FILE) if name in files]

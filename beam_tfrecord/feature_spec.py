@@ -74,7 +74,7 @@ def _scan_limit(scan: int | None) -> int | None:
     return scan or None
 
 
-def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
+def feature_spec(source: str, scan: int | None = 1000, *, loose: bool = False) -> dict[str, Any]:
     """Works out the feature spec of a built dataset, from its manifest and its records.
 
     A feature present in every scanned record with lists of one length k is a
@@ -87,6 +87,8 @@ def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
         source: The build's output folder, a path or any fsspec URL.
         scan: At most this many records are read (the first shard of every split first);
             None or 0 reads them all, as `beam-tfrecord spec --scan 0` does.
+        loose: Read the shards of a build that did not finish (no manifest.json), as
+            ``list_shards`` does.
 
     Returns:
         A JSON-ready description: ``source``, ``manifest`` (whether there is one),
@@ -94,7 +96,8 @@ def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
         ``{"kind", "dtype", "parser", "shape"}`` (shape None for a VarLenFeature).
 
     Raises:
-        FileNotFoundError: If there is no dataset at ``source``.
+        FileNotFoundError: If there is no dataset at ``source``, or only the shards of a build
+            that did not finish (and not ``loose``).
         CorruptRecordError: If a scanned record is damaged.
         MissingRecordsError: If a shard read to its end holds another number of records than
             the manifest says.
@@ -106,7 +109,7 @@ def feature_spec(source: str, scan: int | None = 1000) -> dict[str, Any]:
         manifest: Mapping[str, Any] | None = read_manifest(source)
     except FileNotFoundError:
         manifest = None
-    shards = list_shards(source)
+    shards = list_shards(source, loose=loose)
     expected: dict[str, str] = {}
     total = None
     if manifest is not None:

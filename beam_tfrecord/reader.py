@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import fsspec
 from fsspec.core import url_to_fs
 
+from beam_tfrecord.build_folder import build_traces
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.reader import read_records
 from beam_tfrecord.codec.records import sample_record
@@ -207,14 +208,21 @@ def _manifest_shards(source: str, manifest: Mapping[str, Any], split: str | None
 
 
 def _listed_shards(
-    source: str, split: str | None, storage_options: Mapping[str, Any]
+    source: str, split: str | None, storage_options: Mapping[str, Any], loose: bool = False
 ) -> list[Shard]:
-    """The shards found by name when there is no manifest, checked to be whole sets."""
+    """The shards found by name when there is no manifest, checked to be whole sets; in a folder
+    a build of this tool left unfinished, only if `loose`."""
     fs, path = url_to_fs(source, **storage_options)
     try:
-        names = sorted(posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False))
+        listed = fs.ls(path, detail=True)
     except FileNotFoundError:
         raise FileNotFoundError(f"{source}: no such folder") from None
+    kinds = {posixpath.basename(entry["name"].rstrip("/")): entry["type"] for entry in listed}
+    names = sorted(kinds)
+    folders = [name for name, kind in kinds.items() if kind == "directory"]
+    traces = [] if loose else build_traces(names, folders)
+    if traces:
+        raise _unfinished(source, traces)
     sets: dict[tuple[str, int], set[int]] = {}
     for name in names:
         shard = parse_shard_name(name)  # None for the temporary files of a build in progress
@@ -240,17 +248,38 @@ def _listed_shards(
     return shards
 
 
+def _unfinished(source: str, traces: Sequence[str]) -> FileNotFoundError:
+    """The refusal of a folder without manifest.json that holds what a build leaves on its way:
+    its shards are those of a build that failed, was stopped, or is still writing (whole
+    classes missing, or shards still to come), which nothing else in the folder says."""
+    *others, last = traces
+    found = f"{', '.join(others)} and {last}" if others else last
+    return FileNotFoundError(
+        f"{source}: a build that did not finish (no {MANIFEST_FILE} beside its {found}): it "
+        "failed, was stopped, or is still running, and its shards may lack records or whole "
+        f"classes; `beam-tfrecord verify {source}` says what is there, `beam-tfrecord build "
+        "... --resume` finishes it, and --loose (loose=True) reads its shards anyway"
+    )
+
+
 def list_shards(
     source: str | os.PathLike,
     split: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    *,
+    loose: bool = False,
 ) -> list[Shard]:
     """Lists a built dataset's shards, from its manifest or, lacking one, by their names.
+
+    A folder without a manifest that holds what a build of this tool writes before its manifest
+    (its `index/` or `reports/` folder, `report.jsonl`, its lock file) is a build that did not
+    finish, and is refused unless ``loose``. Shards another tool wrote are found by name.
 
     Args:
         source: The build's output folder, a path or any fsspec URL.
         split: Only this split's shards; None for every split's.
         storage_options: Passed to fsspec (credentials, project, ...).
+        loose: List the shards of a build that did not finish, by their names.
 
     Returns:
         The shards in order: by split as the manifest lists them, then by index.
@@ -258,15 +287,15 @@ def list_shards(
     Raises:
         ValueError: If the manifest has no such split, or (without one) the shards found by
             name belong to different builds.
-        FileNotFoundError: If there is no manifest and a shard of a set is missing, or nothing
-            is found.
+        FileNotFoundError: If there is no manifest and a shard of a set is missing, nothing
+            is found, or the folder is that of a build that did not finish (and not ``loose``).
     """
     storage_options = dict(storage_options or {})
     source = os.fspath(source)  # a pathlib.Path too
     manifest = _read_manifest(source, storage_options)
     if manifest is not None:
         return _manifest_shards(source, manifest, split)
-    shards = _listed_shards(source, split, storage_options)
+    shards = _listed_shards(source, split, storage_options, loose)
     if not shards:
         what = "shards" if split is None else f"shards of split {split!r}"
         raise FileNotFoundError(f"{source}: no {MANIFEST_FILE} and no {what}")
@@ -344,6 +373,7 @@ class Dataset:
         seed: int = 0,
         transform: Callable[[dict[str, Any]], Any] | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        loose: bool = False,
     ):
         """Finds the split's shards; no record is read yet.
 
@@ -361,10 +391,15 @@ class Dataset:
             seed: Seeds the shard order.
             transform: Applied to each item before it is yielded (to make tensors, crop...).
             storage_options: Passed to fsspec (credentials, project, ...).
+            loose: Read a folder that a build of this tool left without its manifest.json
+                (it failed, was stopped, or is still running) by its shards' names; without
+                it, such a folder is refused, as its shards may lack records or whole classes.
+                Shards another tool wrote are read by their names either way.
 
         Raises:
             ValueError: If there is no such split.
-            FileNotFoundError: If there is no dataset at ``source``.
+            FileNotFoundError: If there is no dataset at ``source``, or only the shards of a
+                build that did not finish (and not ``loose``).
         """
         source = os.fspath(source)  # a pathlib.Path too
         self.source = source
@@ -382,7 +417,7 @@ class Dataset:
             self.shards = _manifest_shards(source, self.manifest, split)
             self.classes: list[str] | None = self.manifest.get("classes")
         else:
-            self.shards = _listed_shards(source, split, self.storage_options)
+            self.shards = _listed_shards(source, split, self.storage_options, loose)
             if not self.shards:
                 raise FileNotFoundError(
                     f"{source}: no {MANIFEST_FILE} and no shards of split {split!r}"

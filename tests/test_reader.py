@@ -198,11 +198,20 @@ def test_shuffled_shard_order_is_seeded_and_still_exact(built):
         assert Counter(n for part in parts for n in part) == Counter(plain)
 
 
+def _as_another_tool_writes_it(copy: Path) -> None:
+    """A build's folder left as a folder of shards from elsewhere: no manifest, and none of what
+    this tool writes on its way (index/, reports/, report.jsonl)."""
+    (copy / "manifest.json").unlink()
+    shutil.rmtree(copy / "index")
+    shutil.rmtree(copy / "reports")
+    (copy / "report.jsonl").unlink()
+
+
 def test_without_a_manifest_shards_are_found_by_name(built, tmp_path):
     out, _, manifest = built
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
-    (copy / "manifest.json").unlink()
+    _as_another_tool_writes_it(copy)
     (copy / ".pets-train.tfrecord-00000-of-00009.tmp-x").write_bytes(b"temporary: ignored")
     for split, info in manifest["splits"].items():
         dataset = Dataset(str(copy), split)
@@ -216,6 +225,97 @@ def test_without_a_manifest_shards_are_found_by_name(built, tmp_path):
         Dataset(str(copy), "train")
     with pytest.raises(FileNotFoundError, match="no shards of split 'nope'"):
         Dataset(str(copy), "nope")
+
+
+@pytest.fixture(scope="module")
+def failed(built, tmp_path_factory):
+    """A build that failed (a --classes typo): its finished shards are there, its manifest not."""
+    from beam_tfrecord.beam.pipeline import build
+    from beam_tfrecord.config import BuildConfig
+    from beam_tfrecord.manifest import BuildFailed
+
+    out = tmp_path_factory.mktemp("failed") / "pets"
+    source = built[0].parent.parent / "src"
+    config = BuildConfig(
+        inputs=(f"{source}/**",), output=str(out), classes=("cat", "dgo"),
+        min_shard_size="20KB", max_shard_size="60KB",
+    )  # fmt: skip
+    with pytest.raises(BuildFailed, match="nothing was published"):
+        build(config, [])
+    assert not (out / "manifest.json").exists() and list(out.glob("pets-train.tfrecord-*"))
+    return out
+
+
+def test_a_failed_builds_folder_is_refused_by_every_reader(failed):
+    """Its shards hold one class of two: read by name, it passed for a dataset without a word."""
+    from beam_tfrecord.feature_spec import feature_spec
+
+    said = (
+        rf"^{failed}: a build that did not finish \(no manifest\.json beside its index/, "
+        r"reports/ and report\.jsonl\): it failed, was stopped, or is still running"
+    )
+    for read in (
+        lambda: Dataset(failed, "train"),
+        lambda: Dataset(str(failed), None, decode=True),
+        lambda: list_shards(failed),
+        lambda: list_shards(str(failed), "test"),
+        lambda: feature_spec(str(failed)),
+    ):
+        with pytest.raises(FileNotFoundError, match=said) as refused:
+            read()
+        assert f"beam-tfrecord verify {failed}" in str(refused.value)
+        assert "--resume" in str(refused.value) and "loose=True" in str(refused.value)
+
+
+def test_a_failed_builds_folder_is_read_when_asked_to_loosely(failed):
+    dataset = Dataset(failed, "train", loose=True)
+    assert dataset.manifest is None
+    names = _names(dataset)
+    assert len(names) == len(dataset) > 0
+    assert {name.split("/")[0] for name in names} == {"cat"}, "the build left 'dog' out"
+    assert [s.url for s in list_shards(failed, loose=True)] == sorted(
+        str(p) for p in failed.glob("pets-*.tfrecord-*")
+    )
+    from beam_tfrecord.feature_spec import feature_spec
+
+    assert feature_spec(str(failed), loose=True)["scanned"] > 0
+
+
+def test_a_failed_builds_copy_in_a_store_is_refused_too(failed):
+    """On an object store its index/ and reports/ are prefixes, listed as folders."""
+    memory = fsspec.filesystem("memory")
+    for path in failed.rglob("*"):
+        if path.is_file():
+            memory.pipe(f"/failed-copy/{path.relative_to(failed).as_posix()}", path.read_bytes())
+    try:
+        with pytest.raises(FileNotFoundError, match="a build that did not finish"):
+            Dataset("memory://failed-copy", "train")
+        assert len(Dataset("memory://failed-copy", "train", loose=True)) > 0
+    finally:
+        memory.rm("/failed-copy", recursive=True)
+
+
+@pytest.mark.parametrize("trace", ["index", "reports", "report.jsonl", ".beam-tfrecord.lock"])
+def test_any_one_trace_of_a_build_makes_a_folder_without_manifest_unfinished(
+    built, tmp_path, trace
+):
+    """A build in progress publishes a shard's report lines before the shard, and a local one
+    holds its lock: a reader polling its folder is refused from the first shard on."""
+    out, _, manifest = built
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    _as_another_tool_writes_it(copy)
+    assert len(Dataset(copy, "train")) == manifest["splits"]["train"]["examples"]
+    if "." in trace:
+        (copy / trace).write_text("")
+    else:
+        (copy / trace).mkdir()
+        (copy / trace / "pets-train.tfrecord-00000-of-00001.x").write_text("")
+    with pytest.raises(FileNotFoundError, match=f"no manifest.json beside its {trace}"):
+        Dataset(copy, "train")
+    assert len(Dataset(copy, "train", loose=True)) == manifest["splits"]["train"]["examples"]
+    (copy / "manifest.json").write_text((out / "manifest.json").read_text())
+    assert len(Dataset(copy, "train")) == manifest["splits"]["train"]["examples"], "finished"
 
 
 def test_reads_any_fsspec_url(built):

@@ -13,6 +13,7 @@ from beam_tfrecord.verification import expand_paths
 
 __all__ = [
     "add_compression_argument",
+    "add_loose_argument",
     "builds_own",
     "expand_or_complain",
     "non_negative_int",
@@ -40,6 +41,16 @@ def add_compression_argument(parser: argparse.ArgumentParser) -> None:
         choices=COMPRESSION_TYPES,
         help="compression of the files; auto tells it from suffix then content "
         "(default: %(default)s)",
+    )
+
+
+def add_loose_argument(parser: argparse.ArgumentParser) -> None:
+    """`--loose`, as the commands that read a build folder (spec, preview) take it."""
+    parser.add_argument(
+        "--loose",
+        action="store_true",
+        help="read a build folder without manifest.json (a build that failed, was stopped or "
+        "is still running) by its shards' names; without it such a folder is refused",
     )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from beam_tfrecord.codec.reader import TFRecordReader, read_records
-from beam_tfrecord.commands.arguments import print_error
+from beam_tfrecord.commands.arguments import add_loose_argument, print_error
 from beam_tfrecord.locations import is_local, is_memory_url, protocol_problem
 from beam_tfrecord.manifest import read_manifest
 from beam_tfrecord.reader import Dataset, MissingRecordsError, Shard, decode_image, parse_record
@@ -218,6 +218,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="show a random sample of the split drawn with this seed (default: none, the "
         "split's first N records)",
     )
+    add_loose_argument(parser)
 
 
 def _positive(text: str, most: int | None = None) -> int:
@@ -350,7 +351,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         return 2
     try:
         split = args.split or _first_split(args.output)
-        dataset = Dataset(args.output, split)  # its manifest and shards found, no record read
+        dataset = Dataset(
+            args.output, split, loose=args.loose
+        )  # its manifest and shards found, no record read
     except (OSError, ValueError) as error:  # no dataset, no such split...
         print_error("preview", str(error))
         return 1

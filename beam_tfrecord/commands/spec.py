@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from beam_tfrecord.commands.arguments import non_negative_int, print_error
+from beam_tfrecord.commands.arguments import add_loose_argument, non_negative_int, print_error
 from beam_tfrecord.feature_spec import feature_spec, spec_to_python
 from beam_tfrecord.locations import protocol_problem
 
@@ -28,6 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the spec as JSON, for scripts, not as Python"
     )
+    add_loose_argument(parser)
 
 
 def run(args: argparse.Namespace, extra: list[str]) -> int:
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         print_error("spec", f"{args.output}: {problem}")
         return 2
     try:
-        description = feature_spec(args.output, scan=args.scan)
+        description = feature_spec(args.output, scan=args.scan, loose=args.loose)
     # CorruptRecordError and FileNotFoundError are OSErrors; their messages name the file.
     except (OSError, ValueError) as error:
         print_error("spec", str(error))

@@ -288,6 +288,43 @@ def test_a_manifest_that_is_not_a_builds_is_named_in_one_line(
     assert not (tmp_path / "grid.png").exists()
 
 
+def test_spec_and_preview_refuse_a_failed_builds_folder_unless_loose(tmp_path, capsys):
+    """A build that failed keeps its finished shards and publishes no manifest: read by their
+    names, they passed for a dataset (whole classes missing), exit status 0."""
+    out = tmp_path / "out"
+    classes = ["--classes", "apple,banan,cherry"]  # a typo: the build fails
+    assert main(["build", "--input", "samples/fruits", "--output", str(out), *classes]) == 1
+    assert not (out / "manifest.json").exists()
+    sheet = str(tmp_path / "sheet.png")
+    for args in (["spec", str(out)], ["preview", str(out), "-o", sheet]):
+        capsys.readouterr()
+        assert main(args) == 1
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(
+            f"beam-tfrecord {args[0]}: error: {out}: a build that did not finish (no "
+            "manifest.json beside its index/, reports/ and report.jsonl)"
+        ), line
+        assert "--loose" in line and "--resume" in line
+        assert main([*args, "--loose"]) == 0
+    assert "of split 'train'" in capsys.readouterr().out
+
+
+def test_spec_and_preview_read_a_folder_of_shards_another_tool_wrote(built, tmp_path, capsys):
+    """Shards without manifest.json, and without anything this tool writes on its way: found
+    by their names, as docs/reading promises."""
+    import shutil
+
+    out = tmp_path / "pets"
+    shutil.copytree(built, out)
+    for name in ("manifest.json", "report.jsonl"):
+        (out / name).unlink()
+    for name in ("index", "reports"):
+        shutil.rmtree(out / name)
+    assert main(["spec", str(out)]) == 0
+    assert main(["preview", str(out), "-o", str(tmp_path / "sheet.png")]) == 0
+    assert "of split 'train'" in capsys.readouterr().out
+
+
 def test_preview_without_a_split_shows_the_first_that_holds_records(tmp_path, capsys):
     """A build whose first split is empty (train=0) was refused for its empty split, with no
     word of the split that holds the images."""
