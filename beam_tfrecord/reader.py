@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import io
 import os
 import posixpath
@@ -17,11 +19,14 @@ from fsspec.core import url_to_fs
 
 from beam_tfrecord.build_folder import build_traces
 from beam_tfrecord.codec.example import decode_example
-from beam_tfrecord.codec.reader import read_records
+from beam_tfrecord.codec.framing import CorruptRecordError
+from beam_tfrecord.codec.reader import TFRecordReader, read_records
+from beam_tfrecord.codec.record_index import index_candidates
 from beam_tfrecord.codec.records import sample_record
 from beam_tfrecord.manifest import LABELS_FILE, MANIFEST_FILE, parse_manifest
+from beam_tfrecord.parts import Part, split_parts
 from beam_tfrecord.shard_names import ShardName, parse_shard_name
-from beam_tfrecord.storage import to_url
+from beam_tfrecord.storage import sequential_read_options, to_url
 from beam_tfrecord.wording import count as plural
 
 if TYPE_CHECKING:
@@ -49,23 +54,32 @@ _PILLOW_FORMATS = {"jpeg": "JPEG", "png": "PNG"}
 
 
 class MissingRecordsError(OSError):
-    """A shard holds another number of records than its build wrote (manifest.json): cut short
-    at a record's end, emptied, or replaced since. Its framing is whole, so nothing else says
-    so: read on, a pass would quietly miss records."""
+    """A shard holds another number of records than its build wrote (manifest.json, or the
+    shard's record index without one): cut short at a record's end, emptied, or replaced since.
+    Its framing is whole, so nothing else says so: read on, a pass would quietly miss records."""
 
-    def __init__(self, url: str, found: int, written: int):
+    def __init__(self, url: str, found: int, written: int, counted_by: str | None = None):
+        listed = (
+            f"its build wrote {written} ({MANIFEST_FILE})"
+            if counted_by is None
+            else f"its record index {counted_by} lists {written}"
+        )
         super().__init__(
-            f"{url}: holds {plural(found, 'record')} where its build wrote {written} "
-            "(manifest.json): the file was cut short or changed since it was written; "
-            "`beam-tfrecord verify` checks every shard"
+            f"{url}: holds {plural(found, 'record')} where {listed}: the file was cut short or "
+            "changed since it was written; `beam-tfrecord verify` checks every shard"
         )
         self.url, self.found, self.written = url, found, written
 
     @classmethod
-    def of(cls, url: str, found: int, written: int | None) -> MissingRecordsError | None:
+    def of(
+        cls, url: str, found: int, written: int | None, counted_by: str | None = None
+    ) -> MissingRecordsError | None:
         """The error for a shard read to its end that held `found` records where its build
-        wrote `written` (None: no manifest says); None when the two agree."""
-        return None if written is None or found == written else cls(url, found, written)
+        wrote `written` (None: no manifest says; `counted_by`: the record index that says, if
+        not the manifest); None when the two agree."""
+        if written is None or found == written:
+            return None
+        return cls(url, found, written, counted_by)
 
 
 @dataclass(frozen=True)
@@ -302,30 +316,60 @@ def list_shards(
     return shards
 
 
-@dataclass(frozen=True)
-class _Part:
-    """The records ``start, start + step, ...`` of one shard: what a reader is given to read."""
+def _index_count(url: str, storage_options: Mapping[str, Any]) -> tuple[int, str] | None:
+    """The records a shard's record index lists, and the index's path; None if it has none
+    (where a build writes it, `index/{shard}.index`, or beside it)."""
+    for index in index_candidates(url):
+        try:
+            with fsspec.open(index, "r", encoding="ascii", **storage_options) as f:
+                return sum(1 for line in f if line.strip()), index
+        except FileNotFoundError:
+            continue
+    return None
 
-    url: str
-    examples: int | None
-    start: int = 0
-    step: int = 1
+
+def _record_offset(url: str, number: int, storage_options: Mapping[str, Any]) -> int | None:
+    """Where record `number` of a shard begins, by its record index; None if no index says."""
+    for index in index_candidates(url):
+        try:
+            with fsspec.open(index, "r", encoding="ascii", **storage_options) as f:
+                lines = [line for line in f if line.strip()]
+        except (FileNotFoundError, UnicodeDecodeError):
+            continue
+        try:
+            return int(lines[number].split()[0])
+        except (IndexError, ValueError):
+            return None
+    return None
 
 
-def _split(parts: Sequence[_Part], index: int, count: int) -> list[_Part]:
-    """Part ``index`` of ``count`` disjoint parts whose union is ``parts``.
+def _records_from(
+    url: str, first: int, storage_options: Mapping[str, Any]
+) -> Iterator[tuple[int, bytes]]:
+    """A shard's records numbered, from record `first` on when its record index says where that
+    one begins (a part that starts within a shard reads none before its own), else from 0.
 
-    With at least as many shards as readers, readers take whole shards in turn. With fewer,
-    readers share shards and take every k-th record of one, so that no reader sits idle; each
-    shard is then read by as few readers as can be.
+    The index only points: the record there is checked as any other is. Where none begins, or
+    the file ends there, the index is not the shard's, and the shard is read from its start.
     """
-    if len(parts) >= count or not parts:
-        return list(parts[index::count])
-    which = index % len(parts)
-    sharers = len(range(which, count, len(parts)))
-    part = parts[which]
-    return [_Part(part.url, part.examples, part.start + index // len(parts) * part.step,
-                  part.step * sharers)]  # fmt: skip
+    offset = _record_offset(url, first, storage_options) if first else None
+    if offset is not None:
+        fs, path = url_to_fs(url, **storage_options)
+        with fs.open(path, "rb", **sequential_read_options(fs)) as stream:
+            stream.seek(offset)
+            reader = TFRecordReader(stream, "NONE")
+            try:
+                yield from enumerate(reader, first)
+            except CorruptRecordError as error:
+                if not reader.records_read:  # no record where the index places one
+                    offset = None
+                else:  # damage further on: said where it is in the file
+                    raise CorruptRecordError(
+                        url, offset + error.offset, error.reason, offset + error.damage_offset
+                    ) from None
+            if reader.records_read:
+                return
+    yield from enumerate(read_records(url, **storage_options))
 
 
 def _torch_worker() -> tuple[int, int] | None:
@@ -412,6 +456,9 @@ class Dataset:
         self.epoch = 0
         self._shard_of: tuple[tuple[int, int], ...] = ()
         self._counts: dict[str, int] = {}  # records per shard, counted when there is no manifest
+        # Without one, each shard's record index (its count and path; None: it has none), read
+        # once a split needs the counts. Shared with the parts `shard` makes, as _counts is.
+        self._indexed: dict[str, tuple[int, str] | None] = {}
         self.manifest = _read_manifest(source, self.storage_options)
         if self.manifest is not None:
             self.shards = _manifest_shards(source, self.manifest, split)
@@ -423,7 +470,7 @@ class Dataset:
                     f"{source}: no {MANIFEST_FILE} and no shards of split {split!r}"
                 )
             self.classes = self._read_labels()
-        self._parts = [_Part(shard.url, shard.examples) for shard in self.shards]
+        self._parts = [Part(shard.url, shard.examples) for shard in self.shards]
 
     def _read_labels(self) -> list[str] | None:
         url = _join(self.source, LABELS_FILE)
@@ -436,9 +483,18 @@ class Dataset:
     def shard(self, index: int, count: int) -> Dataset:
         """Part ``index`` of ``count`` disjoint parts whose union is this dataset.
 
-        Readers take whole shards while there are enough; with more readers than shards,
-        they share shards, each taking every k-th record of one. Parts compose: a part can be
-        split again (per machine, then per DataLoader worker, which is done automatically).
+        The split's records, one shard after another (in the shuffled order, if
+        ``shuffle_shards``), are cut into ``count`` runs whose lengths differ by one record at
+        most; a run may start or end within a shard, and its reader seeks to its first record
+        by the shard's record index (reads up to it without one). Every reader must split
+        alike: with the same ``seed`` and epoch, they do. Parts compose: a part can be split
+        again (per machine, then per DataLoader worker, which is done automatically).
+
+        That takes each shard's record count: from manifest.json, or without one from the
+        shards' record indexes (``index/{shard}.index`` or ``{shard}.index``). A folder of
+        shards with neither is split by whole shards, readers sharing a shard record by
+        record only when there are more readers than shards: its parts can then differ by up
+        to a shard's records.
 
         Args:
             index: This reader's number, from 0.
@@ -463,58 +519,89 @@ class Dataset:
         """Sets the epoch that, with the seed, draws the shard order when ``shuffle_shards``."""
         self.epoch = epoch
 
-    def _my_parts(self) -> list[_Part]:
-        parts = list(self._parts)
-        if self.shuffle_shards:
-            # Seeded by a string, which Random hashes the same way in every process: all
-            # readers must agree on the order before each takes its part of it.
-            random.Random(f"beam-tfrecord/{self.seed}/{self.epoch}").shuffle(parts)
+    def _my_parts(self) -> list[Part]:
         levels = list(self._shard_of)
         worker = _torch_worker()
         if worker is not None and worker[1] > 1:
             levels.append(worker)
+        parts = self._counted_parts() if levels else list(self._parts)
+        if self.shuffle_shards:
+            # Seeded by a string, which Random hashes the same way in every process: all
+            # readers must agree on the order before each takes its part of it.
+            random.Random(f"beam-tfrecord/{self.seed}/{self.epoch}").shuffle(parts)
         for index, count in levels:
-            parts = _split(parts, index, count)
+            parts = split_parts(parts, index, count)
         return parts
+
+    def _counted_parts(self) -> list[Part]:
+        """The shards as parts with their record counts, which an exact split needs: the
+        manifest's; without one, their record indexes' if every shard has one (else none).
+
+        Never counted by reading: every reader must split alike, and a count one process has
+        read and another has not would split them two ways.
+        """
+        if self.manifest is not None:
+            return list(self._parts)
+        for part in self._parts:
+            if part.url not in self._indexed:
+                self._indexed[part.url] = _index_count(part.url, self.storage_options)
+        counts = [self._indexed[part.url] for part in self._parts]
+        if None in counts:
+            return list(self._parts)
+        return [
+            dataclasses.replace(part, examples=examples, counted_by=index)
+            for part, (examples, index) in zip(self._parts, counts, strict=True)  # type: ignore[misc]
+        ]
 
     def __len__(self) -> int:
         """The number of items a pass yields here (in a DataLoader worker: that worker's).
 
-        Comes from the manifest; without one, each shard is read once to count its records.
+        Comes from the manifest; without one, each shard is read once to count its records
+        (split among readers, from the shards' record indexes if they all have one).
         """
         total = 0
         for part in self._my_parts():
-            examples = part.examples
-            if examples is None:
+            if part.examples is None:
                 examples = self._counts.get(part.url)
                 if examples is None:
                     records = read_records(part.url, **self.storage_options)
                     examples = self._counts[part.url] = sum(1 for _ in records)
-            total += len(range(part.start, examples, part.step))
+                part = dataclasses.replace(part, examples=examples)
+            total += len(part.records())
         return total
 
     def __iter__(self) -> Iterator[Any]:
         for part in self._my_parts():
-            found = 0
-            records = read_records(part.url, **self.storage_options)
-            try:
-                for number, data in enumerate(records):
+            for data in self._read(part):
+                item = self._item(data, part.url)
+                yield item if self.transform is None else self.transform(item)
+
+    def _read(self, part: Part) -> Iterator[bytes]:
+        """The records of a part; its shard, when read to its end, held to its count."""
+        wanted = range(part.start, sys.maxsize if part.stop is None else part.stop, part.step)
+        # A part that ends before its shard does stops there, unread records left unchecked.
+        before = part.stop if part.examples is not None and wanted.stop < part.examples else None
+        found = 0
+        records = _records_from(part.url, part.start, self.storage_options)
+        try:
+            with contextlib.closing(records):
+                for number, data in records:
+                    if before is not None and number >= before:
+                        return
                     found = number + 1
-                    if number < part.start or (number - part.start) % part.step:
-                        continue
-                    item = self._item(data, part.url)
-                    yield item if self.transform is None else self.transform(item)
-            except FileNotFoundError:
-                if found or part.examples is None:
-                    raise
-                raise FileNotFoundError(
-                    f"{part.url}: no such file, where {MANIFEST_FILE} lists a shard of "
-                    f"{plural(part.examples, 'record')}: moved, renamed or deleted since the "
-                    "build (`beam-tfrecord verify` says more)"
-                ) from None
-            missing = MissingRecordsError.of(part.url, found, part.examples)
-            if missing is not None:
-                raise missing
+                    if number in wanted:
+                        yield data
+        except FileNotFoundError:
+            if found or part.examples is None:
+                raise
+            raise FileNotFoundError(
+                f"{part.url}: no such file, where {part.counted_by or MANIFEST_FILE} lists a "
+                f"shard of {plural(part.examples, 'record')}: moved, renamed or deleted since "
+                "the build (`beam-tfrecord verify` says more)"
+            ) from None
+        missing = MissingRecordsError.of(part.url, found, part.examples, part.counted_by)
+        if missing is not None:
+            raise missing
 
     def _item(self, data: bytes, url: str) -> dict[str, Any]:
         try:

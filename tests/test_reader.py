@@ -101,12 +101,110 @@ def test_workers_partition_the_split_exactly(built, workers):
     expected = _names(Dataset(str(out), "train"))
     parts = [_names(Dataset(str(out), "train").shard(i, workers)) for i in range(workers)]
     together = [name for part in parts for name in part]
-    assert Counter(together) == Counter(expected), "every record in exactly one worker"
+    assert together == expected, "every record in exactly one worker, in the split's order"
     lengths = [len(Dataset(str(out), "train").shard(i, workers)) for i in range(workers)]
     assert lengths == [len(part) for part in parts]
-    shards = manifest["splits"]["train"]["shards"]
-    if workers <= shards * 2:
-        assert all(parts), "with fewer workers than records, no worker sits idle"
+    assert max(lengths) - min(lengths) <= 1, "no worker waits for another with more to read"
+    assert manifest["splits"]["train"]["shards"] >= 3, "the test needs several shards"
+
+
+def _hand_built(
+    folder: Path, counts: list[int], manifest: bool = True, indexes: str | None = "index"
+) -> list[str]:
+    """Shards of `counts` records (each an Example naming itself), with a manifest and record
+    indexes (`index`: in index/ as a build writes them; `beside`: {shard}.index; None: none).
+    Returns the records' names in the split's order."""
+    from beam_tfrecord.codec.example import encode_example
+    from beam_tfrecord.codec.framing import framed_size
+    from beam_tfrecord.codec.writer import open_writer
+
+    folder.mkdir(parents=True)
+    (folder / "index").mkdir(exist_ok=indexes != "index")
+    names, shards = [], []
+    for number, examples in enumerate(counts):
+        file = f"hand-train.tfrecord-{number:05d}-of-{len(counts):05d}"
+        lines, offset = [], 0
+        with open_writer(str(folder / file)) as writer:
+            for record in range(examples):
+                names.append(f"{number}/{record}")
+                data = encode_example({"image/filename": names[-1]})
+                writer.write(data)
+                lines.append(f"{offset} {framed_size(len(data))}\n")
+                offset += framed_size(len(data))
+        index = {"index": folder / "index" / f"{file}.index", "beside": folder / f"{file}.index"}
+        if indexes is not None:
+            index[indexes].write_text("".join(lines))
+        shards.append({"file": file, "split": "train", "index": number, "examples": examples})
+    if indexes != "index":
+        (folder / "index").rmdir()
+    if manifest:
+        splits = {"train": {"examples": sum(counts), "shards": len(counts)}}
+        (folder / "manifest.json").write_text(json.dumps({"splits": splits, "shards": shards}))
+    return names
+
+
+@pytest.mark.parametrize(
+    ("counts", "readers"),
+    [
+        ([10 + i % 2 for i in range(24)], 16),  # 8 readers read twice what the 8 others did
+        ([11, 11, 11], 3),
+        ([9, 15, 9], 2),
+        ([40, 3, 1], 5),  # more readers than shards
+        ([2, 1], 6),  # more readers than records
+    ],
+)
+@pytest.mark.parametrize(
+    "layout", ["manifest", "no manifest, indexes beside", "unfinished, read loosely"]
+)
+def test_parts_are_within_one_record_of_each_other(tmp_path, counts, readers, layout):
+    """Each part's len() is what it yields, the parts differ by one record at most, and
+    together they are the split, each record once, in its order."""
+    folder = tmp_path / "hand"
+    names = _hand_built(
+        folder,
+        counts,
+        manifest=layout == "manifest",
+        indexes="beside" if "beside" in layout else "index",
+    )
+    dataset = Dataset(folder, "train", loose=layout.endswith("loosely"))
+    parts = [dataset.shard(index, readers) for index in range(readers)]
+    read = [_names(part) for part in parts]
+    assert [len(part) for part in parts] == [len(names) for names in read]
+    assert max(map(len, read)) - min(map(len, read)) <= 1, list(map(len, read))
+    assert [name for part in read for name in part] == names
+
+
+def test_without_counts_parts_are_whole_shards_still_each_record_once(tmp_path):
+    """No manifest.json and no record index: nothing says where a part would end within a
+    shard, and the parts differ by up to a shard (docs/reading/pytorch.md says so)."""
+    folder = tmp_path / "hand"
+    names = _hand_built(folder, [5, 1, 5], manifest=False, indexes=None)
+    parts = [Dataset(folder, "train").shard(index, 2) for index in range(2)]
+    assert [len(part) for part in parts] == [10, 1]
+    assert sorted(name for part in parts for name in _names(part)) == sorted(names)
+
+
+def test_a_part_that_starts_within_a_shard_seeks_to_its_first_record(tmp_path):
+    """By the shard's record index: a reader reads none of the records before its own (a
+    damaged one among them goes unseen), and a wrong index only costs reading from the start."""
+    from beam_tfrecord.codec.framing import CorruptRecordError
+
+    folder = tmp_path / "hand"
+    names = _hand_built(folder, [6])
+    shard = folder / "hand-train.tfrecord-00000-of-00001"
+    data = bytearray(shard.read_bytes())
+    data[14] ^= 0xFF  # in record 0's payload: its data CRC no longer holds
+    shard.write_bytes(bytes(data))
+    second = Dataset(folder, "train").shard(1, 2)
+    assert _names(second) == names[3:]
+    with pytest.raises(CorruptRecordError, match="byte offset 0: bad data CRC"):
+        _names(Dataset(folder, "train").shard(0, 2))
+    index = folder / "index" / "hand-train.tfrecord-00000-of-00001.index"
+    index.write_text("".join(f"{n} 1\n" for n in range(1, 7)))  # places no record right
+    with pytest.raises(CorruptRecordError, match="byte offset 0: bad data CRC"):
+        _names(Dataset(folder, "train").shard(1, 2))
+    shard.write_bytes(bytes(data[:14]) + bytes([data[14] ^ 0xFF]) + bytes(data[15:]))
+    assert _names(Dataset(folder, "train").shard(1, 2)) == names[3:]
 
 
 def test_parts_compose_per_machine_then_per_worker(built):
