@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import logging
@@ -31,11 +32,15 @@ from beam_tfrecord.codec.framing import (
 )
 from beam_tfrecord.storage import sequential_read_options
 
-__all__ = ["TFRecordReader", "read_records"]
+__all__ = ["NOT_A_TFRECORD_FILE", "TFRecordReader", "begins_as_tfrecord", "read_records"]
 
 
 _log = logging.getLogger(__name__)
 
+
+# The damage of a file whose first bytes are no record's header: most likely not a TFRecord file
+# at all (an image, say), which "corrupt" would misdescribe.
+NOT_A_TFRECORD_FILE = "bad length CRC: not a TFRecord file?"
 
 # Payloads above this are read in pieces, so that a corrupt length whose CRC happens to match
 # cannot make us allocate exabytes before noticing the file is shorter.
@@ -156,9 +161,8 @@ class TFRecordReader:
                 )
             length, length_crc = HEADER.unpack(header)
             if length_crc != masked_crc32c(header[:8]):
-                # At the very start, no record of any length begins here: most likely not a
-                # TFRecord file at all (an image, say), which "corrupt" would misdescribe.
-                reason = "bad length CRC" + (": not a TFRecord file?" if offset == 0 else "")
+                # At the very start, no record of any length begins here.
+                reason = NOT_A_TFRECORD_FILE if offset == 0 else "bad length CRC"
                 raise CorruptRecordError(path, offset, reason)
             data = read_exact(length, "payload")
             if len(data) < length:
@@ -244,3 +248,28 @@ def read_records(
             **storage_options,
         )
     )
+
+
+def begins_as_tfrecord(
+    source: str | os.PathLike | BinaryIO, compression: str | None = "auto", **storage_options: Any
+) -> bool:
+    """Whether a file begins as a TFRecord file does: it is empty, or its first bytes are a
+    record's header, whose length CRC other bytes match once in 2**32. Damage past that header
+    (a shard cut short, a record's bad data CRC) is a TFRecord file's damage.
+
+    Args:
+        source: A path or fsspec URL, or an open binary stream.
+        compression: "NONE", "GZIP", "ZLIB" or "auto" (suffix, then content).
+        **storage_options: Passed to ``fsspec.open`` when ``source`` is a URL.
+
+    Raises:
+        FileNotFoundError: If ``source`` names no file.
+    """
+    reader = TFRecordReader(
+        source, compression, skip_damaged=True, log_damage=False, **storage_options
+    )
+    records = iter(reader)
+    with contextlib.closing(records):  # the file closed at once, its first record read
+        for _ in records:
+            return True
+    return not any(error.reason == NOT_A_TFRECORD_FILE for error in reader.damage)

@@ -9,7 +9,11 @@ import sys
 import fsspec
 
 from beam_tfrecord.codec.compression import COMPRESSION_TYPES
+from beam_tfrecord.codec.reader import begins_as_tfrecord
+from beam_tfrecord.manifest import MANIFEST_FILE
+from beam_tfrecord.settings import DEFAULT_EXTENSIONS
 from beam_tfrecord.verification import expand_paths
+from beam_tfrecord.wording import count
 
 __all__ = [
     "add_compression_argument",
@@ -66,12 +70,49 @@ def expand_or_complain(
     *,
     others: list[str] | None = None,
     own: list[str] | None = None,
+    compression: str = "auto",
 ) -> tuple[list[str], list[str]]:
-    """`expand_paths`, printing an error for each pattern that names nothing."""
-    files, unmatched = expand_paths(patterns, others=others, own=own)
-    for pattern in unmatched:
-        print_error(command, f"{pattern}: {_why_nothing(pattern)}")
-    return files, unmatched
+    """`expand_paths`, printing an error for each pattern that names nothing: no file, or a
+    folder of files none of which is a TFRecord file (a folder of images, given for a build's),
+    whose files would each be called damaged."""
+    files: list[str] = []
+    unmatched: list[str] = []
+    for pattern in patterns:
+        found, missed = expand_paths([pattern], others=others, own=own)
+        why = _not_records(pattern, found, compression) if found else None
+        if why is not None:
+            print_error(command, f"{pattern}: {why}")
+            unmatched.append(pattern)
+            continue
+        files.extend(found)
+        for missing in missed:
+            print_error(command, f"{missing}: {_why_nothing(missing)}")
+        unmatched.extend(missed)
+    # A file named twice (`verify a.tfrecord a.tfrecord`, a folder and a glob in it) is one.
+    return list(dict.fromkeys(files)), unmatched
+
+
+def _not_records(pattern: str, files: list[str], compression: str) -> str | None:
+    """Why a folder given holds nothing to read, when none of the files below it begins as a
+    TFRecord file; None if one does, or `pattern` is no folder (a file or glob is taken as
+    given), or a build's (whose shards, however damaged, are its shards). Asking stops at the
+    first TFRecord file, so a folder of shards costs one read."""
+    try:
+        fs, path = fsspec.core.url_to_fs(pattern)
+        if not fs.isdir(path) or fs.exists(posixpath.join(path, MANIFEST_FILE)):
+            return None
+        if any(begins_as_tfrecord(f, compression) for f in files):
+            return None
+    except OSError:  # unreadable: verifying the files says so, each by name
+        return None
+    images = sum(posixpath.splitext(f)[1].lower() in DEFAULT_EXTENSIONS for f in files)
+    if images == len(files):
+        return (
+            f"a folder of images ({count(images, 'file')}), not of TFRecord files; "
+            f"`beam-tfrecord build --input {pattern} --output OUT` makes shards of them"
+        )
+    some = f"; {images} of them images" if images else ""
+    return f"a folder with no TFRecord files below it ({count(len(files), 'file')}, none one{some})"
 
 
 def builds_own(own: list[str]) -> str:

@@ -249,7 +249,9 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     # In a build folder, only the build's files: a preview image or notes beside the shards are
     # not records (as verify takes a folder).
     own: list[str] = []  # a build's manifest, labels, report and indexes, named one by one
-    files, unmatched = expand_or_complain(args.files, "inspect", others=[], own=own)
+    files, unmatched = expand_or_complain(
+        args.files, "inspect", others=[], own=own, compression=args.compression
+    )
     status = 1 if unmatched or not files else 0
     if own and not files:  # `inspect out/labels.txt` shows nothing: not a success
         print_error("inspect", f"nothing to show: {builds_own(own)}")

@@ -72,21 +72,15 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     del extra  # the dispatcher refuses unknown flags for this command
     others: list[str] = []  # files of build folders that are not the build's
     own: list[str] = []  # a build's manifest, labels, report and indexes, named one by one
-    files, unmatched = expand_or_complain(args.paths, "verify", others=others, own=own)
+    files, unmatched = expand_or_complain(
+        args.paths, "verify", others=others, own=own, compression=args.compression
+    )
     totals = {"records": 0, "bytes": 0, "damaged": 0, "stray": 0, "unreadable": 0}
-    not_examples = False
     manifests = ManifestShards()
     for url in files:  # each folder's manifest read first, for the shards it lists are missing
         manifests.shard(url)
     missing = manifests.missing()
-    for url in files:
-        report, unreadable, stray = _check_file(url, args, manifests, missing)
-        not_examples = _print_file(url, report, unreadable, stray) or not_examples
-        totals["records"] += report.records
-        totals["bytes"] += report.bytes
-        totals["unreadable"] += unreadable
-        totals["stray"] += stray
-        totals["damaged"] += not report.ok and not stray and not unreadable
+    not_examples = _check_files(files, args, manifests, missing, totals)
     for url in missing:
         print(f"MISSING  {url}: manifest.json lists this shard, but it is not there")
     # A build folder whose manifest cannot be read as one is no finished build: its shards were
@@ -129,6 +123,27 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
     if not files and own:  # `verify out/labels.txt`: a script's `verify ... &&` must not pass
         print_error("verify", f"nothing to check: {builds_own(own)}")
     return 1 if unmatched or failed or not files else 0
+
+
+def _check_files(
+    files: list[str],
+    args: argparse.Namespace,
+    manifests: ManifestShards,
+    missing: list[str],
+    totals: dict[str, int],
+) -> bool:
+    """Checks and prints each file, adding its figures to `totals`; whether one's records are
+    not Examples (which --raw would check)."""
+    not_examples = False
+    for url in files:
+        report, unreadable, stray = _check_file(url, args, manifests, missing)
+        not_examples = _print_file(url, report, unreadable, stray) or not_examples
+        totals["records"] += report.records
+        totals["bytes"] += report.bytes
+        totals["unreadable"] += unreadable
+        totals["stray"] += stray
+        totals["damaged"] += not report.ok and not stray and not unreadable
+    return not_examples
 
 
 def _check_file(

@@ -508,3 +508,24 @@ def test_write_parts_writes_what_writing_the_joined_record_writes(tmp_path_facto
 def test_write_parts_takes_only_bytes():
     with pytest.raises(TypeError, match="bytes"):
         TFRecordWriter(io.BytesIO()).write_parts([b"a", bytearray(b"b")])
+
+
+@pytest.mark.parametrize(
+    ("data", "begins"),
+    [
+        (b"", True),  # an empty file: a TFRecord file of no records
+        (GOOD, True),
+        (GOOD[:40], True),  # cut short in its second record
+        (_flip(GOOD, 12), True),  # the first record's payload damaged, its header whole
+        (gzip.compress(GOOD, mtime=0), True),
+        (b"\xff\xd8\xff\xe0" + bytes(60), False),  # a JPEG's first bytes
+        (_flip(GOOD, 0), False),  # no record's header at the start
+    ],
+    ids=["empty", "whole", "cut", "bad data CRC", "gzip", "jpeg", "bad header"],
+)
+def test_begins_as_tfrecord_asks_the_first_header_only(tmp_path, data, begins):
+    from beam_tfrecord.codec.reader import begins_as_tfrecord
+
+    path = tmp_path / "file"
+    path.write_bytes(data)
+    assert begins_as_tfrecord(str(path)) is begins

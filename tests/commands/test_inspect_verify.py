@@ -316,6 +316,40 @@ def test_verify_fails_when_a_path_matches_nothing(tmp_path, capsys):
     assert "1 matched nothing" in captured.out
 
 
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_a_folder_of_images_is_said_in_one_line_not_damaged_file_by_file(command, capsys):
+    """`verify samples/fruits` called each of its 46 images DAMAGED ("not a TFRecord file?"),
+    where spec and preview said in one line that the folder holds no shards."""
+    fruits = _REPO / "samples" / "fruits"
+    assert main([command, str(fruits)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"beam-tfrecord {command}: error: {fruits}: a folder of images (46 files), not of "
+        f"TFRecord files; `beam-tfrecord build --input {fruits} --output OUT` makes shards of them"
+    ]
+    assert "DAMAGED  " not in captured.out and "not a TFRecord file?" not in captured.out
+
+
+def test_a_folder_of_other_files_is_one_line_and_a_record_file_among_them_is_checked(
+    tmp_path, capsys
+):
+    folder = tmp_path / "mixed"
+    (folder / "cat").mkdir(parents=True)
+    (folder / "cat" / "a.jpg").write_bytes(JPEG)
+    (folder / "weights.bin").write_bytes(bytes(range(40)))
+    assert main(["verify", str(folder)]) == 1
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord verify: error: {folder}: a folder with no TFRecord files below it "
+        "(2 files, none one; 1 of them images)\n"
+    )
+    shard = _write(folder / "data.tfrecord", RECORDS[:2])
+    assert main(["verify", str(folder)]) == 1, "the other files are checked, and damaged"
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert f"OK       {shard}: 2 records" in captured.out
+    assert f"DAMAGED  {folder / 'weights.bin'}: 0 records" in captured.out
+
+
 def test_verify_raw_and_explicit_compression(tmp_path, capsys):
     url = _write(tmp_path / "raw.bin", [b"\x00raw", b""], "GZIP")
     assert main(["verify", "--compression", "gzip", url]) == 1
@@ -533,6 +567,19 @@ def test_verify_fails_a_shard_named_file_the_manifest_does_not_list(build_copy, 
         "it back"
     ) in shown
     assert f"MISSING  {out / first}" in shown
+
+
+@pytest.mark.slow
+def test_a_build_folder_whose_every_shard_is_damaged_at_its_start_names_each(build_copy, capsys):
+    """Its manifest says they are shards: not a folder of something else."""
+    out, manifest = build_copy
+    for shard in manifest["shards"]:
+        path = out / shard["file"]
+        path.write_bytes(bytes(12) + path.read_bytes()[12:])
+    assert main(["verify", str(out)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out.count("DAMAGED  ") == len(manifest["shards"])
 
 
 @pytest.mark.slow
