@@ -47,8 +47,6 @@ _LAYOUT = tuple(decode_example(sample_record()))
 _TEXT_FEATURES = frozenset(
     {"image/format", "image/class/text", "image/filename", "image/key/sha256"}
 )
-# Shard names as sharding.py writes them; split names cannot contain "-" (config.py), so the
-# split is what follows the last "-" before ".tfrecord". More than 99999 shards take more digits.
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 _PILLOW_FORMATS = {"jpeg": "JPEG", "png": "PNG"}
 
@@ -242,7 +240,7 @@ def _listed_shards(
         shard = parse_shard_name(name)  # None for the temporary files of a build in progress
         if shard is None:
             continue
-        if split is not None and not shard.prefix.endswith(f"-{split}"):
+        if split is not None and shard.split != split:
             continue
         sets.setdefault((shard.prefix, shard.count), set()).add(shard.index)
     if split is not None and len(sets) > 1:

@@ -45,6 +45,13 @@ class ShardName:
     def stem(self) -> str:
         return shard_stem(self.prefix)
 
+    @property
+    def split(self) -> str | None:
+        """The split the name gives: what follows the prefix's last "-" (a split's name has
+        none); None for a prefix without one, which names no split."""
+        name, dash, split = self.prefix.rpartition("-")
+        return split if dash and name else None
+
     def __str__(self) -> str:
         return f"{self.stem}-{self.index:0{_DIGITS}d}{count_suffix(self.count)}"
 

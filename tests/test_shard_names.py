@@ -138,3 +138,15 @@ def test_the_100000th_shard_is_written_and_resumed(tmp_path):
     assert shard_names(str(p) for p in (tmp_path / "out").iterdir()) == [LAST]
     again, _ = write_shard(spec, entries, ImagePolicy(), resume=True)
     assert again.resumed and (again.examples, again.bytes) == (result.examples, result.bytes)
+
+
+@pytest.mark.parametrize(
+    ("name", "split"),
+    [
+        ("fruits-train.tfrecord-00000-of-00002", "train"),
+        ("my-data.v2-validation.tfrecord-00003-of-00010", "validation"),  # a name with "-"
+        ("train.tfrecord-00000-of-00001", None),  # another tool's name, of no split
+    ],
+)
+def test_a_shard_name_gives_its_split(name, split):
+    assert parse_shard_name(name).split == split

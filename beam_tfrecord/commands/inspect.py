@@ -221,6 +221,11 @@ def _raw_pixels(features: dict[str, tuple[str | None, list[Any]]]) -> str | None
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares the command's arguments."""
+    parser.epilog = (
+        "Exit status: 0 when every file was read; 1 when a path names no file to read (none "
+        "there, or a folder with no TFRecord files) or a file is damaged or cannot be read; 2 "
+        "for a bad flag or value."
+    )
     parser.add_argument(
         "files",
         nargs="+",

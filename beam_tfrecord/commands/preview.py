@@ -21,7 +21,15 @@ from beam_tfrecord.codec.reader import TFRecordReader, read_records
 from beam_tfrecord.commands.arguments import add_loose_argument, print_error
 from beam_tfrecord.locations import is_local, is_memory_url, protocol_problem
 from beam_tfrecord.manifest import read_manifest
-from beam_tfrecord.reader import Dataset, MissingRecordsError, Shard, decode_image, parse_record
+from beam_tfrecord.reader import (
+    Dataset,
+    MissingRecordsError,
+    Shard,
+    decode_image,
+    list_shards,
+    parse_record,
+)
+from beam_tfrecord.shard_names import parse_shard_name
 from beam_tfrecord.wording import count
 
 __all__ = ["add_arguments", "run"]
@@ -171,11 +179,20 @@ def _fit(text: str, font: Any, width: int) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares the command's arguments."""
+    parser.epilog = (
+        "Exit status: 0 when the sheet is written and every image shows; 1 when the dataset "
+        "cannot be read (no such folder, a build that did not finish, a damaged shard), its "
+        "split holds no records, or an image does not show; 2 for a bad flag or value (an "
+        "unknown --split, an -o that exists without --overwrite or whose folder does not)."
+    )
     parser.add_argument(
         "output", metavar="OUTPUT", help="a build's output folder, a path or any fsspec URL"
     )
     parser.add_argument(
-        "--split", default=None, help="the split to show (default: the manifest's first)"
+        "--split",
+        default=None,
+        help="the split to show (default: the first that holds records; without "
+        "manifest.json, train if it has shards)",
     )
     parser.add_argument(
         "-n",
@@ -287,12 +304,31 @@ def _refusal(out: str, overwrite: bool) -> str | None:
     return None
 
 
-def _first_split(output: str) -> str:
-    """The build's first split that holds records (its first, if none does or none says)."""
+def _splits(output: str, loose: bool) -> tuple[dict[str, Any], bool] | None:
+    """The dataset's splits, each with what its manifest says of it, and whether they are its
+    manifest's (else, without one, those its shards' names give); None when neither can be
+    read (reading the dataset says why)."""
     try:
-        splits = read_manifest(output).get("splits", {})
+        return read_manifest(output).get("splits", {}), True
     except FileNotFoundError:
-        splits = {}
+        pass
+    except (OSError, ValueError):  # a damaged manifest
+        return None
+    try:
+        shards = list_shards(output, loose=loose)
+    except (OSError, ValueError):  # no shards either, or a build that did not finish
+        return None
+    names = (parse_shard_name(posixpath.basename(shard.url)) for shard in shards)
+    splits = dict.fromkeys(name.split for name in names if name is not None and name.split)
+    return splits, False
+
+
+def _first_split(output: str, loose: bool) -> str:
+    """The manifest's first split that holds records (its first, if none does); without one,
+    train, or else the first split its shards' names give."""
+    splits, of_manifest = _splits(output, loose) or ({}, True)
+    if not of_manifest and "train" in splits:
+        return "train"
     held = [
         name
         for name, info in splits.items()
@@ -301,16 +337,16 @@ def _first_split(output: str) -> str:
     return (held or list(splits) or ["train"])[0]
 
 
-def _unknown_split(output: str, split: str) -> str | None:
-    """Why `--split` names no split of the build's manifest; None if it does, or if there is no
-    manifest to say (a folder of shards is read by their names)."""
-    try:
-        splits = list(read_manifest(output).get("splits", {}))
-    except (OSError, ValueError):  # no manifest, or a damaged one: reading the dataset says so
+def _unknown_split(output: str, split: str, loose: bool) -> str | None:
+    """Why `--split` names no split of the dataset, as its manifest or its shards' names list
+    them; None if it does, or if nothing says (the dataset cannot be read, which reading it
+    says)."""
+    found = _splits(output, loose)
+    if found is None or split in found[0]:
         return None
-    if split in splits:
-        return None
-    return f"--split: no split {split!r} in {output}; it has {', '.join(splits)}"
+    splits, of_manifest = found
+    where = "it has" if of_manifest else "its shards' names give"
+    return f"--split: no split {split!r} in {output}; {where} {', '.join(splits) or 'none'}"
 
 
 def _usage_refusal(args: argparse.Namespace) -> str | None:
@@ -322,7 +358,7 @@ def _usage_refusal(args: argparse.Namespace) -> str | None:
         problem = protocol_problem(url)
         if problem is not None:
             return f"{url}: {problem}"
-    return _unknown_split(args.output, args.split) if args.split else None
+    return _unknown_split(args.output, args.split, args.loose) if args.split else None
 
 
 def _tiles(dataset: Dataset, images: int, seed: int | None) -> list[_Tile]:
@@ -350,7 +386,7 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         print_error("preview", refusal)
         return 2
     try:
-        split = args.split or _first_split(args.output)
+        split = args.split or _first_split(args.output, args.loose)
         dataset = Dataset(
             args.output, split, loose=args.loose
         )  # its manifest and shards found, no record read

@@ -33,6 +33,11 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares the command's arguments."""
+    parser.epilog = (
+        "Exit status: 0 when every file is sound; 1 on any finding (DAMAGED, STRAY, MISSING, "
+        "INCOMPLETE, MIXED, UNREADABLE) or a path naming nothing to check (none there, or a "
+        "folder with no TFRecord files); 2 for a bad flag or value."
+    )
     parser.add_argument(
         "paths",
         nargs="+",

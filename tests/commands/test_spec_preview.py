@@ -323,6 +323,12 @@ def test_spec_and_preview_read_a_folder_of_shards_another_tool_wrote(built, tmp_
     assert main(["spec", str(out)]) == 0
     assert main(["preview", str(out), "-o", str(tmp_path / "sheet.png")]) == 0
     assert "of split 'train'" in capsys.readouterr().out
+    # A split its shards' names do not give is a bad value, as one its manifest lacks is.
+    assert main(["preview", str(out), "--split", "tran", "-o", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord preview: error: --split: no split 'tran' in {out}; its shards' names "
+        "give test, train, validation\n"
+    )
 
 
 def test_preview_without_a_split_shows_the_first_that_holds_records(tmp_path, capsys):
@@ -334,6 +340,11 @@ def test_preview_without_a_split_shows_the_first_that_holds_records(tmp_path, ca
     capsys.readouterr()
     assert main(["preview", str(out), "-o", str(tmp_path / "sheet.png")]) == 0
     assert "of split 'validation'" in capsys.readouterr().out
+    # Asked for, the empty split is nothing to show: a failure, as a missing dataset is.
+    assert main(["preview", str(out), "--split", "train", "-o", str(tmp_path / "x.png")]) == 1
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord preview: error: split 'train' of {out} has no records\n"
+    )
 
 
 def test_a_url_no_filesystem_opens_is_a_usage_error_for_spec_and_preview(tmp_path, capsys):
@@ -401,3 +412,24 @@ def test_every_command_names_a_url_no_filesystem_opens_in_the_same_words(command
     err = capsys.readouterr().err
     assert f"error: {argv[1]}: no filesystem is known for nosuch:// (such as gs://" in err, err
     assert "Protocol not known" not in err
+
+
+def test_preview_help_says_which_split_it_shows_by_default(capsys):
+    """It said "the manifest's first", and showed the first that holds records."""
+    with pytest.raises(SystemExit):
+        main(["preview", "--help"])
+    assert "(default: the first that holds records;" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify", "spec", "preview"])
+def test_every_reading_command_states_its_exit_statuses(command, capsys):
+    """One rule for all: 1 for data that is not there or not sound (a missing folder among
+    them, tests/commands/test_command_line.py's test_22), 2 for a bad flag or value."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "Exit status: 0 when" in said
+    assert "; 1 when" in said or "; 1 on" in said
+    assert said.endswith("2 for a bad flag or value.") or "; 2 for a bad flag or value (" in said
+    if command in ("spec", "preview"):
+        assert "no such folder, a build that did not finish" in said
