@@ -219,13 +219,17 @@ def _raw_pixels(features: dict[str, tuple[str | None, list[Any]]]) -> str | None
     return f"raw {'x'.join(map(str, shape))} pixels, {_size(len(data))}"
 
 
+# What the exit status says, in --help and the commands reference: the reading commands' rule.
+_EXIT_STATUSES = (
+    "Exit status: 0 when every file was read; 1 when a path names no file to read (none "
+    "there, or a folder with no TFRecord files) or a file is damaged or cannot be read; 2 "
+    "for a bad flag or value."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares the command's arguments."""
-    parser.epilog = (
-        "Exit status: 0 when every file was read; 1 when a path names no file to read (none "
-        "there, or a folder with no TFRecord files) or a file is damaged or cannot be read; 2 "
-        "for a bad flag or value."
-    )
+    parser.epilog = _EXIT_STATUSES
     parser.add_argument(
         "files",
         nargs="+",

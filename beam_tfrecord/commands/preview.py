@@ -177,14 +177,18 @@ def _fit(text: str, font: Any, width: int) -> str:
     return text + "..."
 
 
+# What the exit status says, in --help and the commands reference: the reading commands' rule.
+_EXIT_STATUSES = (
+    "Exit status: 0 when the sheet is written and every image shows; 1 when the dataset "
+    "cannot be read (no such folder, a build that did not finish, a damaged shard), its "
+    "split holds no records, or an image does not show; 2 for a bad flag or value (an "
+    "unknown --split, an -o that exists without --overwrite or whose folder does not)."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares the command's arguments."""
-    parser.epilog = (
-        "Exit status: 0 when the sheet is written and every image shows; 1 when the dataset "
-        "cannot be read (no such folder, a build that did not finish, a damaged shard), its "
-        "split holds no records, or an image does not show; 2 for a bad flag or value (an "
-        "unknown --split, an -o that exists without --overwrite or whose folder does not)."
-    )
+    parser.epilog = _EXIT_STATUSES
     parser.add_argument(
         "output", metavar="OUTPUT", help="a build's output folder, a path or any fsspec URL"
     )

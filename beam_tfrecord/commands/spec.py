@@ -12,13 +12,17 @@ from beam_tfrecord.locations import protocol_problem
 __all__ = ["add_arguments", "run"]
 
 
+# What the exit status says, in --help and the commands reference: the reading commands' rule.
+_EXIT_STATUSES = (
+    "Exit status: 0 when the spec is printed; 1 when the dataset cannot be read (no such "
+    "folder, a build that did not finish, a record damaged or not a tf.train.Example); 2 "
+    "for a bad flag or value (a URL no filesystem opens)."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares the command's arguments."""
-    parser.epilog = (
-        "Exit status: 0 when the spec is printed; 1 when the dataset cannot be read (no such "
-        "folder, a build that did not finish, a record damaged or not a tf.train.Example); 2 "
-        "for a bad flag or value (a URL no filesystem opens)."
-    )
+    parser.epilog = _EXIT_STATUSES
     parser.add_argument(
         "output", metavar="OUTPUT", help="a build's output folder, a path or any fsspec URL"
     )

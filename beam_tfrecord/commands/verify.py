@@ -31,13 +31,17 @@ from beam_tfrecord.verification import (
 __all__ = ["add_arguments", "run"]
 
 
+# What the exit status says, in --help and the commands reference: the reading commands' rule.
+_EXIT_STATUSES = (
+    "Exit status: 0 when every file is sound; 1 on any finding (DAMAGED, STRAY, MISSING, "
+    "INCOMPLETE, MIXED, UNREADABLE) or a path naming nothing to check (none there, or a "
+    "folder with no TFRecord files); 2 for a bad flag or value."
+)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares the command's arguments."""
-    parser.epilog = (
-        "Exit status: 0 when every file is sound; 1 on any finding (DAMAGED, STRAY, MISSING, "
-        "INCOMPLETE, MIXED, UNREADABLE) or a path naming nothing to check (none there, or a "
-        "folder with no TFRecord files); 2 for a bad flag or value."
-    )
+    parser.epilog = _EXIT_STATUSES
     parser.add_argument(
         "paths",
         nargs="+",
