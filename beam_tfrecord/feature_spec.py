@@ -101,15 +101,15 @@ def feature_spec(source: str, scan: int | None = 1000, *, loose: bool = False) -
         CorruptRecordError: If a scanned record is damaged.
         MissingRecordsError: If a shard read to its end holds another number of records than
             the manifest says.
-        ValueError: If a record is not a tf.train.Example, a feature's kind varies, or `scan`
-            is negative.
+        ValueError: If ``source`` is empty, a record is not a tf.train.Example, a feature's
+            kind varies, or `scan` is negative.
     """
     scan = _scan_limit(scan)
+    shards = list_shards(source, loose=loose)  # first: it refuses an empty source by name
     try:
         manifest: Mapping[str, Any] | None = read_manifest(source)
     except FileNotFoundError:
         manifest = None
-    shards = list_shards(source, loose=loose)
     expected: dict[str, str] = {}
     total = None
     if manifest is not None:

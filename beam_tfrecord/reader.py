@@ -193,6 +193,18 @@ def _join(source: str, name: str) -> str:
     return f"{source.rstrip('/')}/{name}"
 
 
+def _folder(source: str | os.PathLike) -> str:
+    """The dataset's folder as text (a pathlib.Path too); an empty one is refused, which fsspec
+    would take for the working directory, and messages would name as nothing."""
+    folder = os.fspath(source)
+    if not folder:
+        raise ValueError(
+            "no dataset folder given (the source is an empty path): name a build's output "
+            "folder, a path or any fsspec URL"
+        )
+    return folder
+
+
 def _read_manifest(source: str, storage_options: Mapping[str, Any]) -> dict[str, Any] | None:
     url = _join(source, MANIFEST_FILE)
     try:
@@ -297,13 +309,13 @@ def list_shards(
         The shards in order: by split as the manifest lists them, then by index.
 
     Raises:
-        ValueError: If the manifest has no such split, or (without one) the shards found by
-            name belong to different builds.
+        ValueError: If ``source`` is empty, the manifest has no such split, or (without one)
+            the shards found by name belong to different builds.
         FileNotFoundError: If there is no manifest and a shard of a set is missing, nothing
             is found, or the folder is that of a build that did not finish (and not ``loose``).
     """
     storage_options = dict(storage_options or {})
-    source = os.fspath(source)  # a pathlib.Path too
+    source = _folder(source)
     manifest = _read_manifest(source, storage_options)
     if manifest is not None:
         return _manifest_shards(source, manifest, split)
@@ -439,11 +451,11 @@ class Dataset:
                 Shards another tool wrote are read by their names either way.
 
         Raises:
-            ValueError: If there is no such split.
+            ValueError: If ``source`` is empty, or there is no such split.
             FileNotFoundError: If there is no dataset at ``source``, or only the shards of a
                 build that did not finish (and not ``loose``).
         """
-        source = os.fspath(source)  # a pathlib.Path too
+        source = _folder(source)
         self.source = source
         self.split = split
         self.decode = decode

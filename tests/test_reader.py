@@ -463,6 +463,15 @@ def test_reading_imports_neither_beam_nor_tensorflow_nor_torch(built):
     assert proc.stdout.split(" ", 1)[1].strip() == "[]", proc.stdout
 
 
+def test_an_empty_source_is_said_to_name_no_folder():
+    """It read as `: no manifest.json and no shards of split 'train'`, naming nothing."""
+    from beam_tfrecord.feature_spec import feature_spec
+
+    for read in (lambda: Dataset(""), lambda: list_shards("", "train"), lambda: feature_spec("")):
+        with pytest.raises(ValueError, match=r"^no dataset folder given \(the source is an empty"):
+            read()
+
+
 def test_a_file_given_for_a_build_folder_is_named_as_such(tmp_path):
     given = tmp_path / "notes.txt"
     given.write_text("not a build")

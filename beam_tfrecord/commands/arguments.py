@@ -20,6 +20,7 @@ __all__ = [
     "add_loose_argument",
     "builds_own",
     "expand_or_complain",
+    "given_path",
     "non_negative_int",
     "print_error",
 ]
@@ -34,6 +35,14 @@ def non_negative_int(text: str) -> int:
     if number < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {number}")
     return number
+
+
+def given_path(text: str) -> str:
+    """An argparse type for a path or URL to read: refused when empty (`spec ""`, a script's
+    unset variable), which fsspec would take for the working directory."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file or folder")
+    return text
 
 
 def add_compression_argument(parser: argparse.ArgumentParser) -> None:

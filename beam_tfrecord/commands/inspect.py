@@ -23,6 +23,7 @@ from beam_tfrecord.commands.arguments import (
     add_compression_argument,
     builds_own,
     expand_or_complain,
+    given_path,
     non_negative_int,
     print_error,
 )
@@ -233,6 +234,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "files",
         nargs="+",
+        type=given_path,
         metavar="FILE",
         help="TFRecord files: paths, globs or fsspec URLs (gs://...); directories too",
     )

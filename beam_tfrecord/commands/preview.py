@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from beam_tfrecord.codec.reader import TFRecordReader, read_records
-from beam_tfrecord.commands.arguments import add_loose_argument, print_error
+from beam_tfrecord.commands.arguments import add_loose_argument, given_path, print_error
 from beam_tfrecord.locations import is_local, is_memory_url, protocol_problem
 from beam_tfrecord.manifest import read_manifest
 from beam_tfrecord.reader import (
@@ -190,7 +190,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares the command's arguments."""
     parser.epilog = _EXIT_STATUSES
     parser.add_argument(
-        "output", metavar="OUTPUT", help="a build's output folder, a path or any fsspec URL"
+        "output",
+        metavar="OUTPUT",
+        type=given_path,
+        help="a build's output folder, a path or any fsspec URL",
     )
     parser.add_argument(
         "--split",

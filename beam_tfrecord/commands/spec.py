@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from beam_tfrecord.commands.arguments import add_loose_argument, non_negative_int, print_error
+from beam_tfrecord.commands.arguments import (
+    add_loose_argument,
+    given_path,
+    non_negative_int,
+    print_error,
+)
 from beam_tfrecord.feature_spec import feature_spec, spec_to_python
 from beam_tfrecord.locations import protocol_problem
 
@@ -24,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Declares the command's arguments."""
     parser.epilog = _EXIT_STATUSES
     parser.add_argument(
-        "output", metavar="OUTPUT", help="a build's output folder, a path or any fsspec URL"
+        "output",
+        metavar="OUTPUT",
+        type=given_path,
+        help="a build's output folder, a path or any fsspec URL",
     )
     parser.add_argument(
         "--scan",

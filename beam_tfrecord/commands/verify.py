@@ -17,6 +17,7 @@ from beam_tfrecord.commands.arguments import (
     add_compression_argument,
     builds_own,
     expand_or_complain,
+    given_path,
     print_error,
 )
 from beam_tfrecord.shard_names import count_suffix
@@ -45,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths",
         nargs="+",
+        type=given_path,
         metavar="PATH",
         help="TFRecord files, directories (every file below, hidden and .json/.txt/.index "
         "files excepted; in a build folder, only the build's shards and files named like them), "

@@ -1451,6 +1451,21 @@ def test_22_a_missing_path_is_one_line_naming_the_command(tmp_path, command, say
     assert not (tmp_path / "sheet.png").exists()
 
 
+@pytest.mark.parametrize("command", ["inspect", "verify", "spec", "preview"])
+def test_22_an_empty_path_is_a_bad_value_not_the_working_folder(tmp_path, command):
+    """`verify ""` (a script's unset variable) checked every file below the working folder, and
+    `spec ""` said ": no manifest.json and no shards", naming nothing."""
+    (tmp_path / "notes.jpg").write_bytes(b"not a record")
+    done = run(command, "", cwd=tmp_path)
+    assert done.returncode == 2
+    name = {"inspect": "FILE", "verify": "PATH"}.get(command, "OUTPUT")
+    assert done.stderr.splitlines() == [
+        f"beam-tfrecord {command}: error: argument {name}: an empty path names no file or "
+        f"folder (see beam-tfrecord {command} --help)"
+    ]
+    assert done.stdout == ""
+
+
 @pytest.mark.parametrize(
     "command",
     [
