@@ -18,14 +18,23 @@ them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 
 from beam_tfrecord.compat import process_running
+
+try:
+    import fcntl
+except ImportError:  # not POSIX
+    fcntl = None  # type: ignore[assignment]
+
+_LOG = logging.getLogger(__name__)
 
 __all__ = ["Held", "hold", "spooling"]
 
@@ -35,11 +44,18 @@ _REF = struct.Struct("<QI")  # offset, length
 
 
 class _Spool:
-    """A file that bytes are appended to, each part read back by its offset and length."""
+    """A file that bytes are appended to, each part read back by its offset and length.
+
+    Its process holds an exclusive lock on it (where the system has `flock`) while it is
+    open: a folder whose spool nobody locks is one to sweep, whatever process numbers say
+    (they are not unique across containers that share a temp folder)."""
 
     def __init__(self, folder: str):
         self.path = os.path.join(folder, "spool")
+        self.pid = os.getpid()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        if fcntl is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._end = 0
         self._lock = threading.Lock()
         _open[self.path] = self._fd
@@ -54,14 +70,21 @@ class _Spool:
         return offset
 
     def close(self) -> None:
-        """Closes the file and removes its folder: what it held is gone."""
-        _open.pop(self.path, None)
-        os.close(self._fd)
+        """Closes the file and removes its folder: what it held is gone. Only in the process
+        that opened it: a child forked meanwhile shares the file, not its end."""
+        if os.getpid() != self.pid:
+            return
+        with _open_lock:
+            _open.pop(self.path, None)
+            os.close(self._fd)
         shutil.rmtree(os.path.dirname(self.path), ignore_errors=True)
 
 
-# The spool this process writes to, while one is open (`spooling`).
-_current: _Spool | None = None
+# The spool each thread writes to while it runs a build (`spooling`): the runner's own thread,
+# where an in-process runner with one worker runs every bundle. Another thread of the process
+# (another build, a pipeline being built, a runner's worker threads) keeps its bytes in its
+# elements: its references would outlive the spool, or leave the machine.
+_thread = threading.local()
 # Spool files this process reads, by path: opened once each (a worker process reads the
 # launcher's), and the open one of this process's own spool.
 _open: dict[str, int] = {}
@@ -118,11 +141,17 @@ class Held:
 
 
 def hold(data: bytes) -> Held:
-    """`data`, in the spool this process has open (`spooling`), else as it is."""
-    spool = _current
-    if spool is None:
+    """`data`, in the spool this thread has open (`spooling`), else as it is. A spool that
+    cannot take it (its disk full) leaves it as it is, as no spool would."""
+    spool = getattr(_thread, "spool", None)
+    if spool is None or spool.pid != os.getpid():  # none, or a parent's, forked with it
         return Held(data)
-    return Held(None, spool.path, spool.put(data), len(data))
+    try:
+        return Held(None, spool.path, spool.put(data), len(data))
+    except OSError as err:
+        _thread.spool = None
+        _LOG.debug("the spool %s takes no more (%s): batches are held in memory", spool.path, err)
+        return Held(data)
 
 
 def _read(path: str, offset: int, length: int) -> bytes:
@@ -143,55 +172,66 @@ def _read(path: str, offset: int, length: int) -> bytes:
 
 @contextlib.contextmanager
 def spooling(enabled: bool = True) -> Iterator[None]:
-    """While within, `hold` keeps bytes in this process's spool file. Builds that run at once in
-    one process (a program's threads, a test's build within a build) share it, and it goes with
-    the last of them; the spools of processes that ended without removing theirs (killed) go
-    when one starts."""
-    if not enabled:
+    """While within, `hold` on this thread keeps bytes in a spool file of its own, which goes
+    at the end; within that, a build within a build (tests) shares it. The spools of builds
+    that ended without removing theirs (killed) go when one starts. Without a usable temp
+    folder, bytes are held as they are, as without a spool."""
+    if not enabled or getattr(_thread, "spool", None) is not None:
         yield
         return
-    _enter()
+    spool = _opened()
+    _thread.spool = spool
     try:
         yield
     finally:
-        _leave()
+        _thread.spool = None
+        if spool is not None:
+            spool.close()
 
 
-_users = 0
-_users_lock = threading.Lock()
-
-
-def _enter() -> None:
-    global _current, _users
-    with _users_lock:
-        if _current is None:
-            _sweep()
-            folder = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
-            try:
-                _current = _Spool(folder)
-            except BaseException:
-                shutil.rmtree(folder, ignore_errors=True)
-                raise
-        _users += 1
-
-
-def _leave() -> None:
-    global _current, _users
-    with _users_lock:
-        _users -= 1
-        if _users or _current is None:
-            return
-        spool, _current = _current, None
-    spool.close()
+def _opened() -> _Spool | None:
+    _sweep()
+    try:
+        folder = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-")
+    except OSError as err:
+        _LOG.debug("no spool (%s): batches are held in memory", err)
+        return None
+    try:
+        return _Spool(folder)
+    except OSError as err:
+        shutil.rmtree(folder, ignore_errors=True)
+        _LOG.debug("no spool in %s (%s): batches are held in memory", folder, err)
+        return None
 
 
 def _sweep() -> None:
-    """Removes the spool folders of processes that are gone."""
+    """Removes the spool folders of builds that are gone: their spool unlocked (or, without
+    `flock`, their process ended)."""
     root = tempfile.gettempdir()
     with contextlib.suppress(OSError):
         for name in os.listdir(root):
-            if not name.startswith(_PREFIX):
-                continue
-            pid = name[len(_PREFIX) :].partition("-")[0]
-            if pid.isdigit() and not process_running(int(pid)):
+            if name.startswith(_PREFIX) and _abandoned(os.path.join(root, name)):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _abandoned(folder: str) -> bool:
+    if fcntl is None:
+        pid = os.path.basename(folder)[len(_PREFIX) :].partition("-")[0]
+        return pid.isdigit() and not process_running(int(pid))
+    try:
+        fd = os.open(os.path.join(folder, "spool"), os.O_RDONLY)
+    except FileNotFoundError:  # being made, or its file already gone: its folder's age says
+        return time.time() - os.path.getmtime(folder) > _UNFINISHED_SECONDS
+    except OSError:  # another user's: not ours to judge
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # locked: a build is using it
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+# A spool folder without its file for this long was left by a build killed as it made it.
+_UNFINISHED_SECONDS = 3600

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
 import pickle
@@ -10,6 +11,7 @@ import sys
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from beam_tfrecord import spool
 from beam_tfrecord.spool import Held, hold, spooling
@@ -57,18 +59,37 @@ def test_a_worker_process_reads_what_the_launcher_held():
 
 
 def test_the_spools_of_killed_builds_go_and_a_running_ones_stay(tmp_path, monkeypatch):
+    """A spool's file is locked while its build runs, in whatever process (a container's
+    process numbers are its own): an unlocked one was left by a build killed outright."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)  # fmt: skip
-    dead = tmp_path / f"{spool._PREFIX}{int(gone.stdout)}-x1"
-    alive = tmp_path / f"{spool._PREFIX}{os.getppid()}-x2"
+    dead = tmp_path / f"{spool._PREFIX}1-x1"
     other = tmp_path / "someone-elses"
-    for folder in (dead, alive, other):
+    for folder in (dead, other):
         folder.mkdir()
         (folder / "spool").write_bytes(b"x")
-    with spooling():
-        assert not dead.exists()
-        assert alive.exists() and other.exists()
+    running = subprocess.Popen(
+        [sys.executable, "-c", _A_RUNNING_BUILD, str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        alive = Path(running.stdout.readline().strip())
+        with spooling():
+            assert not dead.exists()
+            assert alive.exists() and other.exists()
+    finally:
+        running.communicate("")
+    assert not alive.exists()
+
+
+# A build in another process: its spool open until its standard input ends.
+_A_RUNNING_BUILD = """
+import os, sys, tempfile
+tempfile.tempdir = sys.argv[1]
+from beam_tfrecord.spool import hold, spooling
+with spooling():
+    print(os.path.dirname(hold(b"x")._path), flush=True)
+    sys.stdin.read()
+"""
 
 
 def test_a_build_within_a_build_shares_its_spool():
@@ -80,26 +101,60 @@ def test_a_build_within_a_build_shares_its_spool():
         assert len(_spool_folders()) == 1
 
 
-def test_builds_that_overlap_in_threads_share_the_spool_until_the_last_ends():
-    """One build's end must not take the spool from under another still running."""
+def test_each_build_thread_has_its_spool_and_other_threads_keep_their_bytes():
+    """One build's end must not take the spool from under another still running; and a thread
+    that runs no build (a pipeline being made, a runner's own threads) holds its bytes, whose
+    references could outlive the spool or leave the machine."""
     first_in, first_out = threading.Event(), threading.Event()
-    held = []
+    seen = []
 
     def first_build():
         with spooling():
+            seen.append(hold(b"first's"))
             first_in.set()
             first_out.wait(10)
 
     thread = threading.Thread(target=first_build)
     thread.start()
     first_in.wait(10)
+    assert hold(b"no build here").encoded()[:1] == b"\0"
     with spooling():
-        held.append(hold(b"second's"))
+        second = hold(b"second's")
+        assert len(_spool_folders()) == 2
         first_out.set()
         thread.join(10)  # the first build ended
-        assert held[0].data == b"second's"
+        assert second.data == b"second's"
         assert len(_spool_folders()) == 1
+    assert seen[0].encoded()[:1] == b"\1"
     assert _spool_folders() == []
+
+
+def test_a_child_forked_during_a_build_neither_writes_nor_removes_its_spool():
+    with spooling():
+        before = hold(b"parent's")
+        pid = os.fork()
+        if pid == 0:  # the child: its bytes stay its own, and its end leaves the spool
+            code = 0 if hold(b"child's").encoded()[:1] == b"\0" else 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert before.data == b"parent's" and hold(b"after").data == b"after"
+
+
+def test_a_spool_that_takes_no_more_leaves_the_bytes_held_as_they_are(monkeypatch):
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with spooling():
+        monkeypatch.setattr(spool._Spool, "put", full)
+        held = hold(b"kept here")
+        assert held.data == b"kept here" and held.encoded()[:1] == b"\0"
+
+
+def test_without_a_temp_folder_to_write_a_build_holds_its_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "not-there"))
+    with spooling():
+        assert hold(b"kept here").encoded()[:1] == b"\0"
 
 
 def _spool_folders() -> list[str]:

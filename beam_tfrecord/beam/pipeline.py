@@ -536,11 +536,13 @@ class LocalRunner(SwitchingDirectRunner):
     """
 
     def run_pipeline(self, pipeline, options):
-        # In memory, every step's output waits in this process for the next step: in a spool
-        # (`spool`), the launcher holds references to it, not the metadata of every image.
-        # Worker processes of Beam's own (multi_processing) keep theirs as Beam does.
-        in_memory = options.view_as(DirectOptions).direct_running_mode == "in_memory"
-        with spooling(in_memory):
+        # In memory with one worker, every step's output waits in this process for the next
+        # step, and every bundle runs on this thread: in a spool (`spool`), the launcher holds
+        # references to the outputs, not the metadata of every image. Worker processes or
+        # threads of Beam's own keep theirs as Beam does.
+        direct = options.view_as(DirectOptions)
+        one_thread = direct.direct_running_mode == "in_memory" and direct.direct_num_workers == 1
+        with spooling(one_thread):
             return run_on_fn_api_runner(pipeline, options)
 
 
