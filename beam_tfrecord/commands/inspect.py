@@ -184,10 +184,17 @@ def _print_json(url: str, index: int, offset: int, record: bytes) -> None:
         line["features"] = None
         line["raw"] = _json_bytes(record)
     else:
+        features = example_to_dict(example, kinds=True)
         line["features"] = {
             name: {"kind": kind, "values": [_json_value(value) for value in values]}
-            for name, (kind, values) in example_to_dict(example, kinds=True).items()
+            for name, (kind, values) in features.items()
         }
+        shape = _raw_shape(features)
+        if shape is not None:  # raw pixels: what a JPEG's or PNG's header would have said
+            height, width, channels = shape
+            (encoded,) = line["features"]["image/encoded"]["values"]
+            encoded["image"] = {"format": "raw", "height": height, "width": width,
+                                "channels": channels}  # fmt: skip
     print(json.dumps(line, ensure_ascii=False))
 
 
@@ -210,14 +217,22 @@ def _print_text(index: int, offset: int, record: bytes) -> None:
 def _raw_pixels(features: dict[str, tuple[str | None, list[Any]]]) -> str | None:
     """How a record of raw pixels (`--store raw`) shows its image/encoded: its shape as the
     record states it, and its size; None for any other record."""
+    shape = _raw_shape(features)
+    if shape is None:
+        return None
+    (data,) = features["image/encoded"][1]
+    return f"raw {'x'.join(map(str, shape))} pixels, {_size(len(data))}"
+
+
+def _raw_shape(features: dict[str, tuple[str | None, list[Any]]]) -> list[int] | None:
+    """(height, width, channels) as a record of raw pixels states them; None for any other."""
     try:
-        ((_, [image_format]), (_, [data])) = (features["image/format"], features["image/encoded"])
+        ((_, [image_format]), (_, [_data])) = (features["image/format"], features["image/encoded"])
         if image_format != b"raw":
             return None
-        shape = [features[f"image/{name}"][1][0] for name in ("height", "width", "channels")]
+        return [features[f"image/{name}"][1][0] for name in ("height", "width", "channels")]
     except (KeyError, ValueError, IndexError):
         return None
-    return f"raw {'x'.join(map(str, shape))} pixels, {_size(len(data))}"
 
 
 # What the exit status says, in --help and the commands reference: the reading commands' rule.

@@ -265,6 +265,12 @@ def test_preview_draws_raw_pixels(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert re.search(r"image/encoded +bytes +raw \d+x\d+x3 pixels, [\d.]+ KB", shown), shown
     assert "0x" not in shown
+    # As JSON too: the shape beside the bytes, as a JPEG's header gives it.
+    assert main(["inspect", str(shard), "-n", "1", "--json"]) == 0
+    features = json.loads(capsys.readouterr().out)["features"]
+    (encoded,) = features["image/encoded"]["values"]
+    stated = {name: features[f"image/{name}"]["values"][0] for name in ("height", "width")}
+    assert encoded["image"] == {"format": "raw", **stated, "channels": 3}
 
 
 @pytest.mark.parametrize("text", ["{", "[]"])
