@@ -194,11 +194,13 @@ def _print_file(url: str, report: FileReport, unreadable: bool, stray: bool) -> 
         print(f"UNREADABLE {url}")
     else:
         state = "STRAY" if stray else "OK" if report.ok else "DAMAGED"
+        # "checked" of a sound file only: a damaged one's lines below say what did not hold.
+        held = "checked" if report.ok else "compared"
         print(
             f"{state:8s} {url}: {_count(report.records, 'record')}, "
             f"{_count(report.bytes, 'byte')}"
-            + (", index checked" if report.index else "")
-            + (", manifest checked" if report.manifest else "")
+            + (f", index {held}" if report.index else "")
+            + (f", manifest {held}" if report.manifest else "")
         )
     not_examples = False
     for message in report.errors:

@@ -593,7 +593,7 @@ def test_verify_reports_a_missing_index_the_manifest_names(build_copy, capsys):
     lines = result.stdout.splitlines()
     damaged = lines.index(
         f"DAMAGED  {out / shard['file']}: {shard['examples']} records, "
-        f"{shard['bytes']} bytes, manifest checked"
+        f"{shard['bytes']} bytes, manifest compared"  # not "checked": it did not hold
     )
     assert lines[damaged + 1] == (
         f"         {out / shard['index_file']}: missing: manifest.json names it as this "
