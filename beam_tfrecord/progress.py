@@ -260,6 +260,8 @@ class Progress:
             shutil.rmtree(self._folder, ignore_errors=True)
 
     def _loop(self) -> None:
+        if self._tty:  # at once: the line is there from the build's first moment
+            self.show()
         while not self._stop.wait(self._every):
             self.show()
 
