@@ -38,6 +38,7 @@ from yarl import URL
 __all__ = [
     "S3_TRIES",
     "S3Error",
+    "bucket_route",
     "canonical_query",
     "error_of",
     "is_elsewhere",
@@ -346,11 +347,24 @@ async def route(fs, path: str):
     object at `path` of `fs`, on `fs`'s event loop; None where s3fs must send them (a version,
     a bucket alone, a filesystem set up for more than `plain`, a bucket `_reach` leaves)."""
     bucket, key, version = fs.split_path(path)
-    if version or not key or not _plain(fs):
+    if version or not key:
+        return None
+    found = await bucket_route(fs, bucket)
+    if found is None:
+        return None
+    session, reached = found
+    return session, reached, reached.base + quote_key(key)
+
+
+async def bucket_route(fs, bucket: str):
+    """(the aiohttp session, the `_Bucket`) for requests signed here to `bucket` of `fs` (its
+    objects, or its listing: `s3_list`), on `fs`'s event loop; None where s3fs must send them
+    (a filesystem set up for more than `plain`, a bucket `_reach` leaves)."""
+    if not _plain(fs):
         return None
     reader = _reader(fs, asyncio.get_running_loop())
     reached = await reader.bucket(fs, bucket)
-    return None if reached is None else (reader.session, reached, reached.base + quote_key(key))
+    return None if reached is None else (reader.session, reached)
 
 
 def leave_to_s3fs(fs, path: str) -> None:

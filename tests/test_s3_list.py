@@ -1,0 +1,201 @@
+"""S3 listings signed and parsed by us (s3_list), against s3fs's own and moto's server."""
+
+from __future__ import annotations
+
+import functools
+import urllib.parse
+
+import fsspec
+import pytest
+
+# The fixtures are imported for pytest to find them; tests ask for them by name.
+from cloud_servers import s3_store  # noqa: F401
+from fsspec.asyn import sync
+from latency_proxy import request_kind
+
+from beam_tfrecord import s3_get, s3_list, store_listing
+from beam_tfrecord.store_listing import _s3fs_page
+
+KEYS = [
+    "plain.jpg",
+    "a folder/with spaces+plus=eq&amp<lt>.jpg",
+    "a folder/deeper/x.jpg",
+    "ünïcode/日本/ñ.png",
+    "tilde~and%percent/#hash?.jpg",
+    "z%2Bnot-an-escape.jpg",
+]
+
+
+@pytest.fixture
+def bucket(s3_store):  # noqa: F811
+    """A new bucket holding KEYS under `data/`, and the proxy with its counts reset."""
+    url = s3_store.new_bucket("list")
+    fs = s3_store.fs
+    name = url.split("://", 1)[1]
+    fs.pipe({f"{name}/data/{key}": key.encode() for key in KEYS})
+    s3_store.proxy.reset_counts()
+    yield fs, name, s3_store.proxy
+    s3_store.proxy.fault = None
+
+
+def _ours(fs, bucket: str, prefix: str, delimiter=None, start_after=None, max_keys=1000):
+    return sync(
+        fs.loop,
+        s3_list.list_page,
+        fs,
+        bucket,
+        prefix,
+        delimiter=delimiter,
+        start_after=start_after,
+        max_keys=max_keys,
+    )
+
+
+def _theirs(fs, bucket: str, prefix: str, delimiter=None, start_after=None):
+    return sync(
+        fs.loop, _s3fs_page, fs, bucket, prefix, delimiter=delimiter, start_after=start_after
+    )
+
+
+@pytest.mark.parametrize(
+    "prefix, delimiter, start_after",
+    [
+        ("data/", None, None),
+        ("data/", "/", None),
+        ("data/a folder/", "/", None),
+        ("data/", None, "data/a folder/with"),
+        ("data/ünïcode/", None, None),
+        ("nothing/", None, None),
+    ],
+)
+def test_a_page_holds_what_s3fs_lists(bucket, prefix, delimiter, start_after):
+    fs, name, _ = bucket
+    ours = _ours(fs, name, prefix, delimiter, start_after)
+    assert ours == _theirs(fs, name, prefix, delimiter, start_after)
+    if prefix == "data/" and not delimiter and not start_after:
+        assert sorted(key for key, _ in ours[0]) == sorted(f"data/{key}" for key in KEYS)
+        assert dict(ours[0])[f"data/{KEYS[1]}"] == len(KEYS[1].encode())
+
+
+def test_a_short_page_says_more_is_to_come(bucket):
+    fs, name, _ = bucket
+    files, folders, more = _ours(fs, name, "data/", max_keys=2)
+    assert len(files) == 2 and not folders and more
+    files, _, more = _ours(fs, name, "data/", start_after=files[-1][0], max_keys=1000)
+    assert len(files) == len(KEYS) - 2 and not more
+
+
+def test_a_folder_is_listed_without_botocore(bucket, monkeypatch):
+    """botocore's client costs about 100 us of CPU an object listed; every page goes out
+    signed here, and the listing is the one s3fs gives."""
+    fs, name, proxy = bucket
+    expected = sorted(fs.find(f"{name}/data"))
+    fs.invalidate_cache()
+    proxy.reset_counts()
+    through = []
+    real = type(fs)._call_s3
+
+    async def spied(self, method, *args, **kwargs):
+        through.append(method)
+        return await real(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(type(fs), "_call_s3", spied)
+    listed = [e["name"] for page in store_listing.pages(fs, f"{name}/data", recursive=True)
+              for e in page]  # fmt: skip
+    assert sorted(listed) == expected and len(listed) == len(KEYS)
+    assert through == []
+    assert proxy.reset_counts() == {"list": 1}
+
+
+def test_a_transient_failure_is_retried_and_a_lasting_one_raised(bucket):
+    fs, name, proxy = bucket
+    failed = []
+
+    def once(method, target):
+        if request_kind(method, target) == "list" and not failed:
+            failed.append(target)
+            return 503
+        return None
+
+    proxy.fault = once
+    files, _, _ = _ours(fs, name, "data/")
+    assert failed and len(files) == len(KEYS)
+    proxy.fault = lambda method, target: 500 if request_kind(method, target) == "list" else None
+    with pytest.raises(s3_get.S3Error, match="500"):
+        _ours(fs, name, "data/")
+
+
+def test_a_missing_bucket_is_not_found_and_a_refused_one_not_permitted(bucket):
+    fs, name, proxy = bucket
+    with pytest.raises(FileNotFoundError):
+        _ours(fs, f"{name}-never-made", "data/")
+    proxy.fault = lambda method, target: 403 if request_kind(method, target) == "list" else None
+    with pytest.raises(PermissionError):
+        _ours(fs, name, "data/")
+
+
+def test_a_bucket_the_store_redirects_is_listed_through_s3fs(bucket):
+    fs, name, proxy = bucket
+    proxy.fault = lambda method, target: 301 if request_kind(method, target) == "list" else None
+    assert _ours(fs, name, "data/") is None
+    proxy.fault = None
+    assert _ours(fs, name, "data/") is None  # from now on: s3fs's client follows a redirect
+    listed = [e["name"] for page in store_listing.pages(fs, f"{name}/data", recursive=True)
+              for e in page]  # fmt: skip
+    assert len(listed) == len(KEYS)
+
+
+def test_a_filesystem_set_up_for_more_lists_through_s3fs(s3_store, monkeypatch):  # noqa: F811
+    url = s3_store.new_bucket("setup")
+    s3_store.fs.pipe_file(f"{url}/data/a.jpg", b"a")
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, requester_pays=True)
+    name = url.split("://", 1)[1]
+    assert _ours(fs, name, "data/") is None
+    through = []
+    real = type(fs)._call_s3
+
+    @functools.wraps(real)
+    async def spied(self, method, *args, **kwargs):
+        through.append(method)
+        return await real(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(type(fs), "_call_s3", spied)
+    listed = [e["name"] for page in store_listing.pages(fs, f"{name}/data", recursive=True)
+              for e in page]  # fmt: skip
+    assert listed == [f"{name}/data/a.jpg"] and through == ["list_objects_v2"]
+
+
+_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+
+
+def _answer(body: str, encoded: bool = True) -> bytes:
+    kind = "<EncodingType>url</EncodingType>" if encoded else ""
+    return (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="{_NS}">'
+            f"<Name>b</Name>{kind}{body}</ListBucketResult>").encode()  # fmt: skip
+
+
+def test_names_the_store_encoded_are_decoded_as_botocore_decodes_them():
+    name = "a folder/plus+and&amp<é>.jpg"
+    encoded = urllib.parse.quote_plus(name, safe="/")
+    body = (
+        f"<IsTruncated>true</IsTruncated><Contents><Key>{encoded}</Key><Size>7</Size></Contents>"
+        f"<CommonPrefixes><Prefix>{urllib.parse.quote_plus('x y/', safe='/')}</Prefix>"
+        "</CommonPrefixes>"
+    )
+    assert s3_list.parse_page(_answer(body)) == ([(name, 7)], ["x y/"], True)
+    plain = (
+        "<IsTruncated>false</IsTruncated><Contents><Key>a+b%20.jpg</Key><Size>1</Size></Contents>"
+    )
+    assert s3_list.parse_page(_answer(plain, encoded=False)) == ([("a+b%20.jpg", 1)], [], False)
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (b"<html>oops", "not XML"),
+        (b"<Error><Code>SlowDown</Code></Error>", "<Error>"),
+    ],
+)
+def test_an_answer_that_is_not_a_listing_is_an_error(body, words):
+    with pytest.raises(OSError, match=words):
+        s3_list.parse_page(body)
