@@ -31,7 +31,7 @@ from yarl import URL
 
 from beam_tfrecord import s3_get
 from beam_tfrecord.remote import backoff, is_transient
-from beam_tfrecord.uploads import body_of, cancel_sending
+from beam_tfrecord.uploads import Blocks, body_of, cancel_sending
 
 __all__ = ["S3Upload", "open_s3_upload"]
 
@@ -64,7 +64,7 @@ class S3Upload:
         self._block = max(block_size, _MIN_PART)
         self._fallback = fallback
         self._instead = None  # s3fs's upload, once the bucket turned out to be elsewhere
-        self._buffer = bytearray()
+        self._blocks = Blocks(self._block)
         self._upload_id: str | None = None
         # (number, ETag, CRC32 or "") of each part sent
         self._parts: list[tuple[int, str, str]] = []
@@ -73,10 +73,17 @@ class S3Upload:
     def write(self, data: bytes | memoryview) -> int:
         if self._instead is not None:
             return self._instead.write(data)
-        self._buffer += data
-        if len(self._buffer) >= self._block:
-            self._send_block()
-        return len(data)
+        rest = data
+        while True:
+            taken = self._blocks.fill(rest)
+            if self._blocks.full:
+                self._send_block()
+            if taken == len(rest):
+                return len(data)
+            rest = memoryview(rest)[taken:]
+            if self._instead is not None:  # the bucket is elsewhere: s3fs's upload has it
+                self._instead.write(rest)
+                return len(data)
 
     def flush(self) -> None:
         if self._instead is not None:
@@ -85,7 +92,7 @@ class S3Upload:
     def commit(self) -> None:
         if self._instead is None:
             self._wait()
-            body = memoryview(self._buffer)
+            body = self._blocks.filled()
             try:
                 if self._upload_id is None:
                     sync(self._fs.loop, self._put_whole, body)
@@ -99,7 +106,7 @@ class S3Upload:
                 self._hand_over()
             finally:
                 body.release()
-            self._buffer = bytearray()
+            self._blocks.release(keep=True)
         if self._instead is not None:
             self._instead.commit()
 
@@ -109,7 +116,7 @@ class S3Upload:
             return
         cancel_sending(self._sending)
         self._sending = None
-        self._buffer = bytearray()
+        self._blocks.release(keep=False)
         upload_id, self._upload_id = self._upload_id, None
         if upload_id is not None:
             try:
@@ -126,13 +133,11 @@ class S3Upload:
             except _Elsewhere:
                 self._hand_over()
                 return
-        # Parts of one size (S3 takes any but the last of 5 MiB or more): the buffer's first
-        # block goes, and only what was written past it is copied.
-        block, self._buffer = self._buffer, self._buffer[self._block :]
-        del block[self._block :]
+        # Parts of one size: S3 takes any but the last of 5 MiB or more.
         self._sending = asyncio.run_coroutine_threadsafe(
-            self._send_part(len(self._parts) + 1, memoryview(block)), self._fs.loop
+            self._send_part(len(self._parts) + 1, self._blocks.filled()), self._fs.loop
         )
+        self._blocks.turn()
 
     def _wait(self) -> None:
         sending, self._sending = self._sending, None
@@ -143,8 +148,8 @@ class S3Upload:
         """From here on through s3fs: the buffer (nothing of it was sent) goes to its file."""
         s3_get.leave_to_s3fs(self._fs, self._path)
         self._instead = self._fallback(self._fs, self._path, self._block)
-        buffer, self._buffer = self._buffer, bytearray()
-        self._instead.write(buffer)
+        self._instead.write(bytes(self._blocks.filled()))
+        self._blocks.release(keep=True)  # nothing of it was sent
 
     async def _start(self) -> str:
         # S3 takes a part's checksum only where its upload declared the algorithm ("Checksum

@@ -163,3 +163,41 @@ def test_other_stores_upload_through_their_own_file(tmp_path):
     upload.write(b"abc")
     upload.commit()
     assert fs.cat_file("/uploads/shard") == b"abc"
+
+
+def test_blocks_are_kept_for_the_next_upload_but_not_after_an_abandoned_one():
+    """A block is a buffer of its full size, made once and kept between a process's uploads:
+    growing one into fresh memory cost 65 ms of CPU a 150 MB shard, kept ones 10-20 ms. A
+    block an abandoned upload may still be sending from is not kept."""
+    size = 1000 + 7  # a size no other test uses: its spare buffers are this test's own
+    first = uploads.Blocks(size)
+    assert first.fill(b"a" * 600) == 600 and not first.full
+    assert first.fill(memoryview(b"b" * 600)) == size - 600 and first.full
+    sent = first.filled()
+    assert bytes(sent) == b"a" * 600 + b"b" * (size - 600)
+    first.turn()
+    assert first.fill(b"c" * 5) == 5 and bytes(first.filled()) == b"ccccc"
+    assert bytes(sent)[:1] == b"a", "the block on its way is not written over"
+    made = list(first._buffers)  # held here: their addresses are not reused
+    first.release(keep=True)
+    again = uploads.Blocks(size)
+    again.fill(b"d" * 3)
+    again.turn()
+    assert sorted(map(id, again._buffers)) == sorted(map(id, made))
+    assert again.used == 0 and bytes(again.filled()) == b""
+    again.release(keep=False)
+    fresh = uploads.Blocks(size)
+    assert not any(fresh._buffers[0] is buffer for buffer in made)
+    fresh.release(keep=True)
+
+
+def test_uploads_one_after_another_in_kept_blocks_are_each_their_own_bytes(gcs_store):  # noqa: F811
+    """The second shard goes into the blocks the first filled: none of the first's bytes
+    (its longer tail) may show in the second."""
+    fs = gcs_store.fs
+    for name, size in [("long", 3 * BLOCK + 12_345), ("short", BLOCK + 5), ("tiny", 17)]:
+        path = _path(gcs_store, name)
+        pieces = pieces_of(size, seed=len(name), largest=90_000)
+        _upload(fs, path, pieces).commit()
+        fs.invalidate_cache()
+        assert fs.cat_file(path) == b"".join(pieces), name
