@@ -213,6 +213,9 @@ class _Reader:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=config.get("max_pool_connections", _CONNECTIONS)),
             auto_decompress=False,  # the object's bytes, as stored
+            # ...and so asked for as stored, as botocore asks (aiohttp's default asks for gzip,
+            # which a proxy in front of the store may then give: a listing's XML unreadable).
+            headers={"Accept-Encoding": "identity"},
         )
         weakref.finalize(self, _close_session, loop, self.session)
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import functools
+import gzip
+import http.server
+import threading
 import urllib.parse
 
 import fsspec
@@ -199,3 +202,41 @@ def test_names_the_store_encoded_are_decoded_as_botocore_decodes_them():
 def test_an_answer_that_is_not_a_listing_is_an_error(body, words):
     with pytest.raises(OSError, match=words):
         s3_list.parse_page(body)
+
+
+class _Gzipping(http.server.BaseHTTPRequestHandler):
+    """A listing served as a reverse proxy with gzip on (nginx's `gzip_types application/xml`)
+    serves it: compressed for a client that says it takes gzip."""
+
+    def do_GET(self):
+        body = _answer("<IsTruncated>false</IsTruncated><Contents><Key>a.jpg</Key><Size>3</Size>"
+                       "</Contents>", encoded=False)  # fmt: skip
+        gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
+        body = gzip.compress(body) if gzipped else body
+        self.send_response(200)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        if gzipped:
+            self.send_header("Content-Encoding", "gzip")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_listing_is_asked_for_as_is_where_a_proxy_would_gzip_it(monkeypatch):
+    """botocore asks for every answer as is (Accept-Encoding: identity); aiohttp's default asks
+    for gzip, which our session, keeping bytes as stored, would not undo: the XML unreadable."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Gzipping)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    endpoint = f"http://127.0.0.1:{server.server_port}"
+    fs = fsspec.filesystem("s3", skip_instance_cache=True, client_kwargs={"endpoint_url": endpoint})
+    try:
+        assert _theirs(fs, "b", "") == ([("a.jpg", 3)], [], False)
+        assert _ours(fs, "b", "") == ([("a.jpg", 3)], [], False)
+    finally:
+        server.shutdown()
+        server.server_close()
