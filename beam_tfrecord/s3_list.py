@@ -24,7 +24,12 @@ from yarl import URL
 from beam_tfrecord import s3_get
 from beam_tfrecord.remote import backoff, is_transient
 
-__all__ = ["Page", "list_page", "parse_page"]
+__all__ = ["LIST_TRIES", "Page", "list_page", "parse_page"]
+
+# Tries of a page, with backoff (up to about 26 s of waits in all): more than a GET's
+# (`s3_get.S3_TRIES`), as a listing stops the whole build where a read loses one image. S3 answers
+# a burst of requests to one prefix with 503 SlowDown until it has scaled, for seconds.
+LIST_TRIES = 10
 
 # A page: (key, size) of each object, the common prefixes (folders, by delimiter), and whether
 # the store has more names after these.
@@ -41,8 +46,8 @@ async def list_page(
     max_keys: int,
 ) -> Page | None:
     """A page of `bucket`'s objects below `prefix`, after `start_after`, on `fs`'s event loop;
-    None where s3fs must ask for it (`s3_get.bucket_route`). Tried `s3_get.S3_TRIES` times
-    over transient failures.
+    None where s3fs must ask for it (`s3_get.bucket_route`). Tried `LIST_TRIES` times over
+    transient failures.
 
     Raises:
         FileNotFoundError: no such bucket.
@@ -64,7 +69,7 @@ async def list_page(
     if start_after is not None:
         query["start-after"] = start_after
     where = f"{bucket}/{prefix}"
-    for attempt in range(s3_get.S3_TRIES):
+    for attempt in range(LIST_TRIES):
         try:
             headers = {}
             if reached.credentials is not None:
@@ -93,7 +98,7 @@ async def list_page(
                 return None
             raise s3_get.error_of(status, body, where)
         except Exception as err:
-            if attempt + 1 == s3_get.S3_TRIES or not is_transient(err):
+            if attempt + 1 == LIST_TRIES or not is_transient(err):
                 raise
         await asyncio.sleep(backoff(attempt))
     raise AssertionError("unreachable")

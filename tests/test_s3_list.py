@@ -110,7 +110,7 @@ def test_a_folder_is_listed_without_botocore(bucket, monkeypatch):
     assert proxy.reset_counts() == {"list": 1}
 
 
-def test_a_transient_failure_is_retried_and_a_lasting_one_raised(bucket):
+def test_a_transient_failure_is_retried_and_a_lasting_one_raised(bucket, monkeypatch):
     fs, name, proxy = bucket
     failed = []
 
@@ -123,9 +123,12 @@ def test_a_transient_failure_is_retried_and_a_lasting_one_raised(bucket):
     proxy.fault = once
     files, _, _ = _ours(fs, name, "data/")
     assert failed and len(files) == len(KEYS)
+    monkeypatch.setattr(s3_list, "backoff", lambda attempt: 0)  # the waits, not the tries
+    proxy.reset_counts()
     proxy.fault = lambda method, target: 500 if request_kind(method, target) == "list" else None
     with pytest.raises(s3_get.S3Error, match="500"):
         _ours(fs, name, "data/")
+    assert proxy.reset_counts() == {"list": s3_list.LIST_TRIES}
 
 
 def test_a_missing_bucket_is_not_found_and_a_refused_one_not_permitted(bucket):
