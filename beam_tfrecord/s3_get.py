@@ -196,6 +196,8 @@ class _Bucket:
     # Whether uploads carry a checksum: botocore's `request_checksum_calculation` is
     # "when_supported" (its default), not "when_required".
     checksums: bool = True
+    # The URL the bucket is listed at (`s3_list`), as botocore sends ListObjectsV2.
+    listing: str = ""
 
 
 class _Reader:
@@ -256,6 +258,10 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
     url = probe.partition("?")[0]
     if not url.endswith("/k") or urlsplit(url).scheme not in ("http", "https"):
         return None
+    listing = await client.generate_presigned_url(
+        "list_objects_v2", Params={"Bucket": bucket}, ExpiresIn=60
+    )
+    listing = listing.partition("?")[0]
     try:
         proxy, proxy_auth = get_env_proxy_for_url(URL(url))
         through = {"proxy": proxy, "proxy_auth": proxy_auth}
@@ -269,14 +275,14 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
     )
     checksums = getattr(config, "request_checksum_calculation", None) != "when_required"
     if fs.anon:
-        return _Bucket(url[:-1], "", None, timeout, through, checksums)
+        return _Bucket(url[:-1], "", None, timeout, through, checksums, listing)
     if config.signature_version not in (None, "s3v4", "v4"):
         return None
     credentials = client._get_credentials()
     if credentials is None:
         return None
     region = client.meta.region_name or "us-east-1"
-    return _Bucket(url[:-1], region, credentials, timeout, through, checksums)
+    return _Bucket(url[:-1], region, credentials, timeout, through, checksums, listing)
 
 
 # Where a filesystem keeps its readers, one per event loop it reads on. On the filesystem

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from urllib.parse import unquote_plus, urlsplit
+from urllib.parse import unquote_plus
 from xml.etree import ElementTree
 
 from yarl import URL
@@ -58,10 +58,9 @@ async def list_page(
     if found is None:
         return None
     session, reached = found
-    base = reached.base
-    # Path-style (`http://host/bucket/`) lists at `/bucket`, as botocore does; a virtual-hosted
-    # bucket (`https://bucket.host/`) at `/`.
-    url = base[:-1] if urlsplit(base).path.count("/") > 1 else base
+    # Where botocore lists it: path-style `http://host/bucket`, virtual-hosted
+    # `https://bucket.host/` (an endpoint's own path kept as it has it).
+    url = reached.listing
     query = {"list-type": "2", "prefix": prefix, "max-keys": str(max_keys)}
     query["encoding-type"] = "url"  # keys any XML can carry, as botocore asks for them
     if delimiter:

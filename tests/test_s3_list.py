@@ -243,3 +243,29 @@ def test_a_listing_is_asked_for_as_is_where_a_proxy_would_gzip_it(monkeypatch):
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize(
+    "endpoint, style, listed",
+    [
+        ("http://127.0.0.1:9000", "path", "http://127.0.0.1:9000/photos"),
+        ("http://store.example/s3/", "path", "http://store.example/s3/photos"),
+        ("http://store.example/s3/", "virtual", "http://photos.store.example/s3/"),
+    ],
+)
+def test_a_bucket_is_listed_at_botocores_url(tmp_path, monkeypatch, endpoint, style, listed):
+    """The listing URL is the one botocore's client would send ListObjectsV2 to, addressing
+    style (here from an AWS config file) and an endpoint's own path included; nothing is sent
+    to find it."""
+    s3fs = pytest.importorskip("s3fs")
+    config = tmp_path / "aws-config"
+    config.write_text(f"[default]\ns3 =\n    addressing_style = {style}\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    fs = s3fs.S3FileSystem(
+        key="AKID", secret="secret", endpoint_url=endpoint, skip_instance_cache=True
+    )
+    found = sync(fs.loop, s3_get.bucket_route, fs, "photos")
+    assert found is not None
+    assert found[1].listing == listed
