@@ -620,7 +620,6 @@ def _start_worker(log_level: int, fsspec_conf: dict[str, Any], cores: int, launc
     """Sets up a worker process; `cores` is its share of the machine's, `launcher` the process
     that started it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _exit_on_term)
     _end_with(launcher)
     # SIGTERM must reach this, the main thread: its handler runs only here, and only a signal
     # to this thread breaks a read it is blocked in (of a stalled file, say). The process
@@ -644,6 +643,10 @@ def _start_worker(log_level: int, fsspec_conf: dict[str, Any], cores: int, launc
     _worker["executor"] = new_executor(worker_threads(), initializer=_block_sigterm)
     _worker["cpu"] = threading.Semaphore(usable_cores())
     _worker["cores"] = cores
+    # Last: until now SIGTERM ends the process outright (its default), as there is nothing to
+    # clean up. Raised in here, SystemExit would have the pool print "Exception in
+    # initializer:" and a traceback under a stopped build's lines.
+    signal.signal(signal.SIGTERM, _exit_on_term)
 
 
 def _end_with(launcher: int) -> None:

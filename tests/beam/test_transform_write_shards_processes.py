@@ -550,3 +550,41 @@ def test_the_commands_fork_server_imports_the_workers_modules_and_the_stores_cli
     assert done.stdout.strip() == (
         "forkserver ['beam_tfrecord.commands.cli', 'beam_tfrecord.shard_processes', 'gcsfs']"
     )
+
+
+_ENDED_WHILE_STARTING = """
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from beam_tfrecord import shard_processes
+
+ended = subprocess.Popen([sys.executable, "-c", ""])
+ended.wait()  # a launcher already gone: the worker takes SIGTERM as it starts
+shard_processes.fork_from_server({"file"})
+pool = ProcessPoolExecutor(
+    1,
+    mp_context=shard_processes._context(),
+    initializer=shard_processes._start_worker,
+    initargs=(30, {}, 1, ended.pid),
+)
+try:
+    pool.submit(abs, -1).result(timeout=60)
+except BrokenProcessPool:
+    print("ended")
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="needs POSIX signals")
+def test_a_worker_process_ended_while_it_starts_ends_without_a_traceback():
+    """A build stopped (Ctrl-C) as its shard processes start sends them SIGTERM while their
+    initializer runs: each must end quietly, as it has nothing to clean up. Its handler, set
+    before the initializer's end, raised SystemExit inside it, and ProcessPoolExecutor printed
+    'Exception in initializer:' and a traceback below the build's two lines."""
+    done = subprocess.run(
+        [sys.executable, "-c", _ENDED_WHILE_STARTING],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.stdout.strip() == "ended", done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
