@@ -17,7 +17,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import glob_translate
 
-from beam_tfrecord.locations import has_protocol, without_protocol
+from beam_tfrecord.locations import has_protocol, normalized, without_protocol
 from beam_tfrecord.storage import to_url
 from beam_tfrecord.store_listing import pages
 
@@ -650,9 +650,7 @@ def parse_input_line(line: str, list_url: str) -> SourceFile | None:
         relpath = url.lstrip("/")
     else:
         relpath = posixpath.normpath(path)
-        url = posixpath.join(posixpath.dirname(list_url), relpath)
-        if not has_protocol(list_url):
-            url = posixpath.normpath(url)
+        url = normalized(posixpath.join(posixpath.dirname(list_url), relpath))
     return SourceFile(url=url, relpath=relpath, size=-1, label=label)
 
 

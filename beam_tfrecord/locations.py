@@ -8,6 +8,7 @@ made) or by fsspec filesystem. A URL names its protocol (`gs://b/x`, `memory://x
 from __future__ import annotations
 
 import importlib.util
+import posixpath
 
 import fsspec
 from fsspec.registry import known_implementations, registry
@@ -25,6 +26,7 @@ __all__ = [
     "is_remote",
     "is_s3fs",
     "is_store_url",
+    "normalized",
     "protocol_of",
     "protocol_problem",
     "reached_alike",
@@ -66,6 +68,15 @@ def protocol_problem(url: str) -> str | None:
 def without_protocol(url: str) -> str:
     """`url` without its `protocol://`: `gs://b/x` -> `b/x`; a plain path as it is."""
     return url.split("://", 1)[-1]
+
+
+def normalized(url: str) -> str:
+    """`url` with `.` and `..` taken out of its path, as `posixpath.normpath` takes them out of
+    a plain one: `s3://b/lists/../x.jpg` -> `s3://b/x.jpg` (a store has no `lists/..` folder)."""
+    if not has_protocol(url):
+        return posixpath.normpath(url)
+    protocol, path = url.split("://", 1)
+    return f"{protocol}://{posixpath.normpath(path)}"
 
 
 def protocol_of(fs: fsspec.AbstractFileSystem) -> str:

@@ -265,6 +265,29 @@ def test_parse_input_line(line, expected):
     assert parse_input_line(line, "/lists/images.csv") == expected
 
 
+@pytest.mark.parametrize("folder", ["s3://b/lists", "gs://b/lists", "memory://b/lists"])
+def test_a_relative_line_of_a_list_on_a_store_is_taken_from_the_lists_folder(folder):
+    """`..` and `.` leave a store's URL as they leave a local path: an object store's listing
+    has no `lists/../` folder, and every such image was reported vanished."""
+    for line in ("../imgs/cat/1.jpg", "./../imgs/./cat/1.jpg"):
+        found = parse_input_line(line, f"{folder}/images.csv")
+        assert found == SourceFile(f"{folder[:-6]}/imgs/cat/1.jpg", "../imgs/cat/1.jpg", -1)
+
+
+def test_a_list_on_a_store_names_the_images_beside_its_folder():
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/sibling/lists/l.csv", b"../imgs/cat/1.jpg,cat\n")
+    fs.pipe("/sibling/imgs/cat/1.jpg", b"x")
+    chunks = input_list_chunks("memory://sibling/lists/l.csv")
+    try:
+        (entry,) = [e for c in chunks for e in read_input_list_chunk(c)]
+        assert fs.cat(entry.url) == b"x"
+    finally:
+        fs.rm("/sibling", recursive=True)
+
+
 def test_parse_input_line_refuses_bad_lines():
     with pytest.raises(ValueError, match=r"expected `path` or `path,label` .*, got 'a,b,c'"):
         parse_input_line("a,b,c", "/lists/l.csv")
