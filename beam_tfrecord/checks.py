@@ -295,7 +295,10 @@ _LIST_CHECKED_BYTES = 1 << 20
 
 def _check_input_list(input_list: str, labels: str) -> None:
     with _store_refusals("input_list", f"{input_list!r} cannot be read", also=(ValueError,)):
-        chunks = input_list_chunks(input_list)
+        try:
+            chunks = input_list_chunks(input_list)
+        except FileNotFoundError:
+            raise _missing_input_list(input_list) from None
         if not chunks:
             raise ConfigError("input_list", f"{input_list!r} is empty")
         url, start, end = chunks[0]
@@ -312,6 +315,16 @@ def _check_input_list(input_list: str, labels: str) -> None:
                     )
         except InputListError as err:
             raise ConfigError("input_list", str(err)) from None
+
+
+def _missing_input_list(input_list: str) -> ConfigError:
+    """A list that is not there, said as --input says it: a store's client names only the
+    object's path (`b/lists/l.csv`), which read as the reason."""
+    fs, path = fsspec.core.url_to_fs(input_list)
+    bucket = path.split("/", 1)[0]
+    if is_object_store(fs) and not fs.exists(bucket):
+        return ConfigError("input_list", f"{input_list!r}: the bucket {bucket!r} does not exist")
+    return ConfigError("input_list", f"{input_list!r} does not exist{_taken_from(input_list)}")
 
 
 def _check_output(config: BuildConfig, lock: bool) -> None:

@@ -819,6 +819,23 @@ def test_a_missing_input_bucket_is_named_as_such(request, protocol, tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("protocol", ["s3", "gs"])
+def test_a_missing_input_list_on_a_store_is_said_not_to_exist(request, protocol, tmp_path, capsys):
+    """The store's client names only the object's path: the refusal read `cannot be read:
+    bucket/lists/l.csv`, where a local list, --config and --input say it does not exist."""
+    store = _store(request, protocol)
+    listed = f"{store.new_bucket('lists')}/lists/l.csv"
+    missing_bucket = f"{protocol}://no-such-bucket-typo/l.csv"
+    for input_list, says in [
+        (listed, f"{listed!r} does not exist"),
+        (missing_bucket, f"{missing_bucket!r}: the bucket 'no-such-bucket-typo' does not exist"),
+    ]:
+        status = main(["build", "--input-list", input_list, "--output", str(tmp_path / "out")])
+        assert status == 2
+        assert capsys.readouterr().err == f"beam-tfrecord build: error: --input-list: {says}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_no_credentials_is_one_line_not_a_traceback(s3_store, tmp_path, capsys, monkeypatch):  # noqa: F811
     """botocore's NoCredentialsError is no OSError: it escaped the checks as a traceback, from
     build (exit 1) and from verify and spec alike. verify and spec name the store's URL too."""
