@@ -134,7 +134,9 @@ class ListingTask:
     @classmethod
     def for_pattern(cls, pattern: str) -> ListingTask:
         fs, path = fsspec.core.url_to_fs(pattern)
-        if isinstance(fs, LocalFileSystem):
+        if isinstance(fs, LocalFileSystem) or _has_dot_segment(path):
+            # On a store too: it has no `lists/..` folder. (Only there: a store's key may hold
+            # `//`, which normpath would fold.)
             path = _without_dot_dots(path)
         if has_magic(path):
             base = pattern_base(path)
@@ -316,6 +318,12 @@ def _without_dot_dots(path: str) -> str:
     glob.)"""
     fixed = pattern_base(path) if has_magic(path) else path
     return posixpath.normpath(fixed) + path[len(fixed) :] if fixed else path
+
+
+def _has_dot_segment(path: str) -> bool:
+    """Whether a path's folders before any wildcard include `.` or `..`."""
+    fixed = pattern_base(path) if has_magic(path) else path
+    return any(part in (".", "..") for part in fixed.split("/"))
 
 
 def _plain_local(path: str) -> bool:

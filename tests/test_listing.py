@@ -288,6 +288,27 @@ def test_a_list_on_a_store_names_the_images_beside_its_folder():
         fs.rm("/sibling", recursive=True)
 
 
+@pytest.mark.parametrize(
+    "pattern",
+    ["memory://dots/lists/../imgs", "memory://dots/./imgs/", "memory://dots/x/../imgs/*/*.jpg"],
+)
+def test_an_input_on_a_store_with_dot_dots_lists_what_the_plain_one_does(pattern):
+    """`s3://b/lists/../imgs` names `s3://b/imgs`, as `data/../imgs` names `imgs` on disk: a
+    store has no `lists/..` folder, and the build found nothing there."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe({"/dots/imgs/cat/1.jpg": b"x", "/dots/imgs/dog/2.jpg": b"y", "/dots/x/k.jpg": b"z"})
+    try:
+        task = ListingTask.for_pattern(pattern)
+        found = sorted(f.relpath for f in expand_task(task, [".jpg"]))
+        plain = ListingTask.for_pattern("memory://dots/imgs")
+        assert found == sorted(f.relpath for f in expand_task(plain, [".jpg"]))
+        assert found == ["cat/1.jpg", "dog/2.jpg"]
+    finally:
+        fs.rm("/dots", recursive=True)
+
+
 def test_parse_input_line_refuses_bad_lines():
     with pytest.raises(ValueError, match=r"expected `path` or `path,label` .*, got 'a,b,c'"):
         parse_input_line("a,b,c", "/lists/l.csv")
