@@ -428,64 +428,84 @@ def _goals(rows: list[Row], local: Row, store_cores: int) -> list[str]:
     return lines
 
 
-def _listing_benchmark(count: int, delay_ms: int, cpus: set[int], scratch: Path) -> list[str]:
-    """Lists `count` objects in one flat prefix as a build does, and with one fs.find.
+def _listing_benchmark(
+    count: int, delay_ms: int, cpus: set[int], scratch: Path, protocols: list[str]
+) -> list[str]:
+    """Lists `count` objects in one flat prefix as a build does, and with one fs.find, on each
+    of `protocols` (gs, s3).
 
     The store is benchmarks/listing_server.py (a page costs it the same whatever the bucket
     holds, as on a real store; fake-gcs-server's grows with it), behind the latency proxy, on
-    this process's cores; the listing runs on `cpus`: this thread and fsspec's event loop."""
-    import fsspec
+    this process's cores; the listing runs on `cpus`: this thread and fsspec's event loop,
+    whose CPU time is each listing's (the proxy's thread is not counted)."""
     import fsspec.asyn
-
-    from beam_tfrecord.listing import ListingTask, split_listing
 
     proxy = LatencyProxy(0, delay=delay_ms / 1000).start()
     command = [sys.executable, str(HERE / "listing_server.py"), "--objects", str(count), "--port"]
     server = serve(command, "/storage/v1/b/flat/o?maxResults=1", scratch / "listing-server.log")
     try:
         proxy.target_port = int(next(server).rsplit(":", 1)[1])
-        os.environ.update(_store_env("gs", proxy.url, scratch))
-        fsspec.config.conf.setdefault("gs", {})["token"] = "anon"
-        fsspec.get_filesystem_class("gs").clear_instance_cache()
-        fs = fsspec.filesystem("gs")
         os.sched_setaffinity(0, cpus)
         fsspec.asyn.get_loop()  # its thread, started if not yet
-        os.sched_setaffinity(fsspec.asyn.iothread[0].native_id, cpus)
-        root = "gs://flat/photos"
+        loop_thread = fsspec.asyn.iothread[0].native_id
+        os.sched_setaffinity(loop_thread, cpus)
         lines = []
-        proxy.reset_counts()
-        started = time.time()
-        found = sum(
-            1 for item in split_listing(ListingTask.for_pattern(f"{root}/**"), [".jpg"])
-            if not isinstance(item, ListingTask)
-        )  # fmt: skip
-        ours = time.time() - started
-        most = proxy.max_in_flight
-        counts = proxy.reset_counts()
-        lines.append(
-            f"listing, {count} objects in one prefix at {delay_ms} ms a request: ours "
-            f"(split_listing of {root}/**) {found} in {ours:.2f} s, {found / ours:,.0f} objects/s, "
-            f"{counts['list']} list requests, at most {most} at once"
-        )
-        fs.invalidate_cache()
-        started = time.time()
-        by_find = len(fs.find(root))
-        theirs = time.time() - started
-        counts = proxy.reset_counts()
-        lines.append(
-            f"listing: one fs.find({root}) {by_find} in {theirs:.2f} s, "
-            f"{by_find / theirs:,.0f} objects/s, {counts['list']} list requests; "
-            f"ours {theirs / ours:.1f}x its objects per second"
-        )
-        if found != count or by_find != count:
-            lines.append(
-                f"listing COUNT MISMATCH: {count} objects, {found} listed, {by_find} found"
-            )
+        for protocol in protocols:
+            lines += _listed_both_ways(protocol, count, delay_ms, proxy, scratch, loop_thread)
         print("\n".join(lines), flush=True)
         return lines
     finally:
         proxy.close()
         server.close()
+
+
+def _listed_both_ways(
+    protocol: str, count: int, delay_ms: int, proxy, scratch: Path, loop_thread: int
+) -> list[str]:
+    """The listing benchmark's lines for one store: ours, then fs.find."""
+    import fsspec
+
+    from beam_tfrecord.listing import ListingTask, split_listing
+
+    os.environ.update(_store_env(protocol, proxy.url, scratch))
+    if protocol == "gs":
+        fsspec.config.conf.setdefault("gs", {})["token"] = "anon"
+    fsspec.get_filesystem_class(protocol).clear_instance_cache()
+    fs = fsspec.filesystem(protocol)
+    root = f"{protocol}://flat/photos"
+
+    def cpu() -> float:
+        return time.thread_time() + _stat_cpu(f"/proc/self/task/{loop_thread}/stat")
+
+    proxy.reset_counts()
+    started, used = time.time(), cpu()
+    found = sum(
+        1 for item in split_listing(ListingTask.for_pattern(f"{root}/**"), [".jpg"])
+        if not isinstance(item, ListingTask)
+    )  # fmt: skip
+    ours, ours_cpu = time.time() - started, cpu() - used
+    most = proxy.max_in_flight
+    counts = proxy.reset_counts()
+    lines = [
+        f"{protocol}:// listing, {count} objects in one prefix at {delay_ms} ms a request: ours "
+        f"(split_listing of {root}/**) {found} in {ours:.2f} s, {found / ours:,.0f} objects/s, "
+        f"{ours_cpu / max(found, 1) * 1e6:.1f} us of CPU an object, {counts['list']} list "
+        f"requests, at most {most} at once"
+    ]
+    fs.invalidate_cache()
+    started, used = time.time(), cpu()
+    by_find = len(fs.find(root))
+    theirs, theirs_cpu = time.time() - started, cpu() - used
+    counts = proxy.reset_counts()
+    lines.append(
+        f"{protocol}:// listing: one fs.find({root}) {by_find} in {theirs:.2f} s, "
+        f"{by_find / theirs:,.0f} objects/s, {theirs_cpu / max(by_find, 1) * 1e6:.1f} us of "
+        f"CPU an object, {counts['list']} list requests; ours {theirs / ours:.1f}x its objects "
+        f"per second"
+    )
+    if found != count or by_find != count:
+        lines.append(f"listing COUNT MISMATCH: {count} objects, {found} listed, {by_find} found")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -558,7 +578,9 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
         if args.listing:
             build_cpus = {int(c) for c in args.build_cpus.split(",")}
-            listing = _listing_benchmark(args.listing, args.listing_delay, build_cpus, scratch)
+            listing = _listing_benchmark(
+                args.listing, args.listing_delay, build_cpus, scratch, stores or ["gs", "s3"]
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -195,6 +195,32 @@ def test_names_the_store_encoded_are_decoded_as_botocore_decodes_them():
     assert s3_list.parse_page(_answer(plain, encoded=False)) == ([("a+b%20.jpg", 1)], [], False)
 
 
+def test_a_plain_page_is_read_as_elementtree_reads_it_and_any_other_by_elementtree():
+    names = [f"photos/img{i:04d}.jpg" for i in range(3)] + ["a b/+%.jpg"]
+    contents = "".join(
+        f"<Contents><Key>{urllib.parse.quote_plus(n, safe='/')}</Key><LastModified>x"
+        f"</LastModified><ETag>&quot;e&quot;</ETag><Size>{i}</Size></Contents>"
+        for i, n in enumerate(names)
+    )
+    folders = "<CommonPrefixes><Prefix>x%2By/</Prefix></CommonPrefixes>"
+    body = _answer(f"<IsTruncated>true</IsTruncated>{contents}{folders}")
+    expected = ([(n, i) for i, n in enumerate(names)], ["x+y/"], True)
+    assert s3_list._plain_page(body) == s3_list._parsed_page(body) == expected
+    # Names not URL-encoded (escaped for XML), or tags of a namespace prefix: ElementTree's.
+    escaped = _answer(
+        "<IsTruncated>false</IsTruncated><Contents><Key>a&amp;b</Key><Size>1</Size></Contents>"
+    )
+    assert s3_list._plain_page(escaped) is None
+    assert s3_list.parse_page(escaped) == ([("a&b", 1)], [], False)
+    prefixed = (
+        f'<s3:ListBucketResult xmlns:s3="{_NS}"><s3:EncodingType>url</s3:EncodingType>'
+        "<s3:IsTruncated>false</s3:IsTruncated><s3:Contents><s3:Key>k</s3:Key>"
+        "<s3:Size>2</s3:Size></s3:Contents></s3:ListBucketResult>"
+    ).encode()
+    assert s3_list._plain_page(prefixed) is None
+    assert s3_list.parse_page(prefixed) == ([("k", 2)], [], False)
+
+
 @pytest.mark.parametrize(
     "body, words",
     [
