@@ -73,17 +73,10 @@ class S3Upload:
     def write(self, data: bytes | memoryview) -> int:
         if self._instead is not None:
             return self._instead.write(data)
-        rest = data
-        while True:
-            taken = self._blocks.fill(rest)
-            if self._blocks.full:
-                self._send_block()
-            if taken == len(rest):
-                return len(data)
-            rest = memoryview(rest)[taken:]
-            if self._instead is not None:  # the bucket is elsewhere: s3fs's upload has it
-                self._instead.write(rest)
-                return len(data)
+        rest = self._blocks.write(data, self._send_block, lambda: self._instead is not None)
+        if rest is not None:  # the bucket is elsewhere: s3fs's upload has the rest
+            self._instead.write(rest)
+        return len(data)
 
     def flush(self) -> None:
         if self._instead is not None:

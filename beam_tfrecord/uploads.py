@@ -25,6 +25,7 @@ import logging
 import mmap
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Protocol
 
@@ -172,14 +173,8 @@ class GcsUpload:
         self._checker = _checker(fs)
 
     def write(self, data: bytes | memoryview) -> int:
-        rest = data
-        while True:
-            taken = self._blocks.fill(rest)
-            if self._blocks.full:
-                self._send_block()
-            if taken == len(rest):
-                return len(data)
-            rest = memoryview(rest)[taken:]
+        self._blocks.write(data, self._send_block)
+        return len(data)
 
     def flush(self) -> None:
         pass
@@ -309,6 +304,26 @@ class Blocks:
         self._view[self.used : self.used + taken] = data[:taken] if taken < len(data) else data
         self.used += taken
         return taken
+
+    def write(
+        self,
+        data: bytes | memoryview,
+        full: Callable[[], object],
+        stopped: Callable[[], bool] = lambda: False,
+    ) -> memoryview | None:
+        """Copies `data` into the blocks, calling `full()` each time the filling one is full:
+        it sends that block, and `turn`s. Once `stopped()` says so after that, they take no
+        more; what of `data` they did not take is returned, else None."""
+        rest = data
+        while True:
+            taken = self.fill(rest)
+            if self.full:
+                full()
+                if stopped():
+                    return memoryview(rest)[taken:]
+            if taken == len(rest):
+                return None
+            rest = memoryview(rest)[taken:]
 
     def filled(self) -> memoryview:
         """The filling block's bytes so far (a view, valid until the block fills again)."""
