@@ -76,6 +76,7 @@ __all__ = [
     "ShardThreads",
     "discard_started",
     "fork_from_server",
+    "in_segments",
     "settings_travel",
     "start_early",
     "started",
@@ -187,6 +188,11 @@ class ShardProcesses:
             _LOG.debug("no head start: its planning failed", exc_info=True)
             return
         self._head_names = [spec.file_name for spec, _, _ in shards]
+        if in_segments(len(shards), self.processes):
+            # One shard a process: the pipeline has the rest prepared in segments by all the
+            # processes as they come free (3 shards on 2 processes written whole take two
+            # shards' time; the third in segments, a shard and a half).
+            shards = shards[: self.processes]
         if shards:
             _LOG.debug("head start: writing %d shards while the pipeline plans", len(shards))
         for spec, packed, digest in shards:
@@ -414,6 +420,13 @@ class ShardProcesses:
                         process.kill()
         self._pool.shutdown(wait=True, cancel_futures=cancel)
         self._assemblers.shutdown(cancel=cancel)
+
+
+def in_segments(shards: int, processes: int) -> bool:
+    """Whether a build of `shards` shards has each one's images prepared by all `processes`
+    (`submit_in_segments`): with so few shards that, written one a process, some processes
+    would idle while the last shards are written."""
+    return shards <= 2 * processes
 
 
 class ShardThreads:

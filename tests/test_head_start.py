@@ -231,3 +231,39 @@ def test_a_build_stopped_between_its_head_start_and_its_pipeline_ends_as_a_stopp
     assert main(["build", *flags, "--output", str(out), "--resume"]) == 0
     assert main(["build", *flags, "--output", str(tmp_path / "whole")]) == 0
     assert _built_files(out) == _built_files(tmp_path / "whole")
+
+
+def test_a_build_of_few_shards_has_one_head_start_shard_a_process_and_the_rest_in_segments(
+    tmp_path, small_head_start
+):
+    """With as few shards as the pipeline prepares in segments (at most two a process), the
+    head start writes one shard a process and no more: the rest are prepared by every
+    process as they come free, not written whole by one while the others idle (3 shards on
+    2 processes took two shards' time)."""
+    src = tmp_path / "src"
+    _collection(src)
+    config = _few_shards(src, tmp_path / "here")
+    assert early_start.start_before_beam(config)
+    pool = started()
+    planned = pool.head_start_shards()
+    result = pipeline.build(config)
+    shards = [s["file"] for s in result.manifest["shards"]]
+    assert 2 < len(shards) <= 4 and sorted(planned) == sorted(shards)
+    assert pool.taken_from_head_start == 2
+
+    pipeline.build(_few_shards(src, tmp_path / "there"), _MULTI)  # no head start, no processes
+    here, there = _built_files(tmp_path / "here"), _built_files(tmp_path / "there")
+    assert len(here) > 6 and here == there
+
+
+def _few_shards(src: Path, out: Path) -> BuildConfig:
+    return BuildConfig.from_settings(
+        {
+            "inputs": [str(src)],
+            "output": str(out),
+            "name": "zoo",
+            "max_shard_size": "120KB",
+            "min_shard_size": "60KB",
+            "splits": {"train": 1.0},
+        }
+    )

@@ -25,6 +25,7 @@ from beam_tfrecord.shard_processes import (
     PROCESSES_MIN_IMAGES,
     ShardProcesses,
     ShardThreads,
+    in_segments,
     started,
     take_started,
 )
@@ -206,7 +207,7 @@ class _WriteShardFn(_ReadAheadFn):
                     " (started early)" if early else "",
                 )
                 self._pool = early or ShardProcesses(self._processes)
-                self._segmented = sum(p.shards for p in splits) <= 2 * self._processes
+                self._segmented = in_segments(sum(p.shards for p in splits), self._processes)
                 if self._segmented:
                     _LOG.debug("each shard's images prepared in all %d processes", self._processes)
         return self._pool
