@@ -373,6 +373,10 @@ class BuildConfig:
             )
         values: dict[str, Any] = {}
         for key, value in settings.items():
+            if not isinstance(key, str):  # a mapping made in code: `{5: 3}`
+                raise ConfigError(
+                    "config", f"a setting's name must be text, such as 'seed', got {key!r}"
+                )
             norm = cls.setting_of(key)
             if norm is None:
                 raise ConfigError(key, unknown_setting(key))

@@ -501,6 +501,17 @@ def test_settings_that_are_no_mapping_are_refused_in_words(settings):
     )
 
 
+@pytest.mark.parametrize("key", [5, None, ("input",)])
+def test_a_setting_named_by_no_text_is_refused_naming_it(key):
+    """A mapping built in code, `{5: 3}`, raised AttributeError: 'int' object has no attribute
+    'lstrip', naming neither the key nor the setting."""
+    with pytest.raises(ConfigError) as err:
+        BuildConfig.from_settings({"input": "a", "output": "o", key: 3})
+    assert str(err.value) == (
+        f"--config: a setting's name must be text, such as 'seed', got {key!r}"
+    )
+
+
 @pytest.mark.parametrize(
     ("settings", "python", "command_line"),
     [
