@@ -48,6 +48,8 @@ _TEXT_FEATURES = frozenset(
     {"image/format", "image/class/text", "image/filename", "image/key/sha256"}
 )
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}
+# The features `Dataset(decode=True)` makes an image of.
+_DECODED = ("image/encoded", "image/height", "image/width", "image/channels")
 _PILLOW_FORMATS = {"jpeg": "JPEG", "png": "PNG"}
 
 
@@ -621,6 +623,14 @@ class Dataset:
         if not self.decode:
             return record
         filename = record.get("image/filename")
+        lacking = next((name for name in _DECODED if name not in record), None)
+        if lacking is not None:  # another tool's record: a KeyError's text said only the name
+            which = "a record" if filename is None else f"record of {filename!r}"
+            raise ValueError(
+                f"{url}: {which} has no {lacking} feature: decode=True reads the "
+                f"records this tool writes ({', '.join(_DECODED)}); decode=False gives any "
+                "record's features"
+            )
         try:
             shape = tuple(record[f"image/{name}"] for name in ("height", "width", "channels"))
             image = decode_image(

@@ -576,3 +576,17 @@ def test_a_bool_is_no_reader_number_and_repr_shows_the_shard_order(built):
     assert repr(dataset.shard(1, 2)) == (
         f"Dataset({str(out)!r}, 'train', decode=False, shuffle_shards=True, seed=4).shard(1, 2)"
     )
+
+
+def test_decoding_records_of_another_layout_names_the_feature_they_lack(tmp_path):
+    """decode=True over another tool's records (no image/height...) said only
+    `record of None: 'image/height'`: a KeyError's text, not what is missing nor why."""
+    _hand_built(tmp_path / "hand", [2], manifest=False, indexes=None)
+    records = Dataset(str(tmp_path / "hand"), "train", decode=True)
+    with pytest.raises(ValueError) as refused:
+        next(iter(records))
+    assert str(refused.value) == (
+        f"{records.shards[0].url}: record of '0/0' has no image/encoded feature: decode=True "
+        "reads the records this tool writes (image/encoded, image/height, image/width, "
+        "image/channels); decode=False gives any record's features"
+    )
