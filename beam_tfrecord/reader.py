@@ -323,9 +323,34 @@ def list_shards(
         return _manifest_shards(source, manifest, split)
     shards = _listed_shards(source, split, storage_options, loose)
     if not shards:
-        what = "shards" if split is None else f"shards of split {split!r}"
-        raise FileNotFoundError(f"{source}: no {MANIFEST_FILE} and no {what}")
+        raise _no_shards(source, split, storage_options)
     return shards
+
+
+def _no_shards(
+    source: str, split: str | None, storage_options: Mapping[str, Any]
+) -> FileNotFoundError:
+    """The refusal of a folder without manifest.json where no shard of `split` is found: the
+    splits whose shards are there, or, with none named as they are looked for, that naming.
+    Shards another tool named otherwise (`train-00000-of-01024`) read as no shards at all."""
+    what = "shards" if split is None else f"shards of split {split!r}"
+    fs, path = url_to_fs(source, **storage_options)
+    names = [
+        posixpath.basename(entry["name"].rstrip("/"))
+        for entry in fs.ls(path, detail=True)
+        if entry["type"] == "file"
+    ]
+    names = [name for name in names if not name.startswith(".")]
+    splits = sorted({shard.split or "" for shard in map(parse_shard_name, names) if shard})
+    if splits:
+        found = f"its shards are of {', '.join(map(repr, splits))}"
+    else:
+        others = f" ({plural(len(names), 'other file')} here)" if names else ""
+        found = (
+            "shards are found by the names TensorFlow Datasets gives them, "
+            f"{{name}}-{{split}}.tfrecord-00000-of-00004{others}"
+        )
+    return FileNotFoundError(f"{source}: no {MANIFEST_FILE} and no {what}: {found}")
 
 
 def _index_count(url: str, storage_options: Mapping[str, Any]) -> tuple[int, str] | None:
@@ -478,9 +503,7 @@ class Dataset:
         else:
             self.shards = _listed_shards(source, split, self.storage_options, loose)
             if not self.shards:
-                raise FileNotFoundError(
-                    f"{source}: no {MANIFEST_FILE} and no shards of split {split!r}"
-                )
+                raise _no_shards(source, split, self.storage_options)
             self.classes = self._read_labels()
         self._parts = [Part(shard.url, shard.examples) for shard in self.shards]
 

@@ -590,3 +590,27 @@ def test_decoding_records_of_another_layout_names_the_feature_they_lack(tmp_path
         "reads the records this tool writes (image/encoded, image/height, image/width, "
         "image/channels); decode=False gives any record's features"
     )
+
+
+def test_a_folder_of_shards_named_otherwise_is_said_to_hold_none_by_that_naming(tmp_path):
+    """Shards another tool named `train-00000-of-00002` (tensorflow/models' ImageNet) were
+    refused as `no manifest.json and no shards of split 'train'`, as if the folder held none,
+    and every split's read as `... of split None`."""
+    from beam_tfrecord.codec.example import encode_example
+    from beam_tfrecord.codec.writer import open_writer
+
+    for name in ("train-00000-of-00002", "train-00001-of-00002.tfrecord"):
+        with open_writer(str(tmp_path / name)) as writer:
+            writer.write(encode_example({"image/filename": name}))
+    naming = (
+        "shards are found by the names TensorFlow Datasets gives them, "
+        "{name}-{split}.tfrecord-00000-of-00004 (2 other files here)"
+    )
+    for read, what in [
+        (lambda: Dataset(tmp_path, "train"), "shards of split 'train'"),
+        (lambda: Dataset(tmp_path, None), "shards"),
+        (lambda: list_shards(tmp_path, "train"), "shards of split 'train'"),
+    ]:
+        with pytest.raises(FileNotFoundError) as refused:
+            read()
+        assert str(refused.value) == f"{tmp_path}: no manifest.json and no {what}: {naming}"
