@@ -38,8 +38,11 @@ _LOG = logging.getLogger(__name__)
 
 LOCK_FILE = ".beam-tfrecord.lock"
 
-# The locks this process holds: the lock file's path -> its open descriptor.
+# The locks this process holds: the lock file's path -> its open descriptor, and the thread
+# whose build holds it. The kernel's lock is the process's: a build on another thread (a
+# scheduler's, a notebook's) must be refused here, or it would write beside the first.
 _held: dict[str, int] = {}
+_holders: dict[str, threading.Thread] = {}
 # The lock files whose folders `lock_output` created: a build that fails before it writes
 # anything leaves no empty folder behind (`release_output`).
 _made: set[str] = set()
@@ -61,16 +64,18 @@ def _lock_path(output: str) -> str:
 def lock_output(output: str) -> None:
     """Takes the lock on the local folder `output` for this process, creating the folder.
 
-    Nothing in the folder is written or removed but the lock file. If this process holds the
-    lock already, it keeps it. A filesystem that cannot lock (some network mounts) gets a
+    Nothing in the folder is written or removed but the lock file. If this thread holds the
+    lock already, it keeps it; a build on another thread of this process is refused as one in
+    another process is. A filesystem that cannot lock (some network mounts) gets a
     warning, and the build goes on unlocked.
 
     Raises:
-        ConfigError: another process holds the lock, or the folder cannot be created.
+        ConfigError: another process, or another thread of this one, holds the lock, or the
+            folder cannot be created.
     """
     path = _lock_path(output)
     with _guard:
-        if path in _held:
+        if _held_here(output, path):
             return
         _make_folder(output, path)
         for attempt in itertools.count():
@@ -125,6 +130,24 @@ def lock_output(output: str) -> None:
         except OSError:  # opened read-only: the message names no process
             pass
         _held[path] = fd
+        _holders[path] = threading.current_thread()
+
+
+def _held_here(output: str, path: str) -> bool:
+    """Whether this thread holds the lock file `path` already (taking it over from a thread
+    that has ended: the checks' own, which took it for this build); refused if a live thread
+    of this process holds it, as the kernel refuses another process."""
+    holder = _holders.get(path)
+    if holder is None:
+        return False
+    if holder is not threading.current_thread() and holder.is_alive():
+        raise ConfigError(
+            "output",
+            f"{output!r}: another build in this process (thread {holder.name!r}) is writing "
+            "there; wait for it to end, or build into another folder",
+        )
+    _holders[path] = threading.current_thread()
+    return True
 
 
 def _make_folder(output: str, path: str) -> None:
@@ -158,13 +181,18 @@ def _holder(fd: int) -> str:
 
 
 def release_output(output: str, *, failed: bool = False) -> None:
-    """Removes the lock file and releases the lock, if this process holds it; else nothing.
+    """Removes the lock file and releases the lock, if this process holds it for no other
+    thread's build; else nothing (a build refused on one thread leaves another's lock alone).
 
     A build that `failed`, in a folder its lock created, removes the folder too if nothing is
     left in it: a job its runner refused (an unreachable cluster, say) leaves no trace.
     """
     path = _lock_path(output)
     with _guard:
+        holder = _holders.get(path)
+        if holder is not None and holder is not threading.current_thread() and holder.is_alive():
+            return
+        _holders.pop(path, None)
         fd = _held.pop(path, None)
         made = path in _made
         _made.discard(path)

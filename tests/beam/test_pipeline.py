@@ -371,6 +371,38 @@ def test_a_build_that_ends_or_fails_leaves_its_output_unlocked(built, collection
         release_output(str(folder))
 
 
+def test_a_build_from_another_thread_into_a_folder_a_build_holds_is_refused(collection, tmp_path):
+    """A scheduler or a notebook that runs builds on threads: a second build into a folder
+    another thread's build is writing was let through (the lock is the process's), wrote beside
+    it, and, refused or failed, released the first build's lock as it raised."""
+    import threading
+
+    from beam_tfrecord.output_lock import LOCK_FILE, lock_output, release_output
+
+    src, _ = collection
+    out = tmp_path / "out"
+    holding, done = threading.Event(), threading.Event()
+
+    def first_build():  # holds the lock as a running build does, on a thread of its own
+        lock_output(str(out))
+        holding.set()
+        done.wait(60)
+        release_output(str(out))
+
+    holder = threading.Thread(target=first_build)
+    holder.start()
+    try:
+        assert holding.wait(60)
+        with pytest.raises(ConfigError, match=r"another build in this process .* is writing"):
+            build(_config(src, out))
+        assert (out / LOCK_FILE).exists(), "the refused build released the first one's lock"
+        assert [p.name for p in out.iterdir()] == [LOCK_FILE]
+    finally:
+        done.set()
+        holder.join()
+    assert not (out / LOCK_FILE).exists()
+
+
 @pytest.mark.parametrize(
     ("withdrawal", "settings", "passing"),
     [
