@@ -597,9 +597,9 @@ def build(
     command does), or the lock goes when the process does.
 
     Raises:
-        ConfigError: the config cannot work, another build is writing into the output folder,
-            or `--dry_run` is given to a runner that would run the build anyway (before
-            anything is written).
+        ConfigError: the config is no BuildConfig or cannot work, another build is writing
+            into the output folder, or `--dry_run` is given to a runner that would run the
+            build anyway (before anything is written).
         BuildFailed: the build must not be published: it wrote no image, skipped more than
             `max_skipped_fraction` of its inputs, was given `classes` no input is labelled
             with, or its runner lost inputs between stages; or it stopped on a file or object
@@ -607,6 +607,13 @@ def build(
             says why where it was written; its `resumable`, `retry` and `withdrawal` say what
             was kept and what to do.
     """
+    if not isinstance(config, BuildConfig):  # a mapping of settings, say: not read as one
+        raise ConfigError(
+            "config",
+            "build takes a BuildConfig, made by BuildConfig.from_settings({'input': "
+            f"['photos/**'], 'output': 'out/photos'}}), not a {type(config).__name__}: "
+            f"{config!r}",
+        )
     if isinstance(beam_args, (str, bytes)):
         raise ConfigError(
             "beam_args",

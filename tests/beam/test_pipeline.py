@@ -317,6 +317,18 @@ def test_the_library_refuses_beam_flags_before_anything_is_written(
     assert refused.value.setting and refused.value.message in str(refused.value)
 
 
+@pytest.mark.parametrize("config", [{"input": "photos", "output": "out"}, None, "build.yaml"])
+def test_the_library_refuses_a_config_that_is_no_build_config_naming_it(tmp_path, config):
+    """`build({"input": ..., "output": ...})` raised AttributeError: 'dict' object has no
+    attribute 'output', saying neither what build takes nor how to make it."""
+    with pytest.raises(ConfigError) as refused:
+        build(config)
+    assert str(refused.value) == (
+        "--config: build takes a BuildConfig, made by BuildConfig.from_settings({'input': "
+        f"['photos/**'], 'output': 'out/photos'}}), not a {type(config).__name__}: {config!r}"
+    )
+
+
 def test_an_interrupt_reaches_the_caller_as_itself_and_the_output_stays_locked(
     collection, tmp_path, monkeypatch, caplog
 ):
