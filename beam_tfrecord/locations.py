@@ -72,10 +72,13 @@ def without_protocol(url: str) -> str:
 
 def normalized(url: str) -> str:
     """`url` with `.` and `..` taken out of its path, as `posixpath.normpath` takes them out of
-    a plain one: `s3://b/lists/../x.jpg` -> `s3://b/x.jpg` (a store has no `lists/..` folder)."""
+    a plain one: `s3://b/lists/../x.jpg` -> `s3://b/x.jpg` (a store has no `lists/..` folder).
+    A URL without them is left as it is: a store's key may hold `//`, which normpath folds."""
     if not has_protocol(url):
         return posixpath.normpath(url)
     protocol, path = url.split("://", 1)
+    if not any(part in (".", "..") for part in path.split("/")):
+        return url
     return f"{protocol}://{posixpath.normpath(path)}"
 
 

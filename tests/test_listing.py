@@ -274,6 +274,15 @@ def test_a_relative_line_of_a_list_on_a_store_is_taken_from_the_lists_folder(fol
         assert found == SourceFile(f"{folder[:-6]}/imgs/cat/1.jpg", "../imgs/cat/1.jpg", -1)
 
 
+@pytest.mark.parametrize("folder", ["s3://b/data//lists", "gs://b/data//lists"])
+def test_a_line_of_a_list_on_a_store_keeps_the_double_slash_of_the_lists_folder(folder):
+    """A store's key may hold `//` (`data//lists/l.csv`): a line without `.` or `..` names the
+    key beside the list, as it did before `..` lines were taken from the folder. normpath
+    folded the folder's `//`, and every image of such a list was reported vanished."""
+    found = parse_input_line("cat/1.jpg", f"{folder}/images.csv")
+    assert found == SourceFile(f"{folder}/cat/1.jpg", "cat/1.jpg", -1)
+
+
 def test_a_list_on_a_store_names_the_images_beside_its_folder():
     import fsspec
 
