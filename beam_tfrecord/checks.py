@@ -24,6 +24,7 @@ from beam_tfrecord.listing import (
     matching_folders,
     pattern_base,
     read_input_list_chunk,
+    store_path,
 )
 from beam_tfrecord.locations import (
     has_protocol,
@@ -161,9 +162,8 @@ def _preflight(
             fs, path = fsspec.core.url_to_fs(pattern)
         except (ValueError, ImportError) as err:
             raise ConfigError("input", f"{pattern!r}: {err}") from None
-        base = _canonical(
-            pattern if not has_magic(path) else fs.unstrip_protocol(pattern_base(path))
-        )
+        path = store_path(fs, path)  # as it is listed: `s3://b/x/../data` is `s3://b/data`
+        base = _canonical(fs.unstrip_protocol(pattern_base(path) if has_magic(path) else path))
         if _inside(output, base):
             raise ConfigError(
                 "output",
@@ -210,6 +210,7 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
             # outright, without a wildcard, may simply not exist, nor the folder a pattern
             # starts from.
             fs, path = fsspec.core.url_to_fs(pattern)
+            path = store_path(fs, path)
             if not has_magic(path) and not fs.exists(path):
                 raise ConfigError("input", f"{pattern!r} does not exist{_taken_from(pattern)}")
             if not has_magic(path) and is_local(fs) and (kind := special_file_kind(path)):

@@ -40,6 +40,7 @@ __all__ = [
     "read_input_list_chunk",
     "split_listing",
     "split_task",
+    "store_path",
     "to_url",
 ]
 
@@ -134,10 +135,7 @@ class ListingTask:
     @classmethod
     def for_pattern(cls, pattern: str) -> ListingTask:
         fs, path = fsspec.core.url_to_fs(pattern)
-        if isinstance(fs, LocalFileSystem) or _has_dot_segment(path):
-            # On a store too: it has no `lists/..` folder. (Only there: a store's key may hold
-            # `//`, which normpath would fold.)
-            path = _without_dot_dots(path)
+        path = _without_dot_dots(path) if isinstance(fs, LocalFileSystem) else store_path(fs, path)
         if has_magic(path):
             base = pattern_base(path)
         elif fs.isdir(path):
@@ -318,6 +316,16 @@ def _without_dot_dots(path: str) -> str:
     glob.)"""
     fixed = pattern_base(path) if has_magic(path) else path
     return posixpath.normpath(fixed) + path[len(fixed) :] if fixed else path
+
+
+def store_path(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """A store's path or pattern as its listing reads it: with `.` and `..` taken out of its
+    folders before any wildcard, as a local one's are, for a store has no `lists/..` folder.
+    Only a path that has them: a store's key may hold `//`, which normpath would fold. A local
+    path is left to the system."""
+    if isinstance(fs, LocalFileSystem) or not _has_dot_segment(path):
+        return path
+    return _without_dot_dots(path)
 
 
 def _has_dot_segment(path: str) -> bool:
@@ -577,7 +585,7 @@ def expand_pattern(pattern: str, extensions: Iterable[str]) -> Iterator[SourceFi
         FileNotFoundError: a pattern without wildcards names nothing that exists.
     """
     fs, path = fsspec.core.url_to_fs(pattern)
-    if not has_magic(path) and not fs.exists(path):
+    if not has_magic(path) and not fs.exists(store_path(fs, path)):
         raise FileNotFoundError(f"input {pattern!r} does not exist")
     yield from expand_task(ListingTask.for_pattern(pattern), extensions)
 
@@ -589,7 +597,7 @@ def first_match(pattern: str, extensions: Iterable[str], depth: int = 4) -> Sour
     branch, so checking a pattern over millions of objects costs a few listings.
     """
     fs, path = fsspec.core.url_to_fs(pattern)
-    if not has_magic(path) and not fs.exists(path):
+    if not has_magic(path) and not fs.exists(store_path(fs, path)):
         return None
     extensions = tuple(extensions)
 
@@ -616,7 +624,7 @@ def matching_folders(pattern: str) -> list[str]:
     none for any other pattern. For a refusal: such a pattern takes the files it matches, and
     no file below the folders it matches."""
     fs, path = fsspec.core.url_to_fs(pattern)
-    level = _last_level(path.rstrip("/"))
+    level = _last_level(store_path(fs, path).rstrip("/"))
     if level is None:
         return []
     folder, last = level

@@ -819,6 +819,26 @@ def test_a_missing_input_bucket_is_named_as_such(request, protocol, tmp_path, ca
     assert not (tmp_path / "out").exists()
 
 
+def test_an_input_with_dot_dots_on_a_store_is_checked_as_the_plain_one(s3_store, tmp_path, capsys):  # noqa: F811
+    """`s3://b/x/../photos` names `s3://b/photos` (061eca2), and the checks before a build
+    took it as written: a folder named so was said not to exist, a `*` over class folders
+    built the one stray image and left them out without a word, and an output inside it was
+    let by. Each now goes as it goes for `s3://b/photos`."""
+    root = s3_store.new_bucket("dots")
+    rng = np.random.default_rng(3)
+    for name in ["photos/stray.jpg", "photos/cat/1.jpg", "photos/dog/2.jpg"]:
+        s3_store.fs.pipe_file(f"{root}/{name}", jpeg_bytes(rng, 32, 24))
+    s3_store.fs.invalidate_cache()
+    dotted = f"{root}/x/../photos"
+    assert main(["build", "--input", f"{dotted}/cat", "--output", str(tmp_path / "c")]) == 0
+    capsys.readouterr()
+    assert main(["build", "--input", f"{dotted}/*", "--output", str(tmp_path / "s")]) == 2
+    assert "and 2 folders of images ('cat', 'dog')" in capsys.readouterr().err
+    assert main(["build", "--input", f"{dotted}/**", "--output", f"{root}/photos/out"]) == 2
+    assert "is inside input" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
 @pytest.mark.parametrize("protocol", ["s3", "gs"])
 def test_a_missing_input_list_on_a_store_is_said_not_to_exist(request, protocol, tmp_path, capsys):
     """The store's client names only the object's path: the refusal read `cannot be read:

@@ -318,6 +318,29 @@ def test_an_input_on_a_store_with_dot_dots_lists_what_the_plain_one_does(pattern
         fs.rm("/dots", recursive=True)
 
 
+def test_an_input_on_a_store_with_dot_dots_is_found_as_the_plain_one():
+    """The listing took `.` and `..` out of a store's pattern, and the calls that first ask
+    whether a path named outright exists, or which folders a pattern matches, did not:
+    `s3://b/lists/../imgs` was still said not to exist, and `s3://b/x/../imgs/*` matched no
+    folder, so the check that refuses a pattern leaving class folders out let it by."""
+    import fsspec
+
+    from beam_tfrecord.listing import matching_folders
+
+    fs = fsspec.filesystem("memory")
+    fs.pipe({"/dots2/imgs/stray.jpg": b"s", "/dots2/imgs/cat/1.jpg": b"x"})
+    try:
+        for plain, dotted in [("imgs", "x/../imgs"), ("imgs/cat", "./imgs/cat")]:
+            found = [f.relpath for f in expand_pattern(f"memory://dots2/{dotted}", EXTS)]
+            assert found == [f.relpath for f in expand_pattern(f"memory://dots2/{plain}", EXTS)]
+            assert first_match(f"memory://dots2/{dotted}", EXTS) is not None
+        folders = matching_folders("memory://dots2/imgs/*")
+        assert matching_folders("memory://dots2/x/../imgs/*") == folders
+        assert len(folders) == 1
+    finally:
+        fs.rm("/dots2", recursive=True)
+
+
 def test_parse_input_line_refuses_bad_lines():
     with pytest.raises(ValueError, match=r"expected `path` or `path,label` .*, got 'a,b,c'"):
         parse_input_line("a,b,c", "/lists/l.csv")
