@@ -227,7 +227,7 @@ def _check_input(pattern: str, config: BuildConfig) -> None:
             base = pattern_base(pattern)
             if has_magic(path) and base and not fs.exists(pattern_base(path)):
                 bucket = path.split("/", 1)[0]
-                if is_object_store(fs) and not fs.exists(bucket):
+                if is_object_store(fs) and _bucket_missing(fs, bucket):
                     raise ConfigError("input", f"{pattern!r}: the bucket {bucket!r} does not exist")
                 raise ConfigError(
                     "input",
@@ -323,9 +323,23 @@ def _missing_input_list(input_list: str) -> ConfigError:
     object's path (`b/lists/l.csv`), which read as the reason."""
     fs, path = fsspec.core.url_to_fs(input_list)
     bucket = path.split("/", 1)[0]
-    if is_object_store(fs) and not fs.exists(bucket):
+    if is_object_store(fs) and _bucket_missing(fs, bucket):
         return ConfigError("input_list", f"{input_list!r}: the bucket {bucket!r} does not exist")
     return ConfigError("input_list", f"{input_list!r} does not exist{_taken_from(input_list)}")
+
+
+def _bucket_missing(fs: fsspec.AbstractFileSystem, bucket: str) -> bool:
+    """Whether the store says it has no such bucket. Not s3fs's `exists`, which is False for
+    any error of its probes: a bucket that is there and refuses to be described (403, to an
+    account granted its objects alone) is not missing, and an error that is no answer is the
+    caller's to report."""
+    try:
+        fs.info(bucket)
+    except FileNotFoundError:
+        return True
+    except PermissionError:  # there, and not ours to describe
+        return False
+    return False
 
 
 def _check_output(config: BuildConfig, lock: bool) -> None:

@@ -157,6 +157,7 @@ class LatencyProxy:
         method, target = line[0], line[1] if len(line) > 1 else "/"
         kind = request_kind(method, target)
         client.request = (kind, target)
+        client.method = method
         with self._lock:
             self.counts[kind] += 1
         self.client_port = client.port
@@ -186,6 +187,7 @@ class _Client(asyncio.Protocol):
         self.server: _Server | None = None
         self.port = 0
         self.request = ("", "")  # the kind and target of the request last read
+        self.method = ""  # and its method
         self.kind = ""  # the request sent to the server that has not been answered yet
         self.expecting_request = True
         self.held: list[bytes] = []  # bytes that wait for the server's connection or a delay
@@ -265,7 +267,8 @@ class _Client(asyncio.Protocol):
         elif action == "stall":
             self.stalled = True
         else:
-            self.transport.write(_error_response(int(action), self.request[1]))
+            head = self.method == "HEAD"
+            self.transport.write(_error_response(int(action), self.request[1], head=head))
             self.close()
 
     def answer(self, data: bytes) -> None:
@@ -354,7 +357,9 @@ def _reset(transport: asyncio.Transport) -> None:
     transport.abort()
 
 
-def _error_response(status: int, target: str) -> bytes:
+def _error_response(status: int, target: str, *, head: bool = False) -> bytes:
+    """An error answer as the store words it; without a body for a HEAD request, whose answer
+    a client reads no body of (the body's bytes read as a bad next answer)."""
     reason = {403: "Forbidden", 429: "Too Many Requests", 500: "Internal Server Error"}.get(
         status, "Service Unavailable"
     )
@@ -365,8 +370,8 @@ def _error_response(status: int, target: str) -> bytes:
         code = {403: "AccessDenied", 500: "InternalError"}.get(status, "SlowDown")
         body = f"<Error><Code>{code}</Code><Message>injected {status}</Message></Error>".encode()
         kind = "application/xml"
-    head = (
+    head_lines = (
         f"HTTP/1.1 {status} {reason}\r\nContent-Type: {kind}\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
-    return head.encode() + body
+    return head_lines.encode() + (b"" if head else body)

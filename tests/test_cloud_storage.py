@@ -856,6 +856,39 @@ def test_a_missing_input_list_on_a_store_is_said_not_to_exist(request, protocol,
     assert not (tmp_path / "out").exists()
 
 
+def test_a_bucket_that_refuses_to_be_described_is_not_said_to_be_missing(
+    s3_store,  # noqa: F811
+    tmp_path,
+    capsys,
+):
+    """s3fs's `exists` on a bucket is False for any error of its probes (HeadBucket, then
+    GetBucketLocation): a bucket that is there, in an account whose policy grants reads of its
+    objects and not those (403), was refused as 'the bucket does not exist', when it was the
+    list, or the folder, that was not there."""
+    bucket = s3_store.new_bucket("guarded")
+    name = bucket.split("://", 1)[1]
+
+    def fault(method, target):
+        path, _, query = target.partition("?")
+        if path.strip("/") == name and (method == "HEAD" or "location" in query):
+            return 403
+        return None
+
+    s3_store.proxy.fault = fault
+    try:
+        listed = f"{bucket}/lists/l.csv"
+        status = main(["build", "--input-list", listed, "--output", str(tmp_path / "out")])
+        assert status == 2
+        said = capsys.readouterr().err
+        assert said == f"beam-tfrecord build: error: --input-list: {listed!r} does not exist\n"
+        status = main(["build", "--input", f"{bucket}/data/**", "--output", str(tmp_path / "out")])
+        assert status == 2
+        assert f"its folder '{bucket}/data' does not exist" in capsys.readouterr().err
+    finally:
+        s3_store.proxy.fault = None
+    assert not (tmp_path / "out").exists()
+
+
 def test_no_credentials_is_one_line_not_a_traceback(s3_store, tmp_path, capsys, monkeypatch):  # noqa: F811
     """botocore's NoCredentialsError is no OSError: it escaped the checks as a traceback, from
     build (exit 1) and from verify and spec alike. verify and spec name the store's URL too."""
