@@ -109,7 +109,9 @@ class Work(TypedDict):
     at most once (benchmarks/README.md reads these).
 
     Attributes:
-        reads: sources read, those read and then refused (truncated, not an image...) too.
+        reads: sources the shard writers read, those read and then refused (truncated, not
+            an image...) too. A build that measures its images' sizes first (`--resize`,
+            `--encode`) refuses some before any writer reads them: those are not counted.
         bytes_read: their bytes (the collection's size, when every image is read once).
         decodes: images decoded in full (`--validate decode`, or an image re-encoded).
         encodes: images encoded (normalized or transformed).
