@@ -541,8 +541,10 @@ class Dataset:
         Raises:
             ValueError: If ``index`` is not in ``range(count)``.
         """
-        if not _is_int(count) or count < 1 or not _is_int(index):
+        if not _is_int(count) or count < 1:
             raise ValueError(f"count must be a positive int, got {count!r} (index {index!r})")
+        if not _is_int(index):
+            raise ValueError(f"index must be an int in range({count}), got {index!r}")
         if not 0 <= index < count:
             raise ValueError(f"index must be in range({count}), got {index!r}")
         part = object.__new__(Dataset)

@@ -569,8 +569,10 @@ def test_a_shard_the_manifest_lists_and_the_folder_lacks_is_named_as_such(built,
 def test_a_bool_is_no_reader_number_and_repr_shows_the_shard_order(built):
     out, _, _ = built
     dataset = Dataset(str(out), "train", shuffle_shards=True, seed=4)
-    with pytest.raises(ValueError, match="index True"):
+    with pytest.raises(ValueError, match=r"index must be an int in range\(2\), got True"):
         dataset.shard(True, 2)
+    with pytest.raises(ValueError, match=r"index must be an int in range\(2\), got '0'"):
+        dataset.shard("0", 2)
     with pytest.raises(ValueError, match="got False"):
         dataset.shard(0, False)
     assert repr(dataset.shard(1, 2)) == (
