@@ -24,49 +24,13 @@ from aiohttp import web
 _STAMP = "2026-01-01T00:00:00.000Z"
 
 
-def listing(names: list[str], bucket: str, query) -> dict:
-    """One page of objects.list over the sorted `names`."""
-    prefix = query.get("prefix", "")
-    delimiter = query.get("delimiter", "")
-    most = min(int(query.get("maxResults", 1000)), 1000)
-    start = max(prefix, query.get("startOffset", ""))
-    i = bisect.bisect_left(names, start)
-    if "pageToken" in query:
-        i = max(i, bisect.bisect_right(names, query["pageToken"]))
-    end = bisect.bisect_left(names, query["endOffset"]) if query.get("endOffset") else len(names)
-    items, prefixes, last = [], [], None
-    while i < end and names[i].startswith(prefix) and len(items) + len(prefixes) < most:
-        name = names[i]
-        cut = name.find(delimiter, len(prefix)) if delimiter else -1
-        if cut >= 0:
-            folder = name[: cut + len(delimiter)]
-            prefixes.append(folder)
-            last = folder
-            i = bisect.bisect_left(names, folder[:-1] + chr(ord(folder[-1]) + 1))
-            continue
-        items.append(
-            {"kind": "storage#object", "name": name, "bucket": bucket, "size": "0",
-             "generation": "1", "metageneration": "1", "updated": _STAMP, "timeCreated": _STAMP}
-        )  # fmt: skip
-        last = name
-        i += 1
-    page: dict = {"kind": "storage#objects", "items": items, "prefixes": prefixes}
-    if i < end and i < len(names) and names[i].startswith(prefix):
-        page["nextPageToken"] = last
-    return page
-
-
-def s3_listing(names: list[str], bucket: str, query) -> bytes:
-    """One page of ListObjectsV2 over the sorted `names`, as S3's XML."""
-    prefix = query.get("prefix", "")
-    delimiter = query.get("delimiter", "")
-    most = min(int(query.get("max-keys", 1000)), 1000)
-    after = query.get("continuation-token") or query.get("start-after", "")
-    i = bisect.bisect_left(names, prefix)
-    if after:
-        i = max(i, bisect.bisect_right(names, after))
+def _page(
+    names: list[str], prefix: str, delimiter: str, i: int, end: int, most: int
+) -> tuple[list[str], list[str], str | None, bool]:
+    """The names of one page from `names[i]` (sorted) up to `names[end]`: the objects, the
+    folders by delimiter, the last name given, and whether more follow."""
     keys, prefixes, last = [], [], None
-    while i < len(names) and names[i].startswith(prefix) and len(keys) + len(prefixes) < most:
+    while i < end and names[i].startswith(prefix) and len(keys) + len(prefixes) < most:
         name = names[i]
         cut = name.find(delimiter, len(prefix)) if delimiter else -1
         if cut >= 0:
@@ -78,7 +42,41 @@ def s3_listing(names: list[str], bucket: str, query) -> bytes:
         keys.append(name)
         last = name
         i += 1
-    more = i < len(names) and names[i].startswith(prefix)
+    return keys, prefixes, last, i < end and i < len(names) and names[i].startswith(prefix)
+
+
+def listing(names: list[str], bucket: str, query) -> dict:
+    """One page of objects.list over the sorted `names`."""
+    prefix = query.get("prefix", "")
+    start = max(prefix, query.get("startOffset", ""))
+    i = bisect.bisect_left(names, start)
+    if "pageToken" in query:
+        i = max(i, bisect.bisect_right(names, query["pageToken"]))
+    end = bisect.bisect_left(names, query["endOffset"]) if query.get("endOffset") else len(names)
+    most = min(int(query.get("maxResults", 1000)), 1000)
+    keys, prefixes, last, more = _page(names, prefix, query.get("delimiter", ""), i, end, most)
+    items = [
+        {"kind": "storage#object", "name": name, "bucket": bucket, "size": "0",
+         "generation": "1", "metageneration": "1", "updated": _STAMP, "timeCreated": _STAMP}
+        for name in keys
+    ]  # fmt: skip
+    page: dict = {"kind": "storage#objects", "items": items, "prefixes": prefixes}
+    if more:
+        page["nextPageToken"] = last
+    return page
+
+
+def s3_listing(names: list[str], bucket: str, query) -> bytes:
+    """One page of ListObjectsV2 over the sorted `names`, as S3's XML."""
+    prefix = query.get("prefix", "")
+    most = min(int(query.get("max-keys", 1000)), 1000)
+    after = query.get("continuation-token") or query.get("start-after", "")
+    i = bisect.bisect_left(names, prefix)
+    if after:
+        i = max(i, bisect.bisect_right(names, after))
+    keys, prefixes, last, more = _page(
+        names, prefix, query.get("delimiter", ""), i, len(names), most
+    )
     # The names are plain: URL-encoded (`encoding-type=url`, as clients ask) they are the same.
     encoding = "<EncodingType>url</EncodingType>" if query.get("encoding-type") == "url" else ""
     body = [

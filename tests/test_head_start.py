@@ -55,7 +55,7 @@ def _collection(src: Path) -> None:
     Image.new("CMYK", (70, 50), (10, 200, 30, 0)).save(src / "owl" / "owl_cmyk.jpg")
 
 
-def _config(src: Path, out: Path) -> BuildConfig:
+def _config(src: Path, out: Path, **settings) -> BuildConfig:
     return BuildConfig.from_settings(
         {
             "inputs": [str(src)],
@@ -63,6 +63,7 @@ def _config(src: Path, out: Path) -> BuildConfig:
             "name": "zoo",
             "max_shard_size": "40KB",
             "min_shard_size": "10KB",
+            **settings,
         }
     )
 
@@ -257,13 +258,4 @@ def test_a_build_of_few_shards_has_one_head_start_shard_a_process_and_the_rest_i
 
 
 def _few_shards(src: Path, out: Path) -> BuildConfig:
-    return BuildConfig.from_settings(
-        {
-            "inputs": [str(src)],
-            "output": str(out),
-            "name": "zoo",
-            "max_shard_size": "120KB",
-            "min_shard_size": "60KB",
-            "splits": {"train": 1.0},
-        }
-    )
+    return _config(src, out, max_shard_size="120KB", min_shard_size="60KB", splits={"train": 1.0})

@@ -95,16 +95,7 @@ def test_a_folder_is_listed_without_botocore(bucket, monkeypatch):
     expected = sorted(fs.find(f"{name}/data"))
     fs.invalidate_cache()
     proxy.reset_counts()
-    through = []
-    real = type(fs)._call_s3
-
-    async def spied(self, method, *args, **kwargs):
-        through.append(method)
-        return await real(self, method, *args, **kwargs)
-
-    monkeypatch.setattr(type(fs), "_call_s3", spied)
-    listed = [e["name"] for page in store_listing.pages(fs, f"{name}/data", recursive=True)
-              for e in page]  # fmt: skip
+    listed, through = _listed_spying_on_botocore(fs, f"{name}/data", monkeypatch)
     assert sorted(listed) == expected and len(listed) == len(KEYS)
     assert through == []
     assert proxy.reset_counts() == {"list": 1}
@@ -157,6 +148,12 @@ def test_a_filesystem_set_up_for_more_lists_through_s3fs(s3_store, monkeypatch):
     fs = fsspec.filesystem("s3", skip_instance_cache=True, requester_pays=True)
     name = url.split("://", 1)[1]
     assert _ours(fs, name, "data/") is None
+    listed, through = _listed_spying_on_botocore(fs, f"{name}/data", monkeypatch)
+    assert listed == [f"{name}/data/a.jpg"] and through == ["list_objects_v2"]
+
+
+def _listed_spying_on_botocore(fs, folder: str, monkeypatch) -> tuple[list[str], list[str]]:
+    """The names a recursive listing of `folder` gives, and the botocore calls it made."""
     through = []
     real = type(fs)._call_s3
 
@@ -166,9 +163,8 @@ def test_a_filesystem_set_up_for_more_lists_through_s3fs(s3_store, monkeypatch):
         return await real(self, method, *args, **kwargs)
 
     monkeypatch.setattr(type(fs), "_call_s3", spied)
-    listed = [e["name"] for page in store_listing.pages(fs, f"{name}/data", recursive=True)
-              for e in page]  # fmt: skip
-    assert listed == [f"{name}/data/a.jpg"] and through == ["list_objects_v2"]
+    pages = store_listing.pages(fs, folder, recursive=True)
+    return [entry["name"] for page in pages for entry in page], through
 
 
 _NS = "http://s3.amazonaws.com/doc/2006-03-01/"
