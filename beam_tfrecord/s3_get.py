@@ -46,6 +46,8 @@ __all__ = [
     "quote_key",
     "read_s3_object",
     "route",
+    "signed_for",
+    "signed_get",
     "signed_headers",
 ]
 
@@ -332,23 +334,45 @@ async def read_s3_object(fs, path: str) -> bytes:
     if found is None:
         return await _through_s3fs(fs, path)
     session, reached, url = found
-    headers = {}
-    if reached.credentials is not None:
-        frozen = await reached.credentials.get_frozen_credentials()
-        headers = signed_headers(
-            url, reached.region, frozen.access_key, frozen.secret_key, frozen.token, time.time()
-        )
-    async with session.get(
-        URL(url, encoded=True), headers=headers, timeout=reached.timeout, **reached.proxy
-    ) as response:
-        body = await response.read()
-        status = response.status
+    status, body = await signed_get(session, reached, url)
     if status == 200:
         return body
     if is_elsewhere(status, body):
         leave_to_s3fs(fs, path)
         return await _through_s3fs(fs, path)
     raise error_of(status, body, path)
+
+
+async def signed_get(
+    session, reached: _Bucket, url: str, query: dict[str, str] | None = None
+) -> tuple[int, bytes]:
+    """One GET of `url` (percent-encoded, with `query`) in `reached`'s bucket, signed for it
+    (`signed_for`), on `session`: the answer's status and body."""
+    headers = await signed_for(reached, url, query=query)
+    target = f"{url}?{canonical_query(query)}" if query else url
+    async with session.get(
+        URL(target, encoded=True), headers=headers, timeout=reached.timeout, **reached.proxy
+    ) as response:
+        body = await response.read()
+        return response.status, body
+
+
+async def signed_for(reached: _Bucket, url: str, **signing) -> dict[str, str]:
+    """The headers that sign a request for `url` in `reached`'s bucket with its credentials
+    (`signed_headers`, given `signing`: method, query, payload, amz), as botocore refreshes
+    them; none for an anonymous filesystem."""
+    if reached.credentials is None:
+        return {}
+    frozen = await reached.credentials.get_frozen_credentials()
+    return signed_headers(
+        url,
+        reached.region,
+        frozen.access_key,
+        frozen.secret_key,
+        frozen.token,
+        time.time(),
+        **signing,
+    )
 
 
 async def route(fs, path: str):

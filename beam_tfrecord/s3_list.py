@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from urllib.parse import unquote_plus
 from xml.etree import ElementTree
-
-from yarl import URL
 
 from beam_tfrecord import s3_get
 from beam_tfrecord.remote import backoff, is_transient
@@ -71,26 +68,7 @@ async def list_page(
     where = f"{bucket}/{prefix}"
     for attempt in range(LIST_TRIES):
         try:
-            headers = {}
-            if reached.credentials is not None:
-                frozen = await reached.credentials.get_frozen_credentials()
-                headers = s3_get.signed_headers(
-                    url,
-                    reached.region,
-                    frozen.access_key,
-                    frozen.secret_key,
-                    frozen.token,
-                    time.time(),
-                    query=query,
-                )
-            async with session.get(
-                URL(f"{url}?{s3_get.canonical_query(query)}", encoded=True),
-                headers=headers,
-                timeout=reached.timeout,
-                **reached.proxy,
-            ) as response:
-                body = await response.read()
-                status = response.status
+            status, body = await s3_get.signed_get(session, reached, url, query)
             if status == 200:
                 return parse_page(body)
             if s3_get.is_elsewhere(status, body):

@@ -22,7 +22,6 @@ import base64
 import hashlib
 import logging
 import re
-import time
 import zlib
 from concurrent.futures import Future
 
@@ -226,18 +225,8 @@ class S3Upload:
             payload = hashlib.sha256(body if body is not None else b"").hexdigest()
         if self._bucket.credentials is None:
             return {"x-amz-content-sha256": payload, **amz}
-        frozen = await self._bucket.credentials.get_frozen_credentials()
-        return s3_get.signed_headers(
-            self._url,
-            self._bucket.region,
-            frozen.access_key,
-            frozen.secret_key,
-            frozen.token,
-            time.time(),
-            method=method,
-            query=query,
-            payload=payload,
-            amz=amz,
+        return await s3_get.signed_for(
+            self._bucket, self._url, method=method, query=query, payload=payload, amz=amz
         )
 
 
