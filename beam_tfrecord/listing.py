@@ -17,7 +17,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.utils import glob_translate
 
-from beam_tfrecord.locations import has_protocol, normalized, without_protocol
+from beam_tfrecord.locations import has_dot_segment, has_protocol, normalized, without_protocol
 from beam_tfrecord.storage import to_url
 from beam_tfrecord.store_listing import pages
 
@@ -323,15 +323,10 @@ def store_path(fs: fsspec.AbstractFileSystem, path: str) -> str:
     folders before any wildcard, as a local one's are, for a store has no `lists/..` folder.
     Only a path that has them: a store's key may hold `//`, which normpath would fold. A local
     path is left to the system."""
-    if isinstance(fs, LocalFileSystem) or not _has_dot_segment(path):
+    fixed = pattern_base(path) if has_magic(path) else path  # its folders before a wildcard
+    if isinstance(fs, LocalFileSystem) or not has_dot_segment(fixed):
         return path
     return _without_dot_dots(path)
-
-
-def _has_dot_segment(path: str) -> bool:
-    """Whether a path's folders before any wildcard include `.` or `..`."""
-    fixed = pattern_base(path) if has_magic(path) else path
-    return any(part in (".", "..") for part in fixed.split("/"))
 
 
 def _plain_local(path: str) -> bool:

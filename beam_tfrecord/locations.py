@@ -17,6 +17,7 @@ from fsspec.utils import get_protocol
 __all__ = [
     "AsyncStores",
     "async_store",
+    "has_dot_segment",
     "has_protocol",
     "is_gcsfs",
     "is_local",
@@ -77,9 +78,14 @@ def normalized(url: str) -> str:
     if not has_protocol(url):
         return posixpath.normpath(url)
     protocol, path = url.split("://", 1)
-    if not any(part in (".", "..") for part in path.split("/")):
+    if not has_dot_segment(path):
         return url
     return f"{protocol}://{posixpath.normpath(path)}"
+
+
+def has_dot_segment(path: str) -> bool:
+    """Whether one of a path's segments is `.` or `..`."""
+    return any(part in (".", "..") for part in path.split("/"))
 
 
 def protocol_of(fs: fsspec.AbstractFileSystem) -> str:
