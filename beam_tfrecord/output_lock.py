@@ -140,7 +140,7 @@ def _held_here(output: str, path: str) -> bool:
     holder = _holders.get(path)
     if holder is None:
         return False
-    if holder is not threading.current_thread() and holder.is_alive():
+    if _another_live(holder):
         raise ConfigError(
             "output",
             f"{output!r}: another build in this process (thread {holder.name!r}) is writing "
@@ -148,6 +148,12 @@ def _held_here(output: str, path: str) -> bool:
         )
     _holders[path] = threading.current_thread()
     return True
+
+
+def _another_live(holder: threading.Thread | None) -> bool:
+    """Whether `holder` is another thread of this process than this one, still running: its
+    build holds the lock, which this thread may neither take nor release."""
+    return holder is not None and holder is not threading.current_thread() and holder.is_alive()
 
 
 def _make_folder(output: str, path: str) -> None:
@@ -189,8 +195,7 @@ def release_output(output: str, *, failed: bool = False) -> None:
     """
     path = _lock_path(output)
     with _guard:
-        holder = _holders.get(path)
-        if holder is not None and holder is not threading.current_thread() and holder.is_alive():
+        if _another_live(_holders.get(path)):
             return
         _holders.pop(path, None)
         fd = _held.pop(path, None)
