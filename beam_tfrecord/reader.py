@@ -353,31 +353,36 @@ def _no_shards(
     return FileNotFoundError(f"{source}: no {MANIFEST_FILE} and no {what}: {found}")
 
 
-def _index_count(url: str, storage_options: Mapping[str, Any]) -> tuple[int, str] | None:
-    """The records a shard's record index lists, and the index's path; None if it has none
-    (where a build writes it, `index/{shard}.index`, or beside it)."""
+def _index_lines(
+    url: str, storage_options: Mapping[str, Any], skipped: tuple[type[Exception], ...]
+) -> tuple[list[str], str] | None:
+    """A shard's record index, a line a record, and its path: the first of the places a build
+    writes it (`index/{shard}.index`, or beside it) that is there and not among `skipped`'s
+    failures; None if none is."""
     for index in index_candidates(url):
         try:
             with fsspec.open(index, "r", encoding="ascii", **storage_options) as f:
-                return sum(1 for line in f if line.strip()), index
-        except FileNotFoundError:
+                return [line for line in f if line.strip()], index
+        except skipped:
             continue
     return None
+
+
+def _index_count(url: str, storage_options: Mapping[str, Any]) -> tuple[int, str] | None:
+    """The records a shard's record index lists, and the index's path; None if it has none."""
+    found = _index_lines(url, storage_options, (FileNotFoundError,))
+    return None if found is None else (len(found[0]), found[1])
 
 
 def _record_offset(url: str, number: int, storage_options: Mapping[str, Any]) -> int | None:
     """Where record `number` of a shard begins, by its record index; None if no index says."""
-    for index in index_candidates(url):
-        try:
-            with fsspec.open(index, "r", encoding="ascii", **storage_options) as f:
-                lines = [line for line in f if line.strip()]
-        except (FileNotFoundError, UnicodeDecodeError):
-            continue
-        try:
-            return int(lines[number].split()[0])
-        except (IndexError, ValueError):
-            return None
-    return None
+    found = _index_lines(url, storage_options, (FileNotFoundError, UnicodeDecodeError))
+    if found is None:
+        return None
+    try:
+        return int(found[0][number].split()[0])
+    except (IndexError, ValueError):
+        return None
 
 
 def _records_from(
