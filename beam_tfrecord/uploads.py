@@ -360,7 +360,7 @@ _KEEP = 4
 def _take_buffer(size: int) -> mmap.mmap:
     """A kept buffer of `size` bytes, else a new one: anonymous memory, which the kernel gives
     a page at a time as it is first written (a bytearray of 64 MiB is zeroed whole as it is
-    made: 64 MiB held, and 10 ms, for a shard of a few KB)."""
+    made: 64 MiB held, and 26 ms, for a shard of a few KB)."""
     with _SPARE_LOCK:
         spare = _SPARE.get(size)
         if spare:

@@ -394,9 +394,8 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         return 2
     try:
         split = args.split or _first_split(args.output, args.loose)
-        dataset = Dataset(
-            args.output, split, loose=args.loose
-        )  # its manifest and shards found, no record read
+        # Its manifest and shards found, no record read.
+        dataset = Dataset(args.output, split, loose=args.loose)
     except (OSError, ValueError) as error:  # no dataset, no such split...
         print_error("preview", str(error))
         return 1
