@@ -29,6 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 from urllib.parse import quote
 
+from beam_tfrecord import http_get
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.locations import AsyncStores, is_gcsfs, is_remote, is_s3fs
 from beam_tfrecord.readahead import DEFAULT_BUDGET
@@ -180,11 +181,12 @@ async def _read_object(fs, path: str, attempts: int) -> bytes:
     raise AssertionError("unreachable")
 
 
-# A whole object from GCS in one GET, the request gcsfs's `_cat_file` sends, through its own
-# session, credentials and error checks, without its layers around the request: they cost about
-# 100 us of CPU an object (a signature bound by its retry decorator on every call, the path
-# split and the URL formatted twice), a fifth of a read's CPU in a gs:// build (fetch_in_order
-# of 1,000 objects of 100 KB from fake-gcs-server, paired runs: 630 against 514 us a read).
+# A whole object from GCS in one GET, the request gcsfs's `_cat_file` sends, with its
+# credentials and error checks, without its layers around the request: they cost about 100 us
+# of CPU an object (a signature bound by its retry decorator on every call, the path split and
+# the URL formatted twice), a fifth of a read's CPU in a gs:// build (fetch_in_order of 1,000
+# objects of 100 KB from fake-gcs-server, paired runs: 630 against 514 us a read). Sent with
+# `http_get`, not gcsfs's aiohttp session, unless that session is set up for more.
 # Retried as gcsfs retries: 6 tries, waits of 1-2, 2-3, 4-5, 8-9 and 16-17 s.
 GCS_TRIES = 6
 
@@ -198,13 +200,18 @@ async def _read_gcs_object(fs, path: str) -> bytes:
         url += f"&generation={generation}"
     for name, value in fs._get_params({}).items():  # a requester-pays bucket's project
         url += f"&{name}={quote(str(value), safe='')}"
-    await fs._set_session()
-    async with fs.session.get(
-        url, headers=fs._get_headers(None), timeout=fs.requests_timeout
-    ) as response:
-        body = await response.read()
-        validate_response(response.status, body, path)
-        return body
+    headers = fs._get_headers(None)
+    if fs.session_kwargs or getattr(fs, "_use_client_cert", False):
+        # Its session is set up for more than a plain GET: sent through it.
+        await fs._set_session()
+        async with fs.session.get(url, headers=headers, timeout=fs.requests_timeout) as response:
+            status, body = response.status, await response.read()
+    else:
+        timeouts = http_get.Timeouts.as_aiohttp(fs.requests_timeout)
+        # As many in flight as gcsfs's session allowed (aiohttp's connector: 100).
+        status, body = await http_get.get(url, headers, timeouts, limit=100)
+    validate_response(status, body, path)
+    return body
 
 
 def _gcs_backoff(attempt: int) -> float:

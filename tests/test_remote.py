@@ -159,6 +159,42 @@ def test_gcs_objects_are_read_around_gcsfs_layers_whatever_their_names(
     assert proxy.counts == Counter(read=len(names))
 
 
+def test_gcs_reads_go_through_gcsfs_session_only_where_it_is_set_up_for_more(
+    gcs_store,  # noqa: F811
+    monkeypatch,
+):
+    """A plain gcsfs filesystem's reads are sent with http_get; one whose session has settings
+    of its own (`session_kwargs`: headers, a connector, a proxy) through that session. Both give
+    the object's bytes."""
+    from fsspec.asyn import sync
+
+    from beam_tfrecord import http_get
+
+    bucket = gcs_store.new_bucket("sessions")
+    gcs_store.fs.pipe_file(f"{bucket}/o.jpg", b"jpeg" * 1000)
+    sent = []
+    real_get = http_get.get
+
+    async def spied(url, headers, timeouts, **kwargs):
+        sent.append((url, dict(headers)))
+        return await real_get(url, headers, timeouts, **kwargs)
+
+    monkeypatch.setattr(http_get, "get", spied)
+    plain = fsspec.filesystem("gs", token="anon", skip_instance_cache=True)
+    assert sync(plain.loop, remote._read_gcs_object, plain, f"{bucket}/o.jpg") == b"jpeg" * 1000
+    assert len(sent) == 1 and sent[0][0].endswith("/o/o.jpg?alt=media")
+    assert sent[0][1]["User-Agent"].startswith("python-gcsfs/")  # gcsfs's own headers
+
+    with_session = fsspec.filesystem(
+        "gs",
+        token="anon",
+        skip_instance_cache=True,
+        session_kwargs={"headers": {"X-Team": "vision"}},
+    )
+    read = sync(with_session.loop, remote._read_gcs_object, with_session, f"{bucket}/o.jpg")
+    assert read == b"jpeg" * 1000 and len(sent) == 1
+
+
 def test_a_gcs_object_failing_for_good_gets_gcsfs_tries_then_an_oserror(
     gcs_store,  # noqa: F811
     link,

@@ -147,6 +147,9 @@ _OTHERS_PRIVATES_ALLOWED = {
     "_get_params": "gcsfs",
     "_set_session": "gcsfs",
     "_is_zonal_bucket": "gcsfs",
+    # Whether its session carries a client certificate (mTLS): reads then go through that
+    # session, not http_get.
+    "_use_client_cert": "gcsfs",
     # botocore's client (aiobotocore's): the credentials its own requests are signed with, which
     # s3_get signs its GETs with; and aiohttp's connector closed at exit where its event loop no
     # longer runs, as gcsfs closes its own. tests/test_s3_get.py runs them against moto.
