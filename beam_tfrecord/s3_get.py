@@ -35,6 +35,8 @@ import aiohttp
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
+from beam_tfrecord import http_get
+
 __all__ = [
     "S3_TRIES",
     "S3Error",
@@ -200,6 +202,8 @@ class _Bucket:
     checksums: bool = True
     # The URL the bucket is listed at (`s3_list`), as botocore sends ListObjectsV2.
     listing: str = ""
+    # Requests in flight at once to its store: botocore's `max_pool_connections` if set.
+    connections: int = _CONNECTIONS
 
 
 class _Reader:
@@ -276,15 +280,17 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
         sock_connect=config.connect_timeout, sock_read=config.read_timeout
     )
     checksums = getattr(config, "request_checksum_calculation", None) != "when_required"
+    connections = (fs.config_kwargs or {}).get("max_pool_connections", _CONNECTIONS)
+    limits = (checksums, listing, connections)
     if fs.anon:
-        return _Bucket(url[:-1], "", None, timeout, through, checksums, listing)
+        return _Bucket(url[:-1], "", None, timeout, through, *limits)
     if config.signature_version not in (None, "s3v4", "v4"):
         return None
     credentials = client._get_credentials()
     if credentials is None:
         return None
     region = client.meta.region_name or "us-east-1"
-    return _Bucket(url[:-1], region, credentials, timeout, through, checksums, listing)
+    return _Bucket(url[:-1], region, credentials, timeout, through, *limits)
 
 
 # Where a filesystem keeps its readers, one per event loop it reads on. On the filesystem
@@ -347,9 +353,15 @@ async def signed_get(
     session, reached: _Bucket, url: str, query: dict[str, str] | None = None
 ) -> tuple[int, bytes]:
     """One GET of `url` (percent-encoded, with `query`) in `reached`'s bucket, signed for it
-    (`signed_for`), on `session`: the answer's status and body."""
+    (`signed_for`): the answer's status and body. Sent with `http_get`, or on `session` where
+    the environment names a proxy for the bucket."""
     headers = await signed_for(reached, url, query=query)
     target = f"{url}?{canonical_query(query)}" if query else url
+    if not reached.proxy:
+        # The session's own header, which http_get does not add.
+        headers["Accept-Encoding"] = "identity"
+        timeouts = http_get.Timeouts.as_aiohttp(reached.timeout)
+        return await http_get.get(target, headers, timeouts, limit=reached.connections)
     async with session.get(
         URL(target, encoded=True), headers=headers, timeout=reached.timeout, **reached.proxy
     ) as response:
