@@ -4,9 +4,11 @@ A build reads every image from S3 once, in one GET. Through s3fs's `_cat_file` e
 whole of botocore's client around the request: parameter validation, the endpoint rule set, a
 dozen event hooks, the signer, response parsing and checksum handlers. On the benchmarks' store
 (moto's server behind tests/latency_proxy.py, 100 KB objects, 64 reads in flight) that cost
-about 1,500 us of CPU a read; the same GET signed here and sent with aiohttp takes about 450
+about 1,500 us of CPU a read; the same GET signed here and sent with aiohttp took about 450
 (`benchmarks/bench_store_clients.py --store s3`), and the store's own work falls a little too:
-the request is the plain GET and nothing more.
+the request is the plain GET and nothing more. It is sent with `http_get` (aiohttp's own
+request and response objects cost about 50 us more), or with aiohttp where the environment
+names a proxy for the bucket.
 
 What stays botocore's is everything that decides the request: each bucket's base URL (endpoint,
 virtual-hosted or path-style addressing) comes from the filesystem's own client for that bucket
