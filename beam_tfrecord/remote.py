@@ -203,15 +203,22 @@ async def _read_gcs_object(fs, path: str) -> bytes:
     headers = fs._get_headers(None)
     if fs.session_kwargs or getattr(fs, "_use_client_cert", False):
         # Its session is set up for more than a plain GET: sent through it.
-        await fs._set_session()
-        async with fs.session.get(url, headers=headers, timeout=fs.requests_timeout) as response:
-            status, body = response.status, await response.read()
+        status, body = await _through_gcsfs_session(fs, url, headers)
     else:
         timeouts = http_get.Timeouts.as_aiohttp(fs.requests_timeout)
         # As many in flight as gcsfs's session allowed (aiohttp's connector: 100).
         status, body = await http_get.get(url, headers, timeouts, limit=100)
+        if 300 <= status < 400:
+            # A redirect (from a front end or proxy of the endpoint's): its session follows it.
+            status, body = await _through_gcsfs_session(fs, url, headers)
     validate_response(status, body, path)
     return body
+
+
+async def _through_gcsfs_session(fs, url: str, headers: dict) -> tuple[int, bytes]:
+    await fs._set_session()
+    async with fs.session.get(url, headers=headers, timeout=fs.requests_timeout) as response:
+        return response.status, await response.read()
 
 
 def _gcs_backoff(attempt: int) -> float:

@@ -195,6 +195,41 @@ def test_gcs_reads_go_through_gcsfs_session_only_where_it_is_set_up_for_more(
     assert read == b"jpeg" * 1000 and len(sent) == 1
 
 
+def test_a_gcs_read_redirected_is_followed_as_gcsfs_session_follows_it(gcs_store):  # noqa: F811
+    """An endpoint that answers a read with a redirect (a front end in front of the store): the
+    object's bytes, never the redirect's own body."""
+    import http.server
+
+    from fsspec.asyn import sync
+
+    bucket = gcs_store.new_bucket("moved")
+    gcs_store.fs.pipe_file(f"{bucket}/o.jpg", b"jpeg" * 1000)
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(307)
+            self.send_header("Location", gcs_store.endpoint + self.path)
+            self.send_header("Content-Length", "9")
+            self.end_headers()
+            self.wfile.write(b"<a>here</a>"[:9])
+
+        def log_message(self, *args):
+            pass
+
+    front = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    threading.Thread(target=front.serve_forever, daemon=True).start()
+    try:
+        fs = fsspec.filesystem(
+            "gs",
+            token="anon",
+            skip_instance_cache=True,
+            endpoint_url=f"http://127.0.0.1:{front.server_address[1]}",
+        )
+        assert sync(fs.loop, remote._read_gcs_object, fs, f"{bucket}/o.jpg") == b"jpeg" * 1000
+    finally:
+        front.shutdown()
+
+
 def test_a_gcs_object_failing_for_good_gets_gcsfs_tries_then_an_oserror(
     gcs_store,  # noqa: F811
     link,
