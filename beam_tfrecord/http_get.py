@@ -40,7 +40,7 @@ CONNECTIONS = 64
 
 # The longest head an answer may have; a store's is well under 2 KB.
 _MAX_HEAD = 64 * 1024
-_RECEIVE = 64 * 1024  # what a head, or a body of no known length, is received into
+_RECEIVE = 16 * 1024  # what a head, or a body of no known length, is received into
 
 _STATUS = re.compile(rb"HTTP/1\.([01]) (\d{3})")
 _LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)[ \t]*(?=\r\n)", re.IGNORECASE)
