@@ -111,7 +111,9 @@ def _request(parts, headers: Mapping[str, str]) -> bytes:
     return "\r\n".join(lines).encode("latin-1")
 
 
-# {event loop: {(scheme, host, port): _Pool}}: a loop's connections serve only it.
+# {event loop: {(scheme, host, port): _Pool}}: a loop's connections serve only it. Weak keys
+# alone never let a loop go: its pools' connections hold it (their transports do), so a closed
+# loop's entry is dropped by hand (`_pool`).
 _POOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -119,6 +121,11 @@ def _pool(scheme: str, host: str, port: int | None, limit: int) -> _Pool:
     loop = asyncio.get_running_loop()
     pools = _POOLS.get(loop)
     if pools is None:
+        # A new loop (another asyncio.run, say): those closed go, and their connections' sockets
+        # with them, not kept open for the life of the process. One not closed, a forked
+        # parent's among them, is left alone.
+        for closed in [other for other in _POOLS if other.is_closed()]:
+            del _POOLS[closed]
         pools = _POOLS[loop] = {}
     key = (scheme, host, port, limit)
     pool = pools.get(key)

@@ -347,3 +347,21 @@ def test_aiohttp_time_limits_read_as_aiohttp_applies_them():
     assert http_get.Timeouts.as_aiohttp(limits) == http_get.Timeouts(3, 60, None)
     limits = aiohttp.ClientTimeout(total=9, connect=4)
     assert http_get.Timeouts.as_aiohttp(limits) == http_get.Timeouts(4, None, 9)
+
+
+def test_a_closed_event_loop_and_its_connections_do_not_outlive_it():
+    """A pool holds its loop (its connections' transports do): the loops of runs that ended,
+    and their kept connections' sockets, go once another loop GETs."""
+    import gc
+    import weakref
+
+    loops = []
+
+    async def client(server):
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        return await _get(server.url)
+
+    assert _run(_plain, client)[1] == (200, BODY)
+    assert _run(_plain, client)[1] == (200, BODY)
+    gc.collect()
+    assert loops[0]() is None
