@@ -56,7 +56,8 @@ class BadResponse(ConnectionError):
 @dataclass(frozen=True)
 class Timeouts:
     """Seconds allowed (None: no limit): `connect` to open a connection, `read` of silence
-    while an answer is awaited or received, `total` for the whole exchange."""
+    while an answer is awaited or received, `total` for the whole exchange, the connection's
+    making included."""
 
     connect: float | None = 30.0
     read: float | None = None
@@ -153,22 +154,25 @@ class _Pool:
         self.slots = asyncio.Semaphore(limit)
 
     async def exchange(self, request: bytes, timeouts: Timeouts) -> tuple[int, bytes]:
+        # The total counts from here, for all of it: a try on a kept connection, the making of
+        # a new one and the try on it (as aiohttp's total covers its connecting).
+        started = self._loop.time()
         while self._idle:
             connection = self._idle.pop()
             if connection.open:
                 try:
-                    return await self._on(connection, request, timeouts)
+                    return await self._on(connection, request, timeouts, started)
                 except _Unanswered:
                     break  # closed by the store as the request went out: once more, anew
-        connection = await self._connect(timeouts)
+        connection = await self._connect(timeouts, started)
         try:
-            return await self._on(connection, request, timeouts)
+            return await self._on(connection, request, timeouts, started)
         except _Unanswered as err:
             raise ConnectionResetError("the store closed the connection unanswered") from err
 
-    async def _on(self, connection: _Connection, request: bytes, timeouts: Timeouts):
+    async def _on(self, connection: _Connection, request: bytes, timeouts: Timeouts, started):
         try:
-            status, body, reusable = await connection.exchange(request, timeouts)
+            status, body, reusable = await connection.exchange(request, timeouts, started)
         except BaseException:
             connection.abort()
             raise
@@ -178,7 +182,7 @@ class _Pool:
             connection.abort()
         return status, body
 
-    async def _connect(self, timeouts: Timeouts) -> _Connection:
+    async def _connect(self, timeouts: Timeouts, started: float) -> _Connection:
         made = self._loop.create_connection(
             lambda: _Connection(self._loop),
             self._host,
@@ -186,9 +190,16 @@ class _Pool:
             ssl=_tls() if self._tls else None,
             server_hostname=self._host if self._tls else None,
         )
+        limit, by_total = timeouts.connect, False
+        if timeouts.total is not None:  # what is left of the total, if it ends first
+            left = started + timeouts.total - self._loop.time()
+            if limit is None or left < limit:
+                limit, by_total = max(left, 0.0), True
         try:
-            _, connection = await asyncio.wait_for(made, timeouts.connect)
+            _, connection = await asyncio.wait_for(made, limit)
         except asyncio.TimeoutError as err:
+            if by_total:
+                raise TimeoutError(f"no whole answer in {timeouts.total:g} s") from err
             raise TimeoutError(
                 f"no connection to {self._host}:{self._port} in {timeouts.connect:g} s"
             ) from err
@@ -274,13 +285,17 @@ class _Connection(asyncio.BufferedProtocol):
 
     # -- the exchange
 
-    async def exchange(self, request: bytes, timeouts: Timeouts) -> tuple[int, bytes, bool]:
+    async def exchange(
+        self, request: bytes, timeouts: Timeouts, started: float
+    ) -> tuple[int, bytes, bool]:
+        """The answer to `request`: status, body, whether the connection may be kept. The total
+        counts from `started`, the silence from now."""
         self._reset()
         waiter = self._waiter = self._loop.create_future()
         try:
             if timeouts.read is not None or timeouts.total is not None:
                 self._last = self._loop.time()
-                self._arm(timeouts, self._last)
+                self._arm(timeouts, started)
             self._transport.write(request)
             return await waiter
         finally:

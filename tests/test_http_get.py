@@ -365,3 +365,24 @@ def test_a_closed_event_loop_and_its_connections_do_not_outlive_it():
     assert _run(_plain, client)[1] == (200, BODY)
     gc.collect()
     assert loops[0]() is None
+
+
+def test_the_total_limit_holds_while_the_connection_is_made():
+    """A GET given a total alone (aiohttp's `timeout=12`) has that long for all of it, the
+    connection's making included: a store that takes the connection but never answers TLS's
+    hello fails it in its total, not when asyncio gives up on the handshake a minute later."""
+
+    async def silent(request, writer):
+        await asyncio.sleep(5)
+
+    async def client(server):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(TimeoutError, match=r"no whole answer in 0\.3 s"):
+            only_total = http_get.Timeouts(connect=None, read=None, total=0.3)
+            await asyncio.wait_for(
+                _get(server.url.replace("http:", "https:"), timeouts=only_total), 3
+            )
+        return loop.time() - started
+
+    assert _run(silent, client)[1] < 2
