@@ -198,6 +198,8 @@ class _Pool:
         try:
             _, connection = await asyncio.wait_for(made, limit)
         except asyncio.TimeoutError as err:
+            if getattr(err, "errno", None) is not None:
+                raise  # the kernel's (ETIMEDOUT, a TimeoutError too): not our limit
             if by_total:
                 raise TimeoutError(f"no whole answer in {timeouts.total:g} s") from err
             raise TimeoutError(

@@ -386,3 +386,25 @@ def test_the_total_limit_holds_while_the_connection_is_made():
         return loop.time() - started
 
     assert _run(silent, client)[1] < 2
+
+
+@pytest.mark.parametrize("connect", [None, 5.0])
+def test_a_connection_the_system_timed_out_is_its_error_not_our_limit(monkeypatch, connect):
+    """The kernel's own give-up on a connection (ETIMEDOUT, a TimeoutError since Python 3.3)
+    comes back as it is, transient: not taken for our connect limit running out, nor, with no
+    such limit, a TypeError formatting it. No real network fails so within a test: the loop's
+    create_connection raises what asyncio raises then."""
+    import errno
+
+    async def timed_out(*args, **kwargs):
+        raise OSError(errno.ETIMEDOUT, "Connect call failed ('127.0.0.1', 9)")
+
+    async def client(server):
+        monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", timed_out)
+        with pytest.raises(TimeoutError) as raised:
+            await _get(server.url, timeouts=http_get.Timeouts(connect=connect, total=None))
+        return raised.value
+
+    err = _run(_plain, client)[1]
+    assert err.errno == errno.ETIMEDOUT and "Connect call failed" in str(err)
+    assert is_transient(err)
