@@ -28,6 +28,7 @@ import functools
 import re
 import ssl
 import weakref
+import zlib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ _LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)[ \t]*(?=\r\n)", re.IGNORE
 _CHUNKED = re.compile(rb"\r\ntransfer-encoding:[^\r]*chunked", re.IGNORECASE)
 _CLOSE = re.compile(rb"\r\nconnection:[^\r]*close", re.IGNORECASE)
 _KEEP_ALIVE = re.compile(rb"\r\nconnection:[^\r]*keep-alive", re.IGNORECASE)
+_CODING = re.compile(rb"\r\ncontent-encoding:[ \t]*([^\r]*?)[ \t]*(?=\r\n)", re.IGNORECASE)
 
 
 class BadResponse(ConnectionError):
@@ -76,12 +78,19 @@ class Timeouts:
 
 
 async def get(
-    url: str, headers: Mapping[str, str], timeouts: Timeouts, *, limit: int = CONNECTIONS
+    url: str,
+    headers: Mapping[str, str],
+    timeouts: Timeouts,
+    *,
+    limit: int = CONNECTIONS,
+    decode: bool = False,
 ) -> tuple[int, bytes]:
     """GETs `url` (http or https, its path and query already percent-encoded) with `headers`:
     the answer's status and body, whatever the status.
 
     `limit`: requests in flight at once to the URL's origin on this event loop; more wait.
+    `decode`: a body coded gzip or deflate (`Content-Encoding`) comes back decoded, as aiohttp's
+    `response.read()` gives it by default; else as it came.
 
     Raises:
         ConnectionError: the connection failed or was lost, or the answer was not HTTP/1.1.
@@ -94,7 +103,23 @@ async def get(
     pool = _pool(parts.scheme, parts.hostname, parts.port, limit)
     request = _request(parts, headers)
     async with pool.slots:
-        return await pool.exchange(request, timeouts)
+        status, body, coding = await pool.exchange(request, timeouts)
+    if decode and coding:
+        body = _decoded(body, coding)
+    return status, body
+
+
+def _decoded(body: bytes, coding: bytes) -> bytes:
+    """`body` decoded as aiohttp decodes it: gzip, or deflate with zlib's wrapping or without;
+    in any other coding, as it came."""
+    if not body or coding.lower() not in (b"gzip", b"x-gzip", b"deflate"):
+        return body
+    for wbits in (47, -15):  # zlib's or gzip's wrapping (told by its header), then raw deflate
+        try:
+            return zlib.decompress(body, wbits)
+        except zlib.error:
+            pass
+    raise BadResponse(f"a body that is not the {coding.decode('latin-1')} it says it is")
 
 
 def _request(parts, headers: Mapping[str, str]) -> bytes:
@@ -153,7 +178,9 @@ class _Pool:
         self._idle: deque[_Connection] = deque()
         self.slots = asyncio.Semaphore(limit)
 
-    async def exchange(self, request: bytes, timeouts: Timeouts) -> tuple[int, bytes]:
+    async def exchange(self, request: bytes, timeouts: Timeouts) -> tuple[int, bytes, bytes]:
+        """The answer to `request`: its status, its body as it came, and its `Content-Encoding`
+        (empty if none)."""
         # The total counts from here, for all of it: a try on a kept connection, the making of
         # a new one and the try on it (as aiohttp's total covers its connecting).
         started = self._loop.time()
@@ -180,7 +207,7 @@ class _Pool:
             self._idle.append(connection)
         else:
             connection.abort()
-        return status, body
+        return status, body, connection.coding
 
     async def _connect(self, timeouts: Timeouts, started: float) -> _Connection:
         made = self._loop.create_connection(
@@ -234,6 +261,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._gathered: bytearray | None = None  # chunked or to the end: its raw bytes
         self._chunked = False
         self._status = 0
+        self.coding = b""  # the answer's Content-Encoding, if any
         self._reusable = False
         self._answered = False
         self._last = 0.0
@@ -345,6 +373,8 @@ class _Connection(asyncio.BufferedProtocol):
             del self._head[: end + 4]  # an interim answer (100 Continue): the real one follows
         head, rest = self._head[: end + 2], self._head[end + 4 :]
         self._status = code
+        coding = _CODING.search(head)
+        self.coding = coding[1] if coding is not None else b""
         self._reusable = (
             _CLOSE.search(head) is None
             if status[1] == b"1"

@@ -206,8 +206,10 @@ async def _read_gcs_object(fs, path: str) -> bytes:
         status, body = await _through_gcsfs_session(fs, url, headers)
     else:
         timeouts = http_get.Timeouts.as_aiohttp(fs.requests_timeout)
-        # As many in flight as gcsfs's session allowed (aiohttp's connector: 100).
-        status, body = await http_get.get(url, headers, timeouts, limit=100)
+        # As many in flight as gcsfs's session allowed (aiohttp's connector: 100), and a body
+        # decoded as it decoded it (an object stored gzip-coded with Cache-Control: no-transform
+        # is served coded whatever the request asks).
+        status, body = await http_get.get(url, headers, timeouts, limit=100, decode=True)
         if 300 <= status < 400:
             # A redirect (from a front end or proxy of the endpoint's): its session follows it.
             status, body = await _through_gcsfs_session(fs, url, headers)

@@ -408,3 +408,35 @@ def test_a_connection_the_system_timed_out_is_its_error_not_our_limit(monkeypatc
     err = _run(_plain, client)[1]
     assert err.errno == errno.ETIMEDOUT and "Connect call failed" in str(err)
     assert is_transient(err)
+
+
+def test_a_coded_body_is_decoded_when_asked_as_aiohttp_decodes_it_and_else_left_as_it_came():
+    """gzip, or deflate with or without zlib's wrapping, as `Content-Encoding` says: decoded for
+    a caller that asks (`decode=True`, what aiohttp's `response.read()` gives by default), left
+    as it came for one that does not (S3's objects are their bytes as stored)."""
+    import gzip
+    import zlib
+
+    raw_deflate = zlib.compressobj(wbits=-15)
+    coded = {
+        b"/gzip": (b"gzip", gzip.compress(BODY)),
+        b"/deflate": (b"deflate", zlib.compress(BODY)),
+        b"/raw-deflate": (b"deflate", raw_deflate.compress(BODY) + raw_deflate.flush()),
+        b"/empty": (b"gzip", b""),
+    }
+
+    async def answer(request, writer):
+        coding, body = coded[request.split(b" ")[1]]
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: %s\r\nContent-Length: %d\r\n\r\n%s"
+            % (coding, len(body), body)
+        )
+
+    async def client(server):
+        decoded = [await _get(server.url, path.decode(), decode=True) for path in coded]
+        as_came = await _get(server.url, "/gzip")
+        return decoded, as_came
+
+    decoded, as_came = _run(answer, client)[1]
+    assert decoded == [(200, BODY)] * 3 + [(200, b"")]
+    assert as_came == (200, coded[b"/gzip"][1])

@@ -452,3 +452,38 @@ def test_a_shard_to_a_bucket_is_written_through_the_background_writer(gcs_store)
     raw.commit()
     fs.invalidate_cache()
     assert fs.cat_file(f"{bucket}/file") == data
+
+
+def test_a_gcs_read_answered_gzip_coded_gives_the_object_as_gcsfs_session_gave_it():
+    """GCS serves an object stored gzip-coded with `Cache-Control: no-transform` coded whatever
+    the request asks: gcsfs's aiohttp session decoded it, and so must its reads now."""
+    import gzip
+    import http.server
+
+    from fsspec.asyn import sync
+
+    class Coded(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = gzip.compress(b"jpeg" * 1000)
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Cache-Control", "no-transform")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    store = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Coded)
+    threading.Thread(target=store.serve_forever, daemon=True).start()
+    try:
+        fs = fsspec.filesystem(
+            "gs",
+            token="anon",
+            skip_instance_cache=True,
+            endpoint_url=f"http://127.0.0.1:{store.server_address[1]}",
+        )
+        assert sync(fs.loop, remote._read_gcs_object, fs, "bucket/o.jpg") == b"jpeg" * 1000
+    finally:
+        store.shutdown()
