@@ -68,9 +68,10 @@ class Timeouts:
     @classmethod
     def as_aiohttp(cls, timeout) -> Timeouts:
         """The limits an aiohttp request given `timeout` would have: a `ClientTimeout`, a
-        number (its total), or None (a session's default: 5 minutes, 30 s to connect)."""
+        number (its total), or None (none at all: aiohttp makes it `ClientTimeout(total=None)`,
+        not its session's default, as gcsfs's `requests_timeout=None` asks)."""
         if timeout is None:
-            return cls()
+            return cls(connect=None, read=None, total=None)
         if isinstance(timeout, int | float):
             return cls(connect=None, read=None, total=float(timeout))
         connect = timeout.sock_connect if timeout.sock_connect is not None else timeout.connect

@@ -341,7 +341,7 @@ def _self_signed(folder):
 
 def test_aiohttp_time_limits_read_as_aiohttp_applies_them():
     aiohttp = pytest.importorskip("aiohttp")
-    assert http_get.Timeouts.as_aiohttp(None) == http_get.Timeouts(30.0, None, 300.0)
+    assert http_get.Timeouts.as_aiohttp(None) == http_get.Timeouts(None, None, None)
     assert http_get.Timeouts.as_aiohttp(12) == http_get.Timeouts(None, None, 12.0)
     limits = aiohttp.ClientTimeout(sock_connect=3, sock_read=60)
     assert http_get.Timeouts.as_aiohttp(limits) == http_get.Timeouts(3, 60, None)
@@ -440,3 +440,24 @@ def test_a_coded_body_is_decoded_when_asked_as_aiohttp_decodes_it_and_else_left_
     decoded, as_came = _run(answer, client)[1]
     assert decoded == [(200, BODY)] * 3 + [(200, b"")]
     assert as_came == (200, coded[b"/gzip"][1])
+
+
+def test_a_request_given_no_timeout_has_no_limit_in_aiohttp_either():
+    """`session.get(..., timeout=None)` (gcsfs's with `requests_timeout=None`) is sent with no
+    limit at all, not the session's default of 5 minutes: a read so sent is not cut at 300 s."""
+    aiohttp = pytest.importorskip("aiohttp")
+
+    async def slow(request, writer):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.5)
+        writer.write(b"ok")
+
+    async def client(server):
+        session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.2))
+        async with session, session.get(server.url + "/o", timeout=None) as response:
+            by_aiohttp = await response.read()
+        limits = http_get.Timeouts.as_aiohttp(None)
+        return by_aiohttp, await _get(server.url, timeouts=limits)
+
+    assert _run(slow, client)[1] == (b"ok", (200, b"ok"))
