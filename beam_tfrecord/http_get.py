@@ -1,24 +1,25 @@
 """One GET on a kept-alive HTTP/1.1 connection, its body received straight into its own buffer.
 
 A build reads each image of a bucket with one GET. Sent with aiohttp (gcsfs's session, or
-s3_get's), a GET of a 100 KB object cost about 150 us of CPU beyond the store's answer: its
-request and response objects, header multidicts, a stream reader that gathers the body in
-pieces and joins them, and a task switch for each. Here the request is written as bytes, the
-answer's head is read with a few regular expressions, and its body lands in a buffer of its
-length, as the socket gives it (asyncio's BufferedProtocol): in a gs:// build of 3,000 JPEGs on
-one core, 4.55 s of CPU against 4.88 (three builds each way, fake-gcs-server at 20 ms).
+s3_get's), the GET runs through aiohttp's request and response objects, header multidicts, and
+a stream reader that gathers the body in pieces and joins them. Here the request is written as
+bytes, the answer's head is read with a few regular expressions, and its body lands in a buffer
+of its length as the socket gives it (asyncio's BufferedProtocol). A build's reads
+(`remote.fetch_in_order`, 1,500 objects of 100 KB from fake-gcs-server,
+`benchmarks/bench_store_clients.py`): 100-119 us of CPU a read, against 148-168 through aiohttp.
 
 What it does not do it leaves to the caller's client: a proxy, a client certificate, session
-settings of the store's filesystem. Callers send here only GETs that need none of them. It
-speaks what stores answer a GET with: a Content-Length body, a chunked one, or one that ends
-with the connection; `Connection: close` and HTTP/1.0; interim 1xx answers.
+settings of the store's filesystem, redirects (a 3xx is returned as it came). Callers send here
+only GETs that need none of them. It speaks what stores answer a GET with: a Content-Length
+body, a chunked one, or one that ends with the connection; `Connection: close` and HTTP/1.0;
+interim 1xx answers; a gzip- or deflate-coded body, decoded if asked.
 
 Connections are kept per event loop and origin, up to a limit of requests in flight, and
-reused while idle. One the store closed while idle is found closed and dropped; a request on
-one it closed as the request went out (nothing answered) is sent once more on a new connection,
-as aiohttp does. Errors are those the retries know (`remote.is_transient`): ConnectionError for
-a connection lost or an answer that is not HTTP, TimeoutError when the store is silent for the
-read timeout, or the whole exchange outlasts its total.
+reused while idle up to `KEEP_IDLE` seconds. One the store closed while idle is dropped; a
+request on one it closed as the request went out (nothing answered) is sent once more on a new
+connection, as aiohttp does. Errors are those the retries know (`remote.is_transient`):
+ConnectionError for a connection lost or an answer that is not HTTP, TimeoutError when the
+store is silent for the read limit or the exchange outlasts its total.
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["CONNECTIONS", "BadResponse", "Timeouts", "get"]
+__all__ = ["CONNECTIONS", "KEEP_IDLE", "BadResponse", "Timeouts", "get"]
 
 # Requests in flight per origin unless told (aiohttp's connector allows 100).
 CONNECTIONS = 64
+# Seconds a connection is kept idle for its next request, as aiohttp keeps it: past that, a
+# NAT or load balancer may have forgotten it without a word, and a request sent on it would
+# wait out the read limit before it failed.
+KEEP_IDLE = 15.0
 
 # The longest head an answer may have; a store's is well under 2 KB.
 _MAX_HEAD = 64 * 1024
@@ -135,7 +140,7 @@ def _request(parts, headers: Mapping[str, str]) -> bytes:
             raise ValueError(f"a line break in the value of header {name!r}")
         lines.append(f"{name}: {value}")
     lines.append("\r\n")
-    return "\r\n".join(lines).encode("latin-1")
+    return "\r\n".join(lines).encode()  # a value beyond ASCII in UTF-8, as aiohttp sends it
 
 
 # {event loop: {(scheme, host, port): _Pool}}: a loop's connections serve only it. Weak keys
@@ -187,6 +192,9 @@ class _Pool:
         started = self._loop.time()
         while self._idle:
             connection = self._idle.pop()
+            if started - connection.idle_since > KEEP_IDLE:
+                self._drop_idle(connection)
+                continue
             if connection.open:
                 try:
                     return await self._on(connection, request, timeouts, started)
@@ -205,10 +213,17 @@ class _Pool:
             connection.abort()
             raise
         if reusable and connection.open:
+            connection.idle_since = self._loop.time()
             self._idle.append(connection)
         else:
             connection.abort()
         return status, body, connection.coding
+
+    def _drop_idle(self, stale: _Connection) -> None:
+        """Closes `stale` and every connection idle longer (those before it: the oldest)."""
+        stale.abort()
+        while self._idle:
+            self._idle.popleft().abort()
 
     async def _connect(self, timeouts: Timeouts, started: float) -> _Connection:
         made = self._loop.create_connection(
@@ -249,6 +264,7 @@ class _Connection(asyncio.BufferedProtocol):
         self._loop = loop
         self._transport = None
         self.open = False
+        self.idle_since = 0.0
         self._waiter: asyncio.Future | None = None
         # A memoryview, never the bytearray itself: asyncio's TLS fills what get_buffer gives
         # in slices of it (`buf[offset:]`), and a bytearray's slice is a copy, lost.

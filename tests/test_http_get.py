@@ -161,6 +161,30 @@ def test_a_connection_the_store_closed_while_idle_is_replaced():
     assert answers == [(200, BODY)] * 3 and server.connections == 3
 
 
+def test_a_connection_idle_too_long_is_closed_not_reused(monkeypatch):
+    """Past KEEP_IDLE, a NAT may have forgotten a connection without a word: it is not used."""
+    monkeypatch.setattr(http_get, "KEEP_IDLE", 0.1)
+
+    async def client(server):
+        first = await _get(server.url)
+        await asyncio.sleep(0.03)
+        again = await _get(server.url)  # within the limit: the same connection
+        await asyncio.sleep(0.2)
+        return [first, again, await _get(server.url)]
+
+    server, answers = _run(_plain, client)
+    assert answers == [(200, BODY)] * 3 and server.connections == 2
+
+
+def test_a_header_value_beyond_ascii_goes_in_utf8_as_aiohttp_sends_it():
+    async def client(server):
+        return await _get(server.url, headers={"User-Agent": "équipe/1"})
+
+    server, answer = _run(_plain, client)
+    assert answer == (200, BODY)
+    assert "User-Agent: équipe/1".encode() in server.requests[0]
+
+
 def test_a_request_the_store_drops_unanswered_goes_once_more_on_a_new_connection():
     dropped = []
 
@@ -221,7 +245,7 @@ def test_the_total_limit_holds_while_bytes_keep_coming():
             await asyncio.sleep(0.01)
 
     async def client(server):
-        with pytest.raises(TimeoutError, match="no whole answer in 0.3 s"):
+        with pytest.raises(TimeoutError, match=r"no whole answer in 0\.3 s"):
             await _get(server.url, timeouts=http_get.Timeouts(connect=5, read=1, total=0.3))
 
     _run(answer, client)
