@@ -244,7 +244,13 @@ def _s3_lister(fs, bucket: str, prefix: str, recursive: bool) -> Lister:
         # Signed and parsed here (`s3_list`), at a fifth of botocore's CPU an object; through
         # s3fs where it must be.
         found = await list_page(
-            fs, bucket, prefix, delimiter=delimiter, start_after=start, max_keys=PAGE_SIZE
+            fs,
+            bucket,
+            prefix,
+            delimiter=delimiter,
+            start_after=start,
+            max_keys=PAGE_SIZE,
+            before=span.before,
         )
         files, folders, truncated = (
             found

@@ -217,6 +217,33 @@ def test_a_plain_page_is_read_as_elementtree_reads_it_and_any_other_by_elementtr
     assert s3_list.parse_page(prefixed) == ([("k", 2)], [], False)
 
 
+def test_a_page_read_up_to_its_range_end_stops_there_by_either_reader(monkeypatch):
+    """S3 lists a range with no end: its page runs on into the names of the ranges after it.
+    Read up to `before`, the page ends at the range's end, is not truncated, and the names past
+    it are not decoded. Names compare decoded, as the store orders them."""
+    names = ["p/a+b.jpg", "p/a b.jpg", "p/a%b.jpg", "p/ab.jpg", "p/b.jpg", "p/c.jpg"]
+    contents = "".join(
+        f"<Contents><Key>{urllib.parse.quote_plus(n, safe='/')}</Key><Size>{i}</Size></Contents>"
+        for i, n in enumerate(sorted(names))
+    )
+    folders = "<CommonPrefixes><Prefix>p/b/</Prefix></CommonPrefixes>"
+    body = _answer(f"<IsTruncated>true</IsTruncated>{contents}{folders}")
+    kept = [(n, i) for i, n in enumerate(sorted(names)) if n < "p/ab"]
+    assert len(kept) == 3
+    assert s3_list.parse_page(body, "p/ab") == (kept, [], False)
+    assert s3_list.parse_page(body, "p/zz") == (s3_list.parse_page(body)[0], ["p/b/"], True)
+    decoded = []
+    real = s3_list._decoded
+    monkeypatch.setattr(s3_list, "_decoded", lambda name: decoded.append(name) or real(name))
+    s3_list.parse_page(body, "p/ab")
+    assert len(decoded) == 4 + 1  # the three kept, the first past the end, and the folder
+    escaped = _answer(  # ElementTree's reader: the same cut
+        "<IsTruncated>true</IsTruncated><Contents><Key>a&amp;b</Key><Size>1</Size></Contents>"
+        "<Contents><Key>c</Key><Size>2</Size></Contents>"
+    )
+    assert s3_list.parse_page(escaped, "b") == ([("a&b", 1)], [], False)
+
+
 @pytest.mark.parametrize(
     "body, words",
     [
