@@ -7,6 +7,7 @@ proxy, which shows how many requests were in flight at once and injects faults.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import io
 import threading
@@ -198,36 +199,44 @@ def test_gcs_reads_go_through_gcsfs_session_only_where_it_is_set_up_for_more(
 def test_a_gcs_read_redirected_is_followed_as_gcsfs_session_follows_it(gcs_store):  # noqa: F811
     """An endpoint that answers a read with a redirect (a front end in front of the store): the
     object's bytes, never the redirect's own body."""
-    import http.server
-
     from fsspec.asyn import sync
 
     bucket = gcs_store.new_bucket("moved")
     gcs_store.fs.pipe_file(f"{bucket}/o.jpg", b"jpeg" * 1000)
 
-    class Redirect(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(307)
-            self.send_header("Location", gcs_store.endpoint + self.path)
-            self.send_header("Content-Length", "9")
-            self.end_headers()
-            self.wfile.write(b"<a>here</a>"[:9])
+    def redirect(handler):
+        handler.send_response(307)
+        handler.send_header("Location", gcs_store.endpoint + handler.path)
+        handler.send_header("Content-Length", "9")
+        handler.end_headers()
+        handler.wfile.write(b"<a>here</")
 
-        def log_message(self, *args):
-            pass
+    with _gcs_endpoint(redirect) as fs:
+        assert sync(fs.loop, remote._read_gcs_object, fs, f"{bucket}/o.jpg") == b"jpeg" * 1000
 
-    front = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
-    threading.Thread(target=front.serve_forever, daemon=True).start()
+
+@contextlib.contextmanager
+def _gcs_endpoint(answer):
+    """A gcsfs filesystem whose endpoint is a server of the test's own: `answer(handler)`
+    answers each GET (an http.server request handler)."""
+    import http.server
+
+    handler = type(
+        "Answer",
+        (http.server.BaseHTTPRequestHandler,),
+        {"do_GET": answer, "log_message": lambda self, *args: None},
+    )
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        fs = fsspec.filesystem(
+        yield fsspec.filesystem(
             "gs",
             token="anon",
             skip_instance_cache=True,
-            endpoint_url=f"http://127.0.0.1:{front.server_address[1]}",
+            endpoint_url=f"http://127.0.0.1:{server.server_address[1]}",
         )
-        assert sync(fs.loop, remote._read_gcs_object, fs, f"{bucket}/o.jpg") == b"jpeg" * 1000
     finally:
-        front.shutdown()
+        server.shutdown()
 
 
 def test_a_gcs_object_failing_for_good_gets_gcsfs_tries_then_an_oserror(
@@ -458,32 +467,17 @@ def test_a_gcs_read_answered_gzip_coded_gives_the_object_as_gcsfs_session_gave_i
     """GCS serves an object stored gzip-coded with `Cache-Control: no-transform` coded whatever
     the request asks: gcsfs's aiohttp session decoded it, and so must its reads now."""
     import gzip
-    import http.server
 
     from fsspec.asyn import sync
 
-    class Coded(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = gzip.compress(b"jpeg" * 1000)
-            self.send_response(200)
-            self.send_header("Content-Encoding", "gzip")
-            self.send_header("Cache-Control", "no-transform")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def coded(handler):
+        body = gzip.compress(b"jpeg" * 1000)
+        handler.send_response(200)
+        handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Cache-Control", "no-transform")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
 
-        def log_message(self, *args):
-            pass
-
-    store = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Coded)
-    threading.Thread(target=store.serve_forever, daemon=True).start()
-    try:
-        fs = fsspec.filesystem(
-            "gs",
-            token="anon",
-            skip_instance_cache=True,
-            endpoint_url=f"http://127.0.0.1:{store.server_address[1]}",
-        )
+    with _gcs_endpoint(coded) as fs:
         assert sync(fs.loop, remote._read_gcs_object, fs, "bucket/o.jpg") == b"jpeg" * 1000
-    finally:
-        store.shutdown()
