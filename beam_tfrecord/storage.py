@@ -71,6 +71,10 @@ def is_store_refusal(error: BaseException) -> bool:
 def store_reason(error: BaseException) -> str:
     """An error as one line for a refusal: its message, and its kind where the message alone
     ('Unable to locate credentials') does not say whose it is."""
+    while not str(error) and error.__cause__ is not None:
+        # A wrapper without words of its own (fsspec's `sync` raises a bare FSTimeoutError
+        # from the store's own timeout): the words are in what it was raised from.
+        error = error.__cause__
     message = " ".join(str(error).split()) or type(error).__name__
     return message if isinstance(error, OSError) else f"{message} ({type(error).__name__})"
 

@@ -17,6 +17,7 @@ from fsspec.asyn import sync
 from latency_proxy import request_kind
 
 from beam_tfrecord import s3_get, s3_list, store_listing
+from beam_tfrecord.storage import store_reason
 from beam_tfrecord.store_listing import _s3fs_page
 
 KEYS = [
@@ -120,6 +121,19 @@ def test_a_transient_failure_is_retried_and_a_lasting_one_raised(bucket, monkeyp
     with pytest.raises(s3_get.S3Error, match="500"):
         _ours(fs, name, "data/")
     assert proxy.reset_counts() == {"list": s3_list.LIST_TRIES}
+
+
+def test_a_listing_the_store_stops_answering_is_said_to_in_its_own_words(bucket, monkeypatch):
+    """fsspec's `sync` turns a timeout of the listing's coroutine into a bare FSTimeoutError,
+    with the words in its cause: a build stopped by it said only "listing the inputs failed:
+    FSTimeoutError", not that the store was silent."""
+    _, name, proxy = bucket
+    quick = fsspec.filesystem("s3", skip_instance_cache=True, config_kwargs={"read_timeout": 0.5})
+    monkeypatch.setattr(s3_list, "LIST_TRIES", 1)  # the words, not the tries
+    proxy.fault = lambda method, target: "stall" if request_kind(method, target) == "list" else None
+    with pytest.raises(TimeoutError) as caught:
+        list(store_listing.pages(quick, f"{name}/data", recursive=True))
+    assert store_reason(caught.value) == "the store was silent for 0.5 s"
 
 
 def test_a_missing_bucket_is_not_found_and_a_refused_one_not_permitted(bucket):
