@@ -90,6 +90,7 @@ async def get(
     *,
     limit: int = CONNECTIONS,
     decode: bool = False,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
     """GETs `url` (http or https, its path and query already percent-encoded) with `headers`:
     the answer's status and body, whatever the status.
@@ -97,6 +98,7 @@ async def get(
     `limit`: requests in flight at once to the URL's origin on this event loop; more wait.
     `decode`: a body coded gzip or deflate (`Content-Encoding`) comes back decoded, as aiohttp's
     `response.read()` gives it by default; else as it came.
+    `tls`: whom an https store's certificate must be signed by (None: the system's trust).
 
     Raises:
         ConnectionError: the connection failed or was lost, or the answer was not HTTP/1.1.
@@ -106,7 +108,7 @@ async def get(
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"not an http(s) URL: {url}")
-    pool = _pool(parts.scheme, parts.hostname, parts.port, limit)
+    pool = _pool(parts.scheme, parts.hostname, parts.port, limit, tls)
     request = _request(parts, headers)
     async with pool.slots:
         status, body, coding = await pool.exchange(request, timeouts)
@@ -149,7 +151,7 @@ def _request(parts, headers: Mapping[str, str]) -> bytes:
 _POOLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _pool(scheme: str, host: str, port: int | None, limit: int) -> _Pool:
+def _pool(scheme: str, host: str, port: int | None, limit: int, tls=None) -> _Pool:
     loop = asyncio.get_running_loop()
     pools = _POOLS.get(loop)
     if pools is None:
@@ -159,10 +161,10 @@ def _pool(scheme: str, host: str, port: int | None, limit: int) -> _Pool:
         for closed in [other for other in _POOLS if other.is_closed()]:
             del _POOLS[closed]
         pools = _POOLS[loop] = {}
-    key = (scheme, host, port, limit)
+    key = (scheme, host, port, limit, tls)
     pool = pools.get(key)
     if pool is None:
-        pool = pools[key] = _Pool(loop, scheme, host, port, limit)
+        pool = pools[key] = _Pool(loop, scheme, host, port, limit, tls)
     return pool
 
 
@@ -176,10 +178,11 @@ def _tls() -> ssl.SSLContext:
 class _Pool:
     """One origin's connections on one event loop: the idle ones, newest last."""
 
-    def __init__(self, loop, scheme: str, host: str, port: int | None, limit: int):
+    def __init__(self, loop, scheme: str, host: str, port: int | None, limit: int, tls=None):
         self._loop = loop
         self._host = host
         self._tls = scheme == "https"
+        self._trust = tls
         self._port = port or (443 if self._tls else 80)
         self._idle: deque[_Connection] = deque()
         self.slots = asyncio.Semaphore(limit)
@@ -230,7 +233,7 @@ class _Pool:
             lambda: _Connection(self._loop),
             self._host,
             self._port,
-            ssl=_tls() if self._tls else None,
+            ssl=(self._trust or _tls()) if self._tls else None,
             server_hostname=self._host if self._tls else None,
         )
         limit, by_total = timeouts.connect, False

@@ -13,7 +13,9 @@ names a proxy for the bucket.
 What stays botocore's is everything that decides the request: each bucket's base URL (endpoint,
 virtual-hosted or path-style addressing) comes from the filesystem's own client for that bucket
 (a presigned URL of it, made once, sends nothing), the signing region from that client's
-settings, and the credentials are that client's, refreshed as botocore refreshes them. Where the filesystem is set up for
+settings, the credentials are that client's, refreshed as botocore refreshes them, and so is
+the trust in an https store's certificate (AWS_CA_BUNDLE, `ca_bundle`: a private store's CA).
+Where the filesystem is set up for
 something this GET does not do (requester pays, customer-held encryption keys, versioned paths,
 a signature other than SigV4, a client option other than the endpoint and region), and for a
 bucket whose store answers with a redirect (a bucket in another region than the client's), the
@@ -27,6 +29,7 @@ import errno
 import hashlib
 import hmac
 import re
+import ssl
 import time
 import weakref
 from dataclasses import dataclass
@@ -206,6 +209,9 @@ class _Bucket:
     listing: str = ""
     # Requests in flight at once to its store: botocore's `max_pool_connections` if set.
     connections: int = _CONNECTIONS
+    # Whom its store's certificate must be signed by, as the client's `verify` says (a CA
+    # bundle of its own, or no check); None for the system's trust.
+    tls: ssl.SSLContext | None = None
 
 
 class _Reader:
@@ -233,6 +239,17 @@ class _Reader:
         if bucket not in self.buckets:
             self.buckets[bucket] = await _reach(fs, bucket)
         return self.buckets[bucket]
+
+
+def _trust(verify: str | bool) -> ssl.SSLContext:
+    """The TLS context botocore makes of its `verify`: only the CA bundle it names (its file is
+    read here: on a thread), or no check at all (False)."""
+    if verify is False:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    return ssl.create_default_context(cafile=verify)
 
 
 def _close_session(loop: asyncio.AbstractEventLoop, session) -> None:
@@ -283,7 +300,9 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
     )
     checksums = getattr(config, "request_checksum_calculation", None) != "when_required"
     connections = (fs.config_kwargs or {}).get("max_pool_connections", _CONNECTIONS)
-    limits = (checksums, listing, connections)
+    verify = getattr(getattr(client._endpoint, "http_session", None), "_verify", True)
+    tls = None if verify is True else await asyncio.to_thread(_trust, verify)
+    limits = (checksums, listing, connections, tls)
     if fs.anon:
         return _Bucket(url[:-1], "", None, timeout, through, *limits)
     if config.signature_version not in (None, "s3v4", "v4"):
@@ -363,9 +382,15 @@ async def signed_get(
         # The session's own header, which http_get does not add.
         headers["Accept-Encoding"] = "identity"
         timeouts = http_get.Timeouts.as_aiohttp(reached.timeout)
-        return await http_get.get(target, headers, timeouts, limit=reached.connections)
+        return await http_get.get(
+            target, headers, timeouts, limit=reached.connections, tls=reached.tls
+        )
     async with session.get(
-        URL(target, encoded=True), headers=headers, timeout=reached.timeout, **reached.proxy
+        URL(target, encoded=True),
+        headers=headers,
+        timeout=reached.timeout,
+        ssl=reached.tls or True,
+        **reached.proxy,
     ) as response:
         body = await response.read()
         return response.status, body

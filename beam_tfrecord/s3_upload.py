@@ -198,6 +198,7 @@ class S3Upload:
                     headers=headers,
                     data=body_of([body]) if body is not None else None,
                     timeout=self._bucket.timeout,
+                    ssl=self._bucket.tls or True,
                     **self._bucket.proxy,
                 ) as response:
                     answer = await response.read()
