@@ -209,8 +209,8 @@ class _Bucket:
     listing: str = ""
     # Requests in flight at once to its store: botocore's `max_pool_connections` if set.
     connections: int = _CONNECTIONS
-    # Whom its store's certificate must be signed by, as the client's `verify` says (a CA
-    # bundle of its own, or no check); None for the system's trust.
+    # Whom its store's certificate must be signed by: the CA bundle botocore's configuration
+    # names; None for the system's trust.
     tls: ssl.SSLContext | None = None
 
 
@@ -241,15 +241,10 @@ class _Reader:
         return self.buckets[bucket]
 
 
-def _trust(verify: str | bool) -> ssl.SSLContext:
-    """The TLS context botocore makes of its `verify`: only the CA bundle it names (its file is
-    read here: on a thread), or no check at all (False)."""
-    if verify is False:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    return ssl.create_default_context(cafile=verify)
+def _trust(ca_bundle: str) -> ssl.SSLContext:
+    """The TLS context of botocore's `ca_bundle`: that bundle's CAs alone (its file is read
+    here: on a thread)."""
+    return ssl.create_default_context(cafile=ca_bundle)
 
 
 def _close_session(loop: asyncio.AbstractEventLoop, session) -> None:
@@ -300,8 +295,12 @@ async def _reach(fs, bucket: str) -> _Bucket | None:
     )
     checksums = getattr(config, "request_checksum_calculation", None) != "when_required"
     connections = (fs.config_kwargs or {}).get("max_pool_connections", _CONNECTIONS)
-    verify = getattr(getattr(client._endpoint, "http_session", None), "_verify", True)
-    tls = None if verify is True else await asyncio.to_thread(_trust, verify)
+    # The CA bundle botocore's configuration names (AWS_CA_BUNDLE, a profile's ca_bundle): a
+    # private store's CA. Without one botocore trusts certifi's bundle, and this GET the
+    # system's (as aiohttp does); `verify` itself is a client option, which s3fs is left.
+    # Read only for an https store: reading a bundle is tens of ms of CPU.
+    ca_bundle = fs.session.get_config_variable("ca_bundle") if url.startswith("https:") else None
+    tls = await asyncio.to_thread(_trust, ca_bundle) if ca_bundle else None
     limits = (checksums, listing, connections, tls)
     if fs.anon:
         return _Bucket(url[:-1], "", None, timeout, through, *limits)
