@@ -1177,6 +1177,37 @@ def test_a_shard_the_store_refuses_ends_the_build_in_two_lines_and_resume_goes_o
     assert "kept" in capsys.readouterr().out
 
 
+def test_a_listing_the_store_stops_answering_ends_the_build_saying_nothing_was_written(
+    request, collection, link, capsys, monkeypatch
+):
+    """A listing that timed out for good (after its tries) stopped the build before any shard:
+    it said "the shards it finished are kept" and offered --resume, with nothing there. It
+    says nothing was written, and gives the command to run again."""
+    from beam_tfrecord import s3_list
+
+    store = _store(request, "s3")
+    src, _ = collection
+    source, output = _buckets(store, src, "unlisted")
+    monkeypatch.setattr(s3_list, "LIST_TRIES", 1)
+    command = ["build", "--input", f"{source}/**", "--output", output, "--name", "pets"]
+    link(store).fault = lambda method, target: (
+        "stall" if request_kind(method, target) == "list" and "fox" in target else None
+    )
+    try:
+        assert main(command) == 1
+    finally:
+        store.proxy.fault = None
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err
+    assert re.fullmatch(
+        r"beam-tfrecord build: error: listing the inputs failed: the store was silent for "
+        r"\d+ s; nothing was written",
+        lines[-2],
+    ), lines
+    assert lines[-1].startswith("To try again: ") and "--resume" not in lines[-1], lines
+
+
 def _short_silences(monkeypatch) -> None:
     """The default limit on a gs:// request's silence, put in place anew at 1 s, not 60 s."""
     settings = fsspec.config.conf.setdefault("gs", {})

@@ -420,6 +420,10 @@ def _io_failure(error: BaseException, output: str) -> BuildFailed | None:
                 # The runner itself, before any step: a Flink or Spark runner fetching its job
                 # server offline. There is nothing to go on from.
                 return BuildFailed(f"{message}; nothing was written")
+            if step in _BEFORE_WRITING:
+                # A store's passing trouble (a listing that timed out) before any shard: the
+                # same build again may pass, and there are no finished shards to speak of.
+                return BuildFailed(f"{message}; nothing was written", retry=True)
             return BuildFailed(
                 f"{message}; the shards it finished are kept in {output}",
                 resumable=True,

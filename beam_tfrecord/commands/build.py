@@ -21,6 +21,7 @@ from beam_tfrecord.build_folder import finished_shard_names, finished_shards
 from beam_tfrecord.checks import refuse_placeholders
 from beam_tfrecord.commands.console import (
     Interruption,
+    again_command,
     configure_logging,
     end_child_processes,
     resume_command,
@@ -336,8 +337,10 @@ def run(args: argparse.Namespace, extra: Sequence[str]) -> int:
         print(f"{_PROG}: error: {err}", file=sys.stderr)
         if err.withdrawal is Withdrawal.TOO_MANY_SKIPPED:
             print(f"To publish it anyway: {_publish_anyway_command(config)}", file=sys.stderr)
-        if err.retry:
+        if err.retry and err.resumable:
             print(f"To go on from them: {resume_command(sys.argv)}", file=sys.stderr)
+        elif err.retry:
+            print(f"To try again: {again_command(sys.argv)}", file=sys.stderr)
         return err.exit_code
     if interruption.signum is not None:
         _end_interrupted(config, interruption, started)

@@ -23,6 +23,7 @@ from beam_tfrecord.compat import (
 
 __all__ = [
     "Interruption",
+    "again_command",
     "configure_logging",
     "end_child_processes",
     "quiet_libraries",
@@ -278,6 +279,18 @@ def _as_typed(path: str) -> str:
 
 def resume_command(argv: list[str]) -> str:
     """The command line that goes on with an interrupted build: the same, with --resume."""
+    args = [a for a in argv[1:] if a != "--overwrite"]
+    if "--resume" not in args:
+        args.append("--resume")
+    return _command_line(argv, args)
+
+
+def again_command(argv: list[str]) -> str:
+    """The command line as it was run: for a build that wrote nothing and may pass if run again."""
+    return _command_line(argv, argv[1:])
+
+
+def _command_line(argv: list[str], args: list[str]) -> str:
     import shlex
 
     main = sys.modules.get("__main__")
@@ -286,7 +299,4 @@ def resume_command(argv: list[str]) -> str:
         program = [_as_typed(sys.executable), "-m", spec.name]
     else:
         program = [_as_typed(argv[0]) if argv and argv[0] else "beam-tfrecord"]
-    args = [a for a in argv[1:] if a != "--overwrite"]
-    if "--resume" not in args:
-        args.append("--resume")
     return shlex.join([*program, *args])
