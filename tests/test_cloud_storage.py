@@ -1155,16 +1155,14 @@ def test_a_shard_the_store_refuses_ends_the_build_in_two_lines_and_resume_goes_o
     flags = ["--name", "pets", "--min-shard-size", "40KB", "--max-shard-size", "120KB"]
     command = ["build", "--input", f"{source}/**", "--output", output, *flags]
     refused = re.compile(r"pets-train\.tfrecord-00001-of-\d{5}(\?|$)")
-    link(store).fault = lambda method, target: (
-        403 if method in ("PUT", "POST") and refused.search(target) else None
+    lines = _failing(
+        link(store),
+        command,
+        lambda method, target: (
+            403 if method in ("PUT", "POST") and refused.search(target) else None
+        ),
+        capsys,
     )
-    try:
-        assert main(command) == 1
-    finally:
-        store.proxy.fault = None
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert "Traceback" not in err
     assert re.fullmatch(
         r"beam-tfrecord build: error: writing the shards failed: .*403.*; the shards it "
         r"finished are kept in " + re.escape(output),
@@ -1190,22 +1188,33 @@ def test_a_listing_the_store_stops_answering_ends_the_build_saying_nothing_was_w
     source, output = _buckets(store, src, "unlisted")
     monkeypatch.setattr(s3_list, "LIST_TRIES", 1)
     command = ["build", "--input", f"{source}/**", "--output", output, "--name", "pets"]
-    link(store).fault = lambda method, target: (
-        "stall" if request_kind(method, target) == "list" and "fox" in target else None
+    lines = _failing(
+        link(store),
+        command,
+        lambda method, target: (
+            "stall" if request_kind(method, target) == "list" and "fox" in target else None
+        ),
+        capsys,
     )
-    try:
-        assert main(command) == 1
-    finally:
-        store.proxy.fault = None
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert "Traceback" not in err
     assert re.fullmatch(
         r"beam-tfrecord build: error: listing the inputs failed: the store was silent for "
         r"\d+ s; nothing was written",
         lines[-2],
     ), lines
     assert lines[-1].startswith("To try again: ") and "--resume" not in lines[-1], lines
+
+
+def _failing(proxy, command: list[str], fault, capsys) -> list[str]:
+    """The lines a command that fails (exit status 1) prints on stderr, with `fault` at the
+    store's proxy while it runs; none of them a traceback's."""
+    proxy.fault = fault
+    try:
+        assert main(command) == 1
+    finally:
+        proxy.fault = None
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()
 
 
 def _short_silences(monkeypatch) -> None:

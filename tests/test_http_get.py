@@ -4,10 +4,10 @@ connections kept and dropped, time limits, and TLS."""
 from __future__ import annotations
 
 import asyncio
-import datetime
 import ssl
 
 import pytest
+from certificates import self_signed
 
 from beam_tfrecord import http_get
 from beam_tfrecord.remote import is_transient
@@ -311,7 +311,7 @@ def test_no_more_requests_in_flight_than_the_limit():
 
 
 def test_over_tls_trusting_the_system_store_as_aiohttp_does(tmp_path, monkeypatch):
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path, "localhost")
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     tls.load_cert_chain(cert, key)
 
@@ -328,39 +328,6 @@ def test_over_tls_trusting_the_system_store_as_aiohttp_does(tmp_path, monkeypatc
     finally:
         http_get._tls.cache_clear()
     assert not is_transient(ssl.SSLCertVerificationError(1, "certificate verify failed"))
-
-
-def _self_signed(folder):
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
 
 
 def test_aiohttp_time_limits_read_as_aiohttp_applies_them():

@@ -14,6 +14,7 @@ import fsspec
 import pytest
 
 # The fixtures are imported for pytest to find them; tests ask for them by name.
+from certificates import self_signed
 from cloud_servers import s3_store  # noqa: F401
 from fsspec.asyn import sync
 from latency_proxy import request_kind
@@ -277,46 +278,6 @@ def test_the_proxy_the_environment_names_carries_the_gets(bucket, monkeypatch):
     assert proxy.reset_counts()["read"] == 1
 
 
-def _self_signed(folder) -> tuple[str, str]:
-    """A certificate for 127.0.0.1 that signs itself, and its key: (cert file, key file)."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return str(cert_file), str(key_file)
-
-
 def test_a_store_whose_certificate_the_clients_ca_bundle_trusts_is_read_and_listed(
     tmp_path, monkeypatch
 ):
@@ -333,7 +294,7 @@ def test_a_store_whose_certificate_the_clients_ca_bundle_trusts_is_read_and_list
     from beam_tfrecord import store_listing
 
     pytest.importorskip("moto.server")
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path, "127.0.0.1")
     port = free_port()
     log = tmp_path / "moto.log"
     with open(log, "wb") as out:
@@ -345,7 +306,7 @@ def test_a_store_whose_certificate_the_clients_ca_bundle_trusts_is_read_and_list
     try:
         wait_for_port("127.0.0.1", port, server, log, seconds=60)
         point_s3_at(monkeypatch, f"https://127.0.0.1:{port}", tmp_path)
-        monkeypatch.setenv("AWS_CA_BUNDLE", cert)
+        monkeypatch.setenv("AWS_CA_BUNDLE", str(cert))
         fs = fsspec.filesystem("s3", skip_instance_cache=True)
         fs.mkdir("private")
         fs.pipe_file("private/data/a.jpg", b"jpeg" * 1000)
