@@ -41,8 +41,9 @@ class BuildFailed(Exception):
             settings that let it pass (a looser `max_skipped_fraction`, `classes` corrected or
             `allow_missing_classes=True`), or as it was where `retry` is true.
         retry: what stopped it may pass: a file or object it could not read or write (a
-            store's trouble), or inputs the runner lost between stages. The same build with
-            `resume=True` goes on from the shards it finished.
+            store's trouble), or inputs the runner lost between stages. With `resumable`, the
+            same build with `resume=True` goes on from the shards it finished; without (it
+            stopped before writing any), the same build is run again.
         withdrawal: why a build that ran to its end was withdrawn, a `Withdrawal`:
             `"no_image"`, `"too_many_skipped"`, `"missing_classes"` or `"unaccounted"`; None
             for a build stopped by a file or object it could not read or write.
