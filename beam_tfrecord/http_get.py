@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["CONNECTIONS", "KEEP_IDLE", "BadResponse", "Timeouts", "get"]
+__all__ = ["CONNECTIONS", "KEEP_IDLE", "BadResponse", "Decoded", "Timeouts", "decoded", "get"]
 
 # Requests in flight per origin unless told (aiohttp's connector allows 100).
 CONNECTIONS = 64
@@ -96,8 +96,8 @@ async def get(
     the answer's status and body, whatever the status.
 
     `limit`: requests in flight at once to the URL's origin on this event loop; more wait.
-    `decode`: a body coded gzip or deflate (`Content-Encoding`) comes back decoded, as aiohttp's
-    `response.read()` gives it by default; else as it came.
+    `decode`: a body coded gzip or deflate (`Content-Encoding`) comes back decoded (`Decoded`),
+    as aiohttp's `response.read()` gives it by default; else as it came.
     `tls`: whom an https store's certificate must be signed by (None: the system's trust).
 
     Raises:
@@ -113,21 +113,35 @@ async def get(
     async with pool.slots:
         status, body, coding = await pool.exchange(request, timeouts)
     if decode and coding:
-        body = _decoded(body, coding)
+        body = decoded(body, coding)
     return status, body
 
 
-def _decoded(body: bytes, coding: bytes) -> bytes:
-    """`body` decoded as aiohttp decodes it: gzip, or deflate with zlib's wrapping or without;
-    in any other coding, as it came."""
-    if not body or coding.lower() not in (b"gzip", b"x-gzip", b"deflate"):
+class Decoded(bytes):
+    """A body decoded from the coding it came in (`Content-Encoding`), and `coded_size`, the
+    length it came in: for an object a store keeps coded, the length its listing gives."""
+
+    coded_size: int
+
+
+def decoded(body: bytes, coding: bytes | str) -> bytes:
+    """`body` decoded as aiohttp decodes it (gzip, or deflate with zlib's wrapping or without),
+    as `Decoded`; in any other coding, as it came.
+
+    Raises:
+        BadResponse: the body is not in the coding it says.
+    """
+    name = coding.encode("latin-1") if isinstance(coding, str) else coding
+    if not body or name.strip().lower() not in (b"gzip", b"x-gzip", b"deflate"):
         return body
     for wbits in (47, -15):  # zlib's or gzip's wrapping (told by its header), then raw deflate
         try:
-            return zlib.decompress(body, wbits)
+            plain = Decoded(zlib.decompress(body, wbits))
         except zlib.error:
-            pass
-    raise BadResponse(f"a body that is not the {coding.decode('latin-1')} it says it is")
+            continue
+        plain.coded_size = len(body)
+        return plain
+    raise BadResponse(f"a body that is not the {name.decode('latin-1')} it says it is")
 
 
 def _request(parts, headers: Mapping[str, str]) -> bytes:

@@ -200,15 +200,16 @@ async def _read_gcs_object(fs, path: str) -> bytes:
         url += f"&generation={generation}"
     for name, value in fs._get_params({}).items():  # a requester-pays bucket's project
         url += f"&{name}={quote(str(value), safe='')}"
-    headers = fs._get_headers(None)
+    # An object kept gzip-coded is asked for as kept, not decoded by the store: its listing
+    # gave the coded size, which the read's is then checked against (`storage.stored_size`).
+    headers = {**fs._get_headers(None), "Accept-Encoding": "gzip"}
     if fs.session_kwargs or getattr(fs, "_use_client_cert", False):
         # Its session is set up for more than a plain GET: sent through it.
         status, body = await _through_gcsfs_session(fs, url, headers)
     else:
         timeouts = http_get.Timeouts.as_aiohttp(fs.requests_timeout)
         # As many in flight as gcsfs's session allowed (aiohttp's connector: 100), and a body
-        # decoded as it decoded it (an object stored gzip-coded with Cache-Control: no-transform
-        # is served coded whatever the request asks).
+        # decoded as it decoded it.
         status, body = await http_get.get(url, headers, timeouts, limit=100, decode=True)
         if 300 <= status < 400:
             # A redirect (from a front end or proxy of the endpoint's): its session follows it.
@@ -220,7 +221,13 @@ async def _read_gcs_object(fs, path: str) -> bytes:
 async def _through_gcsfs_session(fs, url: str, headers: dict) -> tuple[int, bytes]:
     await fs._set_session()
     async with fs.session.get(url, headers=headers, timeout=fs.requests_timeout) as response:
-        return response.status, await response.read()
+        body = await response.read()  # decoded by aiohttp, if coded gzip or deflate
+        coding = response.headers.get("Content-Encoding", "").strip().lower()
+        length = response.headers.get("Content-Length", "")
+        if coding in ("gzip", "x-gzip", "deflate") and length.isdigit():
+            body = http_get.Decoded(body)
+            body.coded_size = int(length)
+        return response.status, body
 
 
 def _gcs_backoff(attempt: int) -> float:

@@ -39,6 +39,7 @@ from beam_tfrecord.resume import keep_finished
 from beam_tfrecord.storage import (
     publish,
     read_source,
+    stored_size,
     temporary_name,
 )
 from beam_tfrecord.uploads import open_upload, upload_block_size
@@ -589,8 +590,9 @@ def _encoded(
         raise data
     if data is None:
         data = read_source(entry.url)
-    if len(data) != entry.source_size:
-        raise _SourceChanged(entry.source_size, len(data))
+    read = stored_size(data)  # a GCS object kept gzip-coded is listed at its coded size
+    if read != entry.source_size:
+        raise _SourceChanged(entry.source_size, read)
     with cpu:
         encoded, info = encode_for_tensorflow(data, policy)
         record = image_record_parts(
@@ -603,7 +605,7 @@ def _encoded(
             label=entry.class_id,
             label_text=entry.label,
         )
-        return _Prepared(record, parts_crc32c(record), info, len(data))
+        return _Prepared(record, parts_crc32c(record), info, read)
 
 
 # A run of images one read-ahead thread reads and checks in turn: images until their files hold

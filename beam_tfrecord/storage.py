@@ -28,6 +28,7 @@ __all__ = [
     "sequential_read_options",
     "special_file_kind",
     "store_reason",
+    "stored_size",
     "temporary_name",
     "to_url",
     "whole_read_options",
@@ -236,6 +237,15 @@ def read_source(url: str) -> bytes:
         return _read_local(url)
     fs, path = fsspec.core.url_to_fs(url)
     return fs.cat_file(path, **whole_read_options(fs))
+
+
+def stored_size(data: bytes) -> int:
+    """How many bytes the source `data` was read from is stored in, as its listing gives it:
+    `len(data)`, but for an object a store keeps gzip-coded and the read decoded
+    (`http_get.Decoded`: a GCS object with `Content-Encoding: gzip`), the coded length."""
+    if type(data) is bytes:  # every read but those
+        return len(data)
+    return getattr(data, "coded_size", len(data))
 
 
 def written_at(info: dict) -> float | None:

@@ -430,7 +430,10 @@ def test_a_coded_body_is_decoded_when_asked_as_aiohttp_decodes_it_and_else_left_
 
     decoded, as_came = _run(answer, client)[1]
     assert decoded == [(200, BODY)] * 3 + [(200, b"")]
+    # A decoded body says the length it came in: what a store lists an object kept coded at.
+    assert [body.coded_size for _, body in decoded[:3]] == [len(coded[p][1]) for p in coded][:3]
     assert as_came == (200, coded[b"/gzip"][1])
+    assert type(as_came[1]) is bytes
 
 
 def test_a_request_given_no_timeout_has_no_limit_in_aiohttp_either():

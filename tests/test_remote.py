@@ -481,3 +481,40 @@ def test_a_gcs_read_answered_gzip_coded_gives_the_object_as_gcsfs_session_gave_i
 
     with _gcs_endpoint(coded) as fs:
         assert sync(fs.loop, remote._read_gcs_object, fs, "bucket/o.jpg") == b"jpeg" * 1000
+
+
+@pytest.mark.parametrize("session", [False, True], ids=["own client", "gcsfs's session"])
+def test_a_gcs_object_kept_gzip_coded_is_read_as_kept_and_decoded_here(session):
+    """GCS decodes an object kept gzip-coded for a client that does not take gzip: its bytes
+    then differ in length from the listing's (the coded size), and a build took the object for
+    one that changed since it was listed. It is asked for as kept, decoded here, and its
+    `stored_size` is the listed one, through our client and through gcsfs's session alike."""
+    import gzip
+
+    from fsspec.asyn import sync
+
+    from beam_tfrecord.storage import stored_size
+
+    image = bytes(range(256)) * 400
+    kept = gzip.compress(image)
+    asked = []
+
+    def served(handler):
+        asked.append(handler.headers.get("Accept-Encoding", ""))
+        coded = "gzip" in asked[-1]  # as GCS serves it: decoded for a client that takes no gzip
+        body = kept if coded else image
+        handler.send_response(200)
+        if coded:
+            handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    with _gcs_endpoint(served) as fs:
+        if session:
+            fs.session_kwargs = {"trust_env": False}  # a session set up for more: sent through it
+        read = sync(fs.loop, remote._read_gcs_object, fs, "bucket/o.jpg")
+    assert "gzip" in asked[0]
+    assert read == image
+    assert stored_size(read) == len(kept)
+    assert stored_size(image) == len(image)
