@@ -150,6 +150,10 @@ def _process(
     if fmt is None:
         if not data:
             raise NeedFullData(f"no bytes given of a {total}-byte file")
+        if data.startswith(b"\x1f\x8b"):
+            # A file compressed whole, or an S3 object kept with Content-Encoding: gzip, which
+            # S3 serves as kept.
+            raise ImageError("unknown_format", "the content is gzip-compressed, not an image")
         raise ImageError(
             "unknown_format", f"the content is not a known image format: {data[:16]!r}"
         )

@@ -578,3 +578,15 @@ def test_fuzz_magic_then_garbage_raises_only_image_errors(
     magic: bytes, rest: bytes, policy: ImagePolicy
 ):
     _assert_only_image_errors(magic + rest, policy)
+
+
+def test_gzip_compressed_content_is_named_as_such():
+    """An image compressed whole (or an S3 object kept with Content-Encoding: gzip, which S3
+    serves as kept) is reported as gzip, not as bytes of an unknown format."""
+    import gzip
+
+    data = gzip.compress(BY_NAME["rgb_jpeg"].data)
+    with pytest.raises(ImageError) as raised:
+        check_image(data, ImagePolicy())
+    assert raised.value.code == "unknown_format"
+    assert raised.value.message == "the content is gzip-compressed, not an image"
