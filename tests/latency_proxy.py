@@ -328,15 +328,19 @@ class _Server(asyncio.Protocol):
         self.client.close()
 
 
-def owner_of_port(port: int) -> int | None:
-    """The pid of the process on this machine that holds the TCP socket bound to 127.0.0.1:`port`
-    (a client's end of a connection to the proxy), or None if none is found."""
-    wanted = f"0100007F:{port:04X}"
+def owner_of_port(port: int, peer: int) -> int | None:
+    """The pid of the process on this machine that holds the TCP socket from 127.0.0.1:`port`
+    to 127.0.0.1:`peer` (a client's end of a connection to the proxy listening at `peer`), or
+    None if none is found.
+
+    Both ends are matched: Linux gives connections to different places the same local port,
+    and the proxy's own connection to the store may hold the client's port number."""
+    wanted = (f"0100007F:{port:04X}", f"0100007F:{peer:04X}")
     inodes = set()
     with contextlib.suppress(OSError), open("/proc/net/tcp") as f:
         for line in f.readlines()[1:]:
             fields = line.split()
-            if fields[1] == wanted:  # local address: the client's end
+            if (fields[1], fields[2]) == wanted:  # local address, then remote: the client's end
                 inodes.add(f"socket:[{fields[9]}]")
     if not inodes:
         return None

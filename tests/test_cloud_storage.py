@@ -1040,7 +1040,7 @@ def _readers(proxy, source: str, inner=None):
 
     def fault(method, target):
         if request_kind(method, target) == "read" and f"/{bucket}/" in target:
-            pids[owner_of_port(proxy.client_port)] += 1
+            pids[owner_of_port(proxy.client_port, proxy.port)] += 1
         return inner(method, target) if inner is not None else None
 
     return fault, pids
