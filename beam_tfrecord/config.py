@@ -581,7 +581,11 @@ def _labels(setting: Setting, value: Any, config: BuildConfig) -> Any:
     if labels in ("dir", "none"):
         return value
     if not labels.startswith("regex:"):
-        raise ConfigError(setting.key, f"expected dir, none or regex:PATTERN, got {labels!r}")
+        # Quoted as given, not as repr: a pattern's backslashes would show doubled.
+        hint = ""
+        if labels.startswith(("regex=", "regex ")):
+            hint = f"; did you mean 'regex:{labels[len('regex=') :]}'?"
+        raise ConfigError(setting.key, f"expected dir, none or regex:PATTERN, got '{labels}'{hint}")
     _check_regex(setting, labels[len("regex:") :], "mark the label with (...) or (?P<label>...)")
     return value
 

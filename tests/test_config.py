@@ -152,6 +152,12 @@ def test_resume_or_overwrite_as_a_flag_answers_for_the_file(tmp_path, in_file, f
         ("input: [a]\noutput: o\nlabels: 'regex:([a-z'\n", [], "--labels", "does not compile"),
         ("input: [a]\noutput: o\nlabels: 'regex:[a-z]+'\n", [], "--labels", "no capture group"),
         ("input: [a]\noutput: o\nlabels: folder\n", [], "--labels", "expected dir, none or regex"),
+        (
+            "input: [a]\noutput: o\nlabels: regex=(a)\\d\n",
+            [],
+            "--labels",
+            "got 'regex=(a)\\d'; did you mean 'regex:(a)\\d'?",
+        ),
         ("input: [a]\noutput: o\n", ["--splits", "train=0.9,test=0.2"], "--splits", "sum to 1"),
         (
             "input: [a]\noutput: o\n",

@@ -106,8 +106,10 @@ def _flag(setting: Setting) -> dict[str, Any]:
 
 # Dataflow's job labels share the flag (`--labels KEY=VALUE`; the Airflow Beam provider adds
 # `--labels=airflow-version=...` to every Dataflow launch): those go to Beam. No label rule
-# looks like one: rules are `dir`, `none` or start with `regex:`.
-_JOB_LABEL_RE = re.compile(r"^[a-z][a-z0-9_-]*=")
+# looks like one: rules are `dir`, `none` or start with `regex:`. A job label keyed by a rule's
+# name (`regex=...`) is a rule mistyped, which the rule's check refuses: taken as a job label,
+# a DirectRunner would ignore it, and the build would label by folder without a word.
+_JOB_LABEL_RE = re.compile(r"^(?!(?:regex|dir|none)=)[a-z][a-z0-9_-]*=")
 
 
 def split_labels(values: Sequence[str] | None) -> tuple[str | None, list[str]]:

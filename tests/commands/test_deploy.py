@@ -165,6 +165,10 @@ def test_the_driver_runs_as_a_file_as_the_launcher_runs_it(tmp_path):
         (["regex:^(?P<label>[a-z]+)=\\d"], "regex:^(?P<label>[a-z]+)=\\d", []),
         (["dir", "regex:^(a|b)/"], "regex:^(a|b)/", []),  # the last rule wins, as for any flag
         (["Not=a-label"], "Not=a-label", []),  # not Dataflow's label syntax: a (bad) rule
+        # A rule mistyped (`=` for `:`) is a rule, which the rule's check refuses, not a job
+        # label that a DirectRunner would ignore while the build labelled by folder.
+        (["regex=([a-z]+)\\d+"], "regex=([a-z]+)\\d+", []),
+        (["team=vision", "dir=x"], "dir=x", ["team=vision"]),
     ],
 )
 def test_labels_split_into_the_label_rule_and_dataflow_job_labels(values, rule, job_labels):
