@@ -283,7 +283,7 @@ def _subfolders(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
     if isinstance(fs, LocalFileSystem) and _plain_local(path):
         try:
             with os.scandir(path) as entries:
-                found = [e for e in entries if not e.name.startswith(".") and e.is_dir()]
+                found = [e for e in entries if not e.name.startswith(".") and _is_folder(e)]
         except NotADirectoryError:  # a file: fsspec lists it as itself, no folder
             return []
         above = _folders_above(path) if any(e.is_symlink() for e in found) else frozenset()
@@ -507,6 +507,10 @@ def _local_files(
                         files.append((entry.path, entry.stat().st_size))
                 except FileNotFoundError:  # gone since the folder was read
                     continue
+                except OSError:
+                    # A link that cannot be followed (a loop of links: ELOOP): listed unsized,
+                    # as a link to nothing is, so that the build reports it, not fails on it.
+                    files.append((entry.path, -1))
     except OSError:  # not a folder, gone, or not ours to read: left out whole, as fsspec does
         return
     yield from files
@@ -515,6 +519,15 @@ def _local_files(
             yield from _local_files(
                 folder, None if depth is None else depth - 1, folder_real, above | {folder_real}
             )
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    """Whether the entry is a folder, or a link to one; not a link that cannot be followed (a
+    loop of links), which `_local_files` lists for the build to report."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _folders_above(path: str) -> frozenset[str]:

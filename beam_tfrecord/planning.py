@@ -10,6 +10,7 @@ the record is those bytes plus fields of bounded size. An image the build transf
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import hashlib
 import itertools
@@ -217,6 +218,8 @@ class Preparer:
                 # It may never have existed: not "gone", which says it was seen once.
                 return skipped(Reason.VANISHED, "not found (named in --input-list)")
             except OSError as err:
+                if err.errno == errno.ELOOP:
+                    return skipped(Reason.READ_ERROR, "a link in a loop of links, to no file")
                 return skipped(Reason.READ_ERROR, f"cannot read: {err}")
         relpath = source.relpath
         exact = self._keeps_bytes(_suffix(relpath))

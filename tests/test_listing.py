@@ -456,3 +456,27 @@ def test_a_file_named_relative_and_absolute_in_an_input_list_has_one_url(tmp_pat
         "cat/1.jpg",
         str(absolute).lstrip("/"),
     ]
+
+
+def test_a_loop_of_links_is_listed_for_the_build_to_report_and_fails_nothing(tmp_path):
+    """Links that lead to each other cannot be followed (ELOOP): one among the images neither
+    stops the listing nor is lost. Named as an image, it is listed unsized, as a link to
+    nothing is, for the build to report; else it is left out as any other file."""
+    import fsspec
+
+    from beam_tfrecord.listing import _subfolders
+
+    root = tmp_path / "loop"
+    (root / "c").mkdir(parents=True)
+    (root / "c" / "1.jpg").write_bytes(b"x")
+    for one, other in (("a", "b"), ("x.jpg", "y.jpg")):
+        (root / "c" / one).symlink_to(root / "c" / other)
+        (root / "c" / other).symlink_to(root / "c" / one)
+    for pattern in ("**", "**/*.jpg", "c/**"):
+        whole = sorted(expand_pattern(f"{root}/{pattern}", EXTS))
+        assert sorted((s.url.rsplit("/", 1)[1], s.size) for s in whole) == [
+            ("1.jpg", 1), ("x.jpg", -1), ("y.jpg", -1)
+        ], pattern  # fmt: skip
+        parts = _split_fully(ListingTask.for_pattern(f"{root}/{pattern}"), 2)
+        assert sorted(s for t in parts for s in expand_task(t, EXTS)) == whole, pattern
+    assert _subfolders(fsspec.filesystem("file"), str(root / "c")) == []

@@ -1,0 +1,54 @@
+"""What a new-user trial of local builds found broken (2026-11-29), each through the command
+line as the trial ran it: the command that showed it, and the promise it broke."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from imagegen import make_collection
+
+_SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
+COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
+
+
+def run(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*COMMAND, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data") / "shapes"
+    make_collection(root, {"circle": 4, "square": 4}, seed=5, size=(16, 24))
+    return root
+
+
+def _report(out: Path) -> dict[str, tuple[str, str]]:
+    lines = (out / "report.jsonl").read_text().splitlines()
+    return {r["relpath"]: (r["reason"], r["message"]) for r in map(json.loads, lines)}
+
+
+def test_a_loop_of_links_among_the_images_is_reported_not_fatal(shapes, tmp_path):
+    """`ln -s b a; ln -s a b` anywhere below --input stopped the whole build: "--input: ...
+    cannot be listed: [Errno 40] Too many levels of symbolic links"."""
+    data = tmp_path / "data"
+    shutil.copytree(shapes, data)
+    for one, other in (("a", "b"), ("x.jpg", "y.jpg")):
+        (data / "circle" / one).symlink_to(other)
+        (data / "circle" / other).symlink_to(one)
+    for pattern in ("data", "data/**", "data/**/*.jpg"):
+        out = tmp_path / "out"
+        done = run("build", "--input", pattern, "--output", "out", "--overwrite", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert _report(out) == {
+            f"circle/{name}": ("read_error", "a link in a loop of links, to no file")
+            for name in ("x.jpg", "y.jpg")
+        }, pattern
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["inputs"]["written"] == 8, pattern
