@@ -268,13 +268,31 @@ def _alive(pid: int) -> bool:
 
 
 def _as_typed(path: str) -> str:
-    """A program's name when the PATH finds this very program by it, else its whole path."""
+    """A program's name when the PATH finds this very program by it, else its whole path.
+
+    The very program: the same file, in the same virtual environment. A venv's `python` is a
+    link to the interpreter it was made from, which runs without the venv's packages when
+    started by its own name."""
     import shutil
 
     name = os.path.basename(path)
     found = shutil.which(name)
-    same = found is not None and os.path.realpath(found) == os.path.realpath(path)
+    same = (
+        found is not None
+        and os.path.realpath(found) == os.path.realpath(path)
+        and _environment_of(found) == _environment_of(path)
+    )
     return name if same else path
+
+
+def _environment_of(program: str) -> str | None:
+    """The virtual environment a program started by this path runs in (the folder of its
+    `pyvenv.cfg`, beside it or one up, as Python looks for it), or None."""
+    folder = os.path.dirname(os.path.abspath(program))
+    for place in (folder, os.path.dirname(folder)):
+        if os.path.isfile(os.path.join(place, "pyvenv.cfg")):
+            return os.path.realpath(place)
+    return None
 
 
 def resume_command(argv: list[str]) -> str:

@@ -32,6 +32,27 @@ def test_resume_command_of_the_beam_driver(monkeypatch):
     assert command.endswith(" -m pipelines.images_to_tfrecord --resume")
 
 
+@pytest.mark.parametrize("in_venv", [True, False])
+def test_the_interpreter_is_named_alone_only_where_that_name_runs_it(tmp_path, in_venv):
+    """A venv's `python` links to the interpreter it was made from: the PATH's `python`, the
+    same file, printed as `python -m ...`, ran without the venv's packages (found by a
+    new-user trial: `ModuleNotFoundError: No module named 'fsspec'`)."""
+    base = tmp_path / "base" / "bin"
+    base.mkdir(parents=True)
+    (base / "python").write_text("#!/bin/sh\n")
+    (base / "python").chmod(0o755)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text(f"home = {base}\n")
+    (venv / "bin" / "python").symlink_to(base / "python")
+    path_dir = venv / "bin" if in_venv else base
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", str(path_dir))
+        # The build ran as `venv/bin/python -m ...`.
+        typed = console._as_typed(str(venv / "bin" / "python"))
+    assert typed == ("python" if in_venv else str(venv / "bin" / "python"))
+
+
 def test_local_defaults():
     plain = argparse.Namespace(runner=None)
     assert local_defaults([], plain) == ["--direct_running_mode=in_memory"]
