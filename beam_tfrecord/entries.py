@@ -55,7 +55,8 @@ class Reason(str, Enum):
     """The content is not an image format the checker recognises (whatever the file's name)."""
     UNSUPPORTED = "unsupported"
     """A recognised image, but a format or feature this Pillow does not read (HEIC, JPEG XL, a
-    colour mode it cannot convert to RGB...)."""
+    colour mode it cannot convert to RGB...), or one the output format cannot hold (a side over
+    65,535 pixels, as a JPEG)."""
     TRUNCATED = "truncated"
     """The data ends before the image does: a download cut off, a copy not finished."""
     CORRUPT = "corrupt"

@@ -674,12 +674,23 @@ def _webp_is_lossy(data: bytes) -> bool:
     return False
 
 
+# The most pixels a side of a JPEG can have: its frame header holds each in 16 bits.
+_JPEG_MAX_SIDE = 65535
+
+
 def _encode(image: Image.Image, fmt: str, policy: ImagePolicy) -> bytes:
     # No metadata is carried over: an ICC profile, EXIF or tRNS in the output could make some
     # decoder change the pixels, and TensorFlow reads none of them.
     image.info = {}
     buffer = io.BytesIO()
     if fmt == "jpeg":
+        if max(image.size) > _JPEG_MAX_SIDE:
+            # libjpeg refuses it with an error about a broken data stream, as if it were damaged.
+            raise ImageError(
+                "unsupported",
+                f"a {image.width}x{image.height} image is larger than a JPEG can be "
+                f"({_JPEG_MAX_SIDE:,} pixels a side); PNG can hold it",
+            )
         image.save(
             buffer,
             "JPEG",

@@ -52,3 +52,21 @@ def test_a_loop_of_links_among_the_images_is_reported_not_fatal(shapes, tmp_path
         }, pattern
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["inputs"]["written"] == 8, pattern
+
+
+def test_an_image_too_wide_for_jpeg_is_reported_as_such(tmp_path):
+    """`--encode jpeg` of a 70000x4 PNG was reported as `corrupt`: "the png decode failed:
+    OSError: broken data stream when writing image file", whose advice is to copy the file
+    again. The file is fine; a JPEG cannot be that wide."""
+    from PIL import Image
+
+    (tmp_path / "in" / "x").mkdir(parents=True)
+    Image.new("RGB", (70_000, 4), "red").save(tmp_path / "in" / "x" / "long.png")
+    Image.new("RGB", (8, 4), "red").save(tmp_path / "in" / "x" / "short.png")
+    args = ["build", "--input", "in", "--output", "out", "--splits", "train=1"]
+    done = run(*args, "--encode", "jpeg", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert _report(tmp_path / "out")["x/long.png"] == (
+        "unsupported",
+        "a 70000x4 image is larger than a JPEG can be (65,535 pixels a side); PNG can hold it",
+    )

@@ -590,3 +590,18 @@ def test_gzip_compressed_content_is_named_as_such():
         check_image(data, ImagePolicy())
     assert raised.value.code == "unknown_format"
     assert raised.value.message == "the content is gzip-compressed, not an image"
+
+
+def test_an_image_wider_than_a_jpeg_can_be_is_refused_as_such_not_as_damaged():
+    """libjpeg refuses a side over 65,535 pixels with "broken data stream when writing image
+    file", which read as a PNG that did not decode (`corrupt`, "copy the file again")."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (70_000, 4), "red").save(buffer, "PNG")
+    with pytest.raises(ImageError) as raised:
+        encode_for_tensorflow(buffer.getvalue(), ImagePolicy(encode="jpeg"))
+    assert raised.value.code == "unsupported"
+    assert raised.value.message == (
+        "a 70000x4 image is larger than a JPEG can be (65,535 pixels a side); PNG can hold it"
+    )
+    _, info = encode_for_tensorflow(buffer.getvalue(), ImagePolicy(encode="png"))
+    assert (info.width, info.height, info.format) == (70_000, 4, "png")
