@@ -568,6 +568,10 @@ def test_a_transforms_error_names_its_step_and_is_logged_where_named(caplog):
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
     assert any(raised_in(error, "WriteShards") for error in chain)
+    # A step that is a transform itself, the last part of the label (a full disk in
+    # 'ConvertImages/WriteManifest' was "the build failed").
+    assert raised_in(OSError("no space [while running 'Build/WriteManifest']"), "WriteManifest")
+    assert not raised_in(OSError("[while running 'Build/WriteManifests']"), "WriteManifest")
     refused = next(e for e in chain if isinstance(e, OSError))
     assert without_step_names(str(refused)) == "the store said no"
     assert any(r.name == compat.BEAM_TRANSFORM_ERROR_LOGGER for r in caplog.records)

@@ -255,8 +255,10 @@ def without_step_names(message: str) -> str:
 
 def raised_in(error: BaseException, step: str) -> bool:
     """Whether `error` is Beam's for an error a transform labelled `step` raised (or one of
-    the transforms within it): the message names the transform's full label."""
-    return f"/{step}/" in str(error)
+    the transforms within it): the message names the transform's full label, in which the
+    step is a whole part (`'ConvertImages/WriteManifest'`, `'ConvertImages/WriteShards/Write'`)."""
+    text = str(error)
+    return any(f"{before}{step}{after}" in text for before in "/'" for after in "/'")
 
 
 class OptionRefused(Exception):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import logging
 import os
@@ -442,11 +443,13 @@ _BEFORE_WRITING = (
 
 def _lasting_fix(error: BaseException) -> str | None:
     """What to fix for an error no rerun clears by itself (a permission, a path that is not
-    there); None for one that may pass (a store's trouble, a full disk being emptied)."""
+    there, a full disk); None for one that may pass (a store's trouble)."""
     if isinstance(error, PermissionError):
         return "give the build access to that path"
     if isinstance(error, (FileNotFoundError, NotADirectoryError)):
         return "restore the path or correct the setting that names it"
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on the disk it writes to"
     return None
 
 

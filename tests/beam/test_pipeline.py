@@ -602,3 +602,21 @@ def test_a_runner_that_fails_before_any_step_wrote_nothing_to_go_on_from(tmp_pat
     failure = _io_failure(URLError("[Errno -2] Name or service not known"), str(out))
     assert str(failure).endswith(f"; the shards it finished are kept in {out}")
     assert failure.retry and failure.resumable and failure.withdrawal is None
+
+
+def test_a_full_disk_says_to_free_space_and_names_its_step(tmp_path):
+    """A full disk said "[Errno 28] No space left on device" and nothing more, and in the step
+    that writes the report and manifest, "the build failed" (found by a new-user trial)."""
+    import errno
+
+    from beam_tfrecord.beam.pipeline import _io_failure
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    wrapped = RuntimeError("[while running 'ConvertImages/WriteManifest']")
+    wrapped.__cause__ = full
+    failure = _io_failure(wrapped, str(tmp_path))
+    assert str(failure) == (
+        "writing the manifest failed: [Errno 28] No space left on device; free space on the "
+        f"disk it writes to, then go on; the shards it finished are kept in {tmp_path}"
+    )
+    assert failure.resumable
