@@ -37,6 +37,7 @@ from beam_tfrecord.remote import fetch_in_order
 from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.resume import keep_finished
 from beam_tfrecord.storage import (
+    Staged,
     publish,
     read_source,
     stored_size,
@@ -328,21 +329,28 @@ class ShardOutput:
         self._tally.add("written", segment.records, len(segment.data))
 
     def commit(self) -> None:
-        """Publishes the shard whole: its report lines, the shard, then its index."""
+        """Publishes the shard whole: its report lines, the shard, then its index.
+
+        On a local disk the index is written before the shard is published, and named after
+        it: a full disk fails the shard, not its index once the shard is there."""
         self.writer.close()
         fs = self._fs
-        # Before the shard: a shard under its final name always has its report lines.
-        publish(
-            fs, self._report_path, "".join(r.to_json() + "\n" for r in self.report).encode("utf-8")
-        )
-        if self._direct:
-            self._out.commit()
-        else:
-            self._out.close()
-            fs.mv(self._temp, self._final)
+        index = Staged(fs, self._index_path, "".join(self._index).encode("ascii"))
+        try:
+            # Before the shard: a shard under its final name always has its report lines.
+            report = "".join(r.to_json() + "\n" for r in self.report)
+            publish(fs, self._report_path, report.encode("utf-8"))
+            if self._direct:
+                self._out.commit()
+            else:
+                self._out.close()
+                fs.mv(self._temp, self._final)
+        except BaseException:
+            index.discard()
+            raise
         self._committed = True
         self._tally.flush()
-        publish(fs, self._index_path, "".join(self._index).encode("ascii"))
+        index.publish()
 
     def _abort(self) -> None:
         if self._direct:

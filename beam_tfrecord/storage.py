@@ -20,6 +20,7 @@ from beam_tfrecord.locations import has_protocol, is_local, is_object_store
 __all__ = [
     "SEQUENTIAL_BLOCK_SIZE",
     "TEMP_MARKER",
+    "Staged",
     "is_store_refusal",
     "is_temporary",
     "publish",
@@ -87,18 +88,48 @@ def to_url(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 def publish(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     """Writes a small file so that a reader sees no file or the whole file, never a part."""
-    if is_object_store(fs):
-        fs.pipe_file(path, data)
-        return
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    temp = temporary_name(path)
+    staged = Staged(fs, path, data)
     try:
-        fs.pipe_file(temp, data)
-        fs.mv(temp, path)
+        staged.publish()
     except BaseException:
-        if fs.exists(temp):
-            fs.rm(temp)
+        staged.discard()
         raise
+
+
+class Staged:
+    """A small file written where no reader looks, until `publish` gives it its name.
+
+    On a local disk it is written at once under a temporary name, and `publish` renames it,
+    which takes no space: a file staged before a shard is published cannot then fail for a full
+    disk after it, and leave the shard without it. On an object store, which has no rename,
+    nothing is sent until `publish` uploads it whole.
+    """
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, data: bytes):
+        self._fs, self._path = fs, path
+        self._data: bytes | None = data
+        self._temp: str | None = None
+        if is_object_store(fs):
+            return
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        temp = temporary_name(path)
+        self._temp, self._data = temp, None
+        try:
+            fs.pipe_file(temp, data)
+        except BaseException:
+            self.discard()
+            raise
+
+    def publish(self) -> None:
+        if self._temp is None:
+            self._fs.pipe_file(self._path, self._data)
+        else:
+            self._fs.mv(self._temp, self._path)
+
+    def discard(self) -> None:
+        """Removes what was staged, if it is still there (a failed build's clean-up)."""
+        if self._temp is not None and self._fs.exists(self._temp):
+            self._fs.rm(self._temp)
 
 
 # What fsspec's `rm`, `glob` and `expand_path` read as wildcards in a path.

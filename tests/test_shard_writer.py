@@ -114,6 +114,29 @@ def test_interrupted_write_leaves_no_file_under_the_final_name(planned, tmp_path
     assert list((tmp_path / "out").iterdir()) == [], "neither a partial final file nor a temporary"
 
 
+def test_a_full_disk_fails_the_shard_not_its_index_once_the_shard_is_there(
+    planned, tmp_path, monkeypatch
+):
+    """The index was written after the shard was published: a disk that filled up in between
+    left a shard under its final name with no index (found by a new-user trial on a small
+    tmpfs). It is now written first and only named after the shard."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    spec, entries, _ = planned
+    real = LocalFileSystem.pipe_file
+
+    def full_for_the_index(self, path, value, *args, **kwargs):
+        if "/index/" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, path, value, *args, **kwargs)
+
+    monkeypatch.setattr(LocalFileSystem, "pipe_file", full_for_the_index)
+    with pytest.raises(OSError, match="No space left"):
+        write_shard(spec, entries, POLICY)
+    left = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*"))
+    assert left == ["index"], "no shard, report lines or temporary file"
+
+
 class _SetAfter:
     """A stop event that is found set from its `n`th look on, as if set while the shard was
     being written."""
