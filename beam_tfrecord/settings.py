@@ -239,8 +239,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     _image(
         "validate", "choice",
-        "how each image is checked: decode finds truncated and corrupt data, header is fast and "
-        "does not",
+        "how each image is checked: decode finds truncated data and data the decoder refuses, "
+        "header is fast and does not",
         choices=_policy.VALIDATE_MODES,
     ),
     _image(
