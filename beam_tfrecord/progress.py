@@ -267,19 +267,18 @@ class Progress:
 
     def show(self) -> None:
         """Writes the current line (a new line when not on a terminal)."""
-        line = self.line(read_counts(self._folder) if self._folder else collections.Counter())
+        counts = read_counts(self._folder) if self._folder else collections.Counter()
         if self._tty:
             # Within the terminal's width, less its last column: a line that wraps leaves its
             # first row behind at every redraw, since "\r" returns to the start of the last.
             # A width no one knows cuts nothing.
             columns = self._columns()
-            if columns is not None:
-                line = line[: max(1, columns - 1)]
+            line = self.line(counts, width=None if columns is None else max(1, columns - 1))
             pad = max(0, self._width - len(line))
             self._width = len(line)
             self._write("\r" + line + " " * pad)
         else:
-            self._write(line + "\n")
+            self._write(self.line(counts) + "\n")
         self.updates += 1
 
     def _columns(self) -> int | None:
@@ -299,8 +298,12 @@ class Progress:
         except (OSError, ValueError):  # a closed terminal or pipe: nothing to show it on
             self._stop.set()
 
-    def line(self, counts: collections.Counter) -> str:
-        """One line: images listed, planned and written against the total, MB/s, time, ETA."""
+    def line(self, counts: collections.Counter, width: int | None = None) -> str:
+        """One line: images listed, planned and written against the total, MB/s, time, ETA.
+
+        `width`: at most this many characters. The counts of the steps before writing go first
+        (listed, planned, measured), then the line is cut: in a narrow terminal what the build
+        writes, and when it will be done, are what stays."""
         now = self._clock()
         elapsed = now - self._started
         total, to_write = counts["total"], counts["to_write"]
@@ -345,4 +348,9 @@ class Progress:
             # or fewer bytes than planned, and images are shuffled across shards, so the rate
             # so far holds for the rest. Rounded up: 'ETA 0:00' with images left reads as a stall.
             timing += f", ETA {_clock(math.ceil(left / image_rate))}"
-        return " | ".join([*parts, timing])
+        parts.append(timing)
+        if width is None:
+            return " | ".join(parts)
+        while len(parts) > 2 and len(" | ".join(parts)) > width:
+            del parts[0]
+        return " | ".join(parts)[:width]

@@ -169,12 +169,26 @@ def test_the_line_on_a_terminal_fits_within_its_width(monkeypatch, columns):
     assert len(wide) > 80
     stream = io.StringIO()
     shown = Progress(stream, tty=True)
-    monkeypatch.setattr(shown, "line", lambda _: wide)
+    monkeypatch.setattr(shown, "line", lambda _, width=None: wide[:width])
     shown.show()
     shown.show()
     frames = stream.getvalue().split("\r")[1:]
     assert len(frames) == 2
     assert all(frame == wide[: max(1, columns - 1)] for frame in frames)
+
+
+def test_a_narrow_line_keeps_what_is_written_and_drops_the_steps_before():
+    """At 40 columns every redraw read `listed 3000 | planned 3000 of 3000 | me`: the count
+    written and the ETA were always cut off (found by a new-user trial)."""
+    counts = collections.Counter(listed=3000, total=3000, planned=3000, to_write=3000, written=45)
+    shown = Progress(io.StringIO(), tty=True)
+    whole = shown.line(counts)
+    assert whole.startswith("listed 3000 | planned 3000 of 3000 | written 45 of 3000 images")
+    assert shown.line(counts, width=len(whole)) == whole
+    narrow = shown.line(counts, width=39)
+    assert narrow.startswith("written 45 of 3000 images") and len(narrow) <= 39
+    wider = shown.line(counts, width=79)  # all of it, but the steps before
+    assert wider.startswith("written 45 of 3000 images") and ", ETA " in wider
 
 
 def test_a_terminal_whose_width_no_one_knows_gets_the_whole_line(monkeypatch):
@@ -184,7 +198,7 @@ def test_a_terminal_whose_width_no_one_knows_gets_the_whole_line(monkeypatch):
     stream = io.StringIO()  # no descriptor: no terminal to ask
     shown = Progress(stream, tty=True)
     wide = "listed 46 | planned 46 of 46 | written 45 of 46 images " * 3
-    monkeypatch.setattr(shown, "line", lambda _: wide)
+    monkeypatch.setattr(shown, "line", lambda _, width=None: wide[:width])
     shown.show()
     assert stream.getvalue() == "\r" + wide
     monkeypatch.setenv("COLUMNS", "0")
