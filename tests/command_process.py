@@ -10,6 +10,27 @@ import sys
 import time
 from pathlib import Path
 
+_SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
+# The command as a user runs it: its installed script, else the module.
+COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
+
+
+def run_tool(
+    *args: str, cwd: Path, env: dict | None = None, timeout: float = 300, **kwargs
+) -> subprocess.CompletedProcess:
+    """`beam-tfrecord ARGS` in `cwd`, its output captured as text, `env` added to this
+    process's environment."""
+    return subprocess.run(
+        [*COMMAND, *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
+
+
 _COMMAND = """
 import atexit, json, runpy, sys
 def loaded():

@@ -21,26 +21,13 @@ import time
 from pathlib import Path
 
 import pytest
-from command_process import group_is_gone, wide_terminal
+from command_process import COMMAND, group_is_gone, wide_terminal
+from command_process import run_tool as run
 from imagegen import make_collection
 
 pytestmark = pytest.mark.slow
 
 _REPO = Path(__file__).resolve().parents[2]
-_SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
-COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
-
-
-def run(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300, **kwargs):
-    return subprocess.run(
-        [*COMMAND, *args],
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **kwargs,
-    )
 
 
 def files_below(path: Path) -> list[str]:

@@ -6,18 +6,14 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from command_process import COMMAND
 
 from beam_tfrecord.commands import cli
 from beam_tfrecord.config import BuildConfig
 from beam_tfrecord.remote import default_depth
 from beam_tfrecord.settings import SETTINGS
-
-_SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
-COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
 
 # `(default: VALUE)`, or `(default: VALUE; more words)`.
 _DEFAULT = re.compile(r"\(default: ([^()]*)\)")

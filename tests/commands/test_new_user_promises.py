@@ -17,18 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from command_process import wide_terminal
+from command_process import COMMAND, wide_terminal
+from command_process import run_tool as run
 from imagegen import make_collection
 from PIL import Image
-
-_SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
-COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
-
-
-def run(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*COMMAND, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module")

@@ -5,21 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from command_process import run_tool as run
 from imagegen import make_collection
-
-_SCRIPT = Path(sys.executable).parent / "beam-tfrecord"
-COMMAND = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "beam_tfrecord.cli"]
-
-
-def run(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*COMMAND, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout
-    )
 
 
 @pytest.fixture(scope="module")
