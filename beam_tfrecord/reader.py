@@ -566,7 +566,9 @@ class Dataset:
         worker = _torch_worker()
         if worker is not None and worker[1] > 1:
             levels.append(worker)
-        parts = self._counted_parts() if levels else list(self._parts)
+        # Counted split or not: a pass is held to the same counts as a part of one, so that a
+        # shard cut short fails both ways, not only where the readers split the folder.
+        parts = self._counted_parts()
         if self.shuffle_shards:
             # Seeded by a string, which Random hashes the same way in every process: all
             # readers must agree on the order before each takes its part of it.
@@ -598,8 +600,8 @@ class Dataset:
     def __len__(self) -> int:
         """The number of items a pass yields here (in a DataLoader worker: that worker's).
 
-        Comes from the manifest; without one, each shard is read once to count its records
-        (split among readers, from the shards' record indexes if they all have one).
+        Comes from the manifest; without one, from the shards' record indexes if they all
+        have one, else each shard is read once to count its records.
         """
         total = 0
         for part in self._my_parts():

@@ -542,6 +542,33 @@ def test_a_shard_with_records_missing_is_an_error_not_a_short_pass(built, tmp_pa
     assert "could not be shown" in preview.stderr
 
 
+def test_without_a_manifest_a_pass_is_held_to_the_record_index_as_a_split_one_is(built, tmp_path):
+    """Without manifest.json a shard cut at a record's end was read short without a word by
+    one reader, and refused when the folder was split among readers (a DataLoader with
+    workers): only the split was held to the shards' record indexes (found by a trial)."""
+    from beam_tfrecord.codec.record_index import index_file_name
+    from beam_tfrecord.reader import MissingRecordsError
+
+    out, _, manifest = built
+    copy = tmp_path / "pets"
+    shutil.copytree(out, copy)
+    (copy / "manifest.json").unlink()
+    entry = next(s for s in manifest["shards"] if s["split"] == "train" and s["examples"] > 1)
+    index = (copy / index_file_name(entry["file"])).read_text().split()
+    with open(copy / entry["file"], "r+b") as f:
+        f.truncate(int(index[-2]))  # at the start of its last record
+    for dataset in (
+        Dataset(copy, "train", loose=True),
+        Dataset(copy, "train", loose=True).shard(0, 1),
+    ):
+        with pytest.raises(MissingRecordsError) as raised:
+            sum(1 for _ in dataset)
+        assert (raised.value.found, raised.value.written) == (
+            entry["examples"] - 1,
+            entry["examples"],
+        )
+
+
 def test_a_path_object_is_the_path_it_names(built):
     out, _, manifest = built
     as_text = Dataset(str(out), "train")
