@@ -133,11 +133,14 @@ def decode_image(
 ) -> np.ndarray:
     """Decodes image bytes with Pillow into a ``(height, width, channels)`` uint8 array.
 
-    The pixels are those ``tf.io.decode_image(encoded, channels=channels)`` returns for a PNG;
-    for a JPEG, close to them but not always equal: TensorFlow's default DCT method is a faster,
-    rougher one than Pillow's, and a pixel of a photograph can differ by ten or more (less
-    with ``dct_method="INTEGER_ACCURATE"`` in ``tf.io.decode_jpeg``). Like TensorFlow, it
-    ignores EXIF orientation (the build applied it to the pixels already). Raw pixels (``--store raw``, ``image/format`` ``raw``) are the
+    The pixels are those ``tf.io.decode_image(encoded, channels=channels)`` returns for a PNG
+    of as many channels, or of fewer (gray to RGB). A colour PNG read as gray (a ``--color
+    gray`` build keeps one, which TensorFlow converts) can differ by one here and there: libpng
+    and Pillow round the conversion apart. For a JPEG, close to them but not always equal:
+    TensorFlow's default DCT method is a faster, rougher one than Pillow's, and a pixel of a
+    photograph can differ by ten or more (less with ``dct_method="INTEGER_ACCURATE"`` in
+    ``tf.io.decode_jpeg``). Like TensorFlow, it ignores EXIF orientation (the build applied it
+    to the pixels already). Raw pixels (``--store raw``, ``image/format`` ``raw``) are the
     array itself, row by row: ``size`` says its height and width.
 
     Args:
