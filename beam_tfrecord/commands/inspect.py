@@ -221,7 +221,12 @@ def _raw_pixels(features: dict[str, tuple[str | None, list[Any]]]) -> str | None
     if shape is None:
         return None
     (data,) = features["image/encoded"][1]
-    return f"raw {'x'.join(map(str, shape))} pixels, {_size(len(data))}"
+    height, width, channels = shape
+    # Width by height, as an encoded image's size shows; then the array a reshape makes.
+    return (
+        f"raw {width}x{height}, {channels} channels ({height}x{width}x{channels} array), "
+        f"{_size(len(data))}"
+    )
 
 
 def _raw_shape(features: dict[str, tuple[str | None, list[Any]]]) -> list[int] | None:

@@ -263,7 +263,12 @@ def test_preview_draws_raw_pixels(tmp_path, capsys):
     shard = sorted(out.glob("*.tfrecord-*"))[0]
     assert main(["inspect", str(shard), "-n", "1"]) == 0
     shown = capsys.readouterr().out
-    assert re.search(r"image/encoded +bytes +raw \d+x\d+x3 pixels, [\d.]+ KB", shown), shown
+    # Width by height, as an encoded image's size shows, then the array's shape.
+    found = re.search(
+        r"image/encoded +bytes +raw (\d+)x(\d+), 3 channels \((\d+)x(\d+)x3 array\), [\d.]+ KB",
+        shown,
+    )
+    assert found and found.group(1, 2) == found.group(4, 3), shown
     assert "0x" not in shown
     # As JSON too: the shape beside the bytes, as a JPEG's header gives it.
     assert main(["inspect", str(shard), "-n", "1", "--json"]) == 0
