@@ -51,7 +51,17 @@ class _Tile:
     warn: bool = False  # the caption itself reports a problem
 
 
+# Fonts with more than ASCII, tried first, where the system has one: Pillow's own scalable
+# font draws a class name such as "élan" as "□lan".
+_FONTS = ("DejaVuSans.ttf", "NotoSans-Regular.ttf", "LiberationSans-Regular.ttf", "Arial.ttf")
+
+
 def _font(size: int) -> Any:
+    for name in _FONTS:
+        try:
+            return ImageFont.truetype(name, size)  # looked for in the system's font folders
+        except (OSError, ImportError):
+            continue
     try:
         return ImageFont.load_default(size=size)  # Pillow 10.1+ with FreeType: scalable
     except (TypeError, AttributeError, ImportError, OSError):

@@ -444,3 +444,28 @@ def test_every_reading_command_states_its_exit_statuses(command, capsys):
     assert said.endswith("2 for a bad flag or value.") or "; 2 for a bad flag or value (" in said
     if command in ("spec", "preview"):
         assert "no such folder, a build that did not finish" in said
+
+
+def test_the_preview_draws_a_class_name_beyond_ascii_where_the_system_has_a_font_for_it():
+    """Pillow's own scalable font drew "élan" as "□lan" (found by a trial of the reading
+    side): a system font with more than ASCII is taken first, where there is one."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    from beam_tfrecord.commands import preview
+
+    for name in ("DejaVuSans.ttf", "NotoSans-Regular.ttf", "LiberationSans-Regular.ttf"):
+        try:
+            ImageFont.truetype(name, 20)
+            break
+        except OSError:
+            continue
+    else:
+        pytest.skip("no system font with more than ASCII here")
+    font = preview._font(20)
+
+    def drawn(text: str) -> bytes:
+        image = Image.new("L", (40, 30))
+        ImageDraw.Draw(image).text((2, 2), text, font=font, fill=255)
+        return image.tobytes()
+
+    assert drawn("é") != drawn("\uffff"), "é is drawn as the font's box for a missing glyph"
