@@ -56,7 +56,7 @@ class Reason(str, Enum):
     UNSUPPORTED = "unsupported"
     """A recognised image, but a format or feature this Pillow does not read (HEIC, JPEG XL, a
     colour mode it cannot convert to RGB...), or one the output format cannot hold (a side over
-    65,535 pixels, as a JPEG)."""
+    65,500 pixels, as a JPEG)."""
     TRUNCATED = "truncated"
     """The data ends before the image does: a download cut off, a copy not finished."""
     CORRUPT = "corrupt"

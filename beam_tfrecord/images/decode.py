@@ -674,8 +674,9 @@ def _webp_is_lossy(data: bytes) -> bool:
     return False
 
 
-# The most pixels a side of a JPEG can have: its frame header holds each in 16 bits.
-_JPEG_MAX_SIDE = 65535
+# The most pixels a side of a JPEG can have: libjpeg's JPEG_MAX_DIMENSION (the frame header
+# would hold 65,535).
+_JPEG_MAX_SIDE = 65500
 
 
 def _encode(image: Image.Image, fmt: str, policy: ImagePolicy) -> bytes:

@@ -58,5 +58,5 @@ def test_an_image_too_wide_for_jpeg_is_reported_as_such(tmp_path):
     assert done.returncode == 0, done.stderr
     assert _report(tmp_path / "out")["x/long.png"] == (
         "unsupported",
-        "a 70000x4 image is larger than a JPEG can be (65,535 pixels a side); PNG can hold it",
+        "a 70000x4 image is larger than a JPEG can be (65,500 pixels a side); PNG can hold it",
     )

@@ -601,7 +601,13 @@ def test_an_image_wider_than_a_jpeg_can_be_is_refused_as_such_not_as_damaged():
         encode_for_tensorflow(buffer.getvalue(), ImagePolicy(encode="jpeg"))
     assert raised.value.code == "unsupported"
     assert raised.value.message == (
-        "a 70000x4 image is larger than a JPEG can be (65,535 pixels a side); PNG can hold it"
+        "a 70000x4 image is larger than a JPEG can be (65,500 pixels a side); PNG can hold it"
     )
     _, info = encode_for_tensorflow(buffer.getvalue(), ImagePolicy(encode="png"))
+    # libjpeg's limit is 65,500, below the 65,535 its header could hold.
+    narrow = io.BytesIO()
+    Image.new("RGB", (65_501, 2), "red").save(narrow, "PNG")
+    with pytest.raises(ImageError) as raised:
+        encode_for_tensorflow(narrow.getvalue(), ImagePolicy(encode="jpeg"))
+    assert raised.value.code == "unsupported"
     assert (info.width, info.height, info.format) == (70_000, 4, "png")
