@@ -27,7 +27,7 @@ from beam_tfrecord.codec.records import image_record_parts, image_record_size
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry
 from beam_tfrecord.images import ImageError, ImageInfo, ImagePolicy, encode_for_tensorflow
 from beam_tfrecord.planning import size_is_estimated
-from beam_tfrecord.storage import read_source, stored_size
+from beam_tfrecord.storage import read_source, size_as_listed
 
 __all__ = ["TRANSFORMED_SIZES", "Prepared", "measure_into", "measured", "measures"]
 
@@ -180,7 +180,7 @@ def _measured_image(
         return skipped(Reason.VANISHED, "the file was listed but is gone")
     if isinstance(data, OSError):
         return skipped(Reason.READ_ERROR, f"cannot read: {data}")
-    read = stored_size(data)  # a GCS object kept gzip-coded is listed at its coded size
+    read = size_as_listed(data, entry.source_size)  # a GCS object kept gzip-coded: coded
     if read != entry.source_size:
         return skipped(
             Reason.SOURCE_CHANGED,

@@ -201,7 +201,7 @@ async def _read_gcs_object(fs, path: str) -> bytes:
     for name, value in fs._get_params({}).items():  # a requester-pays bucket's project
         url += f"&{name}={quote(str(value), safe='')}"
     # An object kept gzip-coded is asked for as kept, not decoded by the store: its listing
-    # gave the coded size, which the read's is then checked against (`storage.stored_size`).
+    # gave the coded size, which the read's is then checked against (`storage.size_as_listed`).
     headers = {**fs._get_headers(None), "Accept-Encoding": "gzip"}
     if fs.session_kwargs or getattr(fs, "_use_client_cert", False):
         # Its session is set up for more than a plain GET: sent through it.

@@ -40,7 +40,7 @@ from beam_tfrecord.storage import (
     Staged,
     publish,
     read_source,
-    stored_size,
+    size_as_listed,
     temporary_name,
 )
 from beam_tfrecord.uploads import open_upload, upload_block_size
@@ -598,7 +598,7 @@ def _encoded(
         raise data
     if data is None:
         data = read_source(entry.url)
-    read = stored_size(data)  # a GCS object kept gzip-coded is listed at its coded size
+    read = size_as_listed(data, entry.source_size)
     if read != entry.source_size:
         raise _SourceChanged(entry.source_size, read)
     with cpu:

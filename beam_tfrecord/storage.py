@@ -27,9 +27,9 @@ __all__ = [
     "read_source",
     "remove",
     "sequential_read_options",
+    "size_as_listed",
     "special_file_kind",
     "store_reason",
-    "stored_size",
     "temporary_name",
     "to_url",
     "whole_read_options",
@@ -270,13 +270,15 @@ def read_source(url: str) -> bytes:
     return fs.cat_file(path, **whole_read_options(fs))
 
 
-def stored_size(data: bytes) -> int:
-    """How many bytes the source `data` was read from is stored in, as its listing gives it:
-    `len(data)`, but for an object a store keeps gzip-coded and the read decoded
-    (`http_get.Decoded`: a GCS object with `Content-Encoding: gzip`), the coded length."""
+def size_as_listed(data: bytes, listed: int) -> int:
+    """The size of the source `data` was read from, as its listing gives it, for a check
+    against `listed`: the length it came in, for a GCS object kept gzip-coded (`http_get.Decoded`:
+    listed at its coded size); its own for any other read, an object only coded on its way
+    (by a proxy, listed as it is) among them."""
     if type(data) is bytes:  # every read but those
         return len(data)
-    return getattr(data, "coded_size", len(data))
+    coded = getattr(data, "coded_size", None)
+    return coded if coded == listed else len(data)
 
 
 def written_at(info: dict) -> float | None:

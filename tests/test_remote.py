@@ -488,12 +488,12 @@ def test_a_gcs_object_kept_gzip_coded_is_read_as_kept_and_decoded_here(session):
     """GCS decodes an object kept gzip-coded for a client that does not take gzip: its bytes
     then differ in length from the listing's (the coded size), and a build took the object for
     one that changed since it was listed. It is asked for as kept, decoded here, and its
-    `stored_size` is the listed one, through our client and through gcsfs's session alike."""
+    size as listed is the coded one, through our client and through gcsfs's session alike."""
     import gzip
 
     from fsspec.asyn import sync
 
-    from beam_tfrecord.storage import stored_size
+    from beam_tfrecord.storage import size_as_listed
 
     image = bytes(range(256)) * 400
     kept = gzip.compress(image)
@@ -516,5 +516,31 @@ def test_a_gcs_object_kept_gzip_coded_is_read_as_kept_and_decoded_here(session):
         read = sync(fs.loop, remote._read_gcs_object, fs, "bucket/o.jpg")
     assert "gzip" in asked[0]
     assert read == image
-    assert stored_size(read) == len(kept)
-    assert stored_size(image) == len(image)
+    assert size_as_listed(read, len(kept)) == len(kept)
+    assert size_as_listed(image, len(image)) == len(image)
+
+
+def test_an_object_coded_only_on_its_way_is_the_size_it_is_listed_at():
+    """Asked for gzip, a front end or proxy may code an object the store keeps as it is: the
+    length it came in is not the listing's then, its decoded length is (found in review)."""
+    import gzip
+
+    from fsspec.asyn import sync
+
+    from beam_tfrecord.storage import size_as_listed
+
+    image = bytes(range(256)) * 400
+
+    def coded_on_its_way(handler):
+        body = gzip.compress(image)
+        handler.send_response(200)
+        handler.send_header("Content-Encoding", "gzip")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    with _gcs_endpoint(coded_on_its_way) as fs:
+        read = sync(fs.loop, remote._read_gcs_object, fs, "bucket/o.jpg")
+    assert read == image
+    assert size_as_listed(read, len(image)) == len(image)
+    assert size_as_listed(read, 7) == len(image)  # neither: a change, said in decoded bytes
