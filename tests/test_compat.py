@@ -572,6 +572,9 @@ def test_a_transforms_error_names_its_step_and_is_logged_where_named(caplog):
     # 'ConvertImages/WriteManifest' was "the build failed").
     assert raised_in(OSError("no space [while running 'Build/WriteManifest']"), "WriteManifest")
     assert not raised_in(OSError("[while running 'Build/WriteManifests']"), "WriteManifest")
+    # As Dataflow's Runner v2 labels it; and not a path that merely names the step.
+    assert raised_in(OSError("[while running 'B/WriteManifest-ptransform-57']"), "WriteManifest")
+    assert not raised_in(FileNotFoundError(2, "No such file", "/data/WriteReport"), "WriteReport")
     refused = next(e for e in chain if isinstance(e, OSError))
     assert without_step_names(str(refused)) == "the store said no"
     assert any(r.name == compat.BEAM_TRANSFORM_ERROR_LOGGER for r in caplog.records)

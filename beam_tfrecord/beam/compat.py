@@ -244,7 +244,9 @@ def refused_job(error: Exception) -> str | None:
 
 
 # What Beam adds to the message of an error a transform raised: the transform's full label.
-_STEP_NAMES = re.compile(r"\s*\[while running '[^']*'\]")
+_STEP_NAMES = re.compile(r"\s*\[while running '([^']*)'\]")
+# What a runner may add to a transform's label (Dataflow's Runner v2: `...-ptransform-57`).
+_LABEL_SUFFIX = re.compile(r"-ptransform-\d+$")
 
 
 def without_step_names(message: str) -> str:
@@ -255,10 +257,11 @@ def without_step_names(message: str) -> str:
 
 def raised_in(error: BaseException, step: str) -> bool:
     """Whether `error` is Beam's for an error a transform labelled `step` raised (or one of
-    the transforms within it): the message names the transform's full label, in which the
-    step is a whole part (`'ConvertImages/WriteManifest'`, `'ConvertImages/WriteShards/Write'`)."""
-    text = str(error)
-    return any(f"{before}{step}{after}" in text for before in "/'" for after in "/'")
+    the transforms within it): the message names the transform's full label, of which the step
+    is a whole part (`[while running 'ConvertImages/WriteManifest']`, `'.../WriteShards/Write'`)."""
+    return any(
+        step in _LABEL_SUFFIX.sub("", label).split("/") for label in _STEP_NAMES.findall(str(error))
+    )
 
 
 class OptionRefused(Exception):
