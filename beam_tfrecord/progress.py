@@ -301,9 +301,9 @@ class Progress:
     def line(self, counts: collections.Counter, width: int | None = None) -> str:
         """One line: images listed, planned and written against the total, MB/s, time, ETA.
 
-        `width`: at most this many characters. The counts of the steps before writing go first
-        (listed, planned, measured), then the line is cut: in a narrow terminal what the build
-        writes, and when it will be done, are what stays."""
+        `width`: at most this many characters, cut from the end while the build plans. Once it
+        writes, the counts of the steps before go first (listed, planned, measured), then the
+        bytes and rate: in a narrow terminal, what it writes and when it will be done stay."""
         now = self._clock()
         elapsed = now - self._started
         total, to_write = counts["total"], counts["to_write"]
@@ -325,10 +325,8 @@ class Progress:
             rate = written_bytes / elapsed if elapsed > 0 else 0.0
             image_rate = written / elapsed if elapsed > 0 else 0.0
         also = f" (and {kept} kept)" if kept else ""
-        parts.append(
-            f"written {written}{also}{target} images, {format_size(written_bytes)}, "
-            f"{rate / 1e6:.1f} MB/s"
-        )
+        images = f"written {written}{also}{target} images"
+        parts.append(f"{images}, {format_size(written_bytes)}, {rate / 1e6:.1f} MB/s")
         timing = f"{_clock(elapsed)} elapsed"
         left = to_write - written - kept
         if not planning_done or self._written != (written, written_bytes):
@@ -349,8 +347,13 @@ class Progress:
             # so far holds for the rest. Rounded up: 'ETA 0:00' with images left reads as a stall.
             timing += f", ETA {_clock(math.ceil(left / image_rate))}"
         parts.append(timing)
-        if width is None:
-            return " | ".join(parts)
+        line = " | ".join(parts)
+        if width is None or len(line) <= width or not planning_done:
+            # Until the plan is whole, its counts are what moves: cut from the end.
+            return line[:width]
+        # Writing: the steps before are done. Then the bytes and rate go, before the time.
         while len(parts) > 2 and len(" | ".join(parts)) > width:
             del parts[0]
+        if len(" | ".join(parts)) > width:
+            parts[-2] = images
         return " | ".join(parts)[:width]

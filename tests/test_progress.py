@@ -185,10 +185,14 @@ def test_a_narrow_line_keeps_what_is_written_and_drops_the_steps_before():
     whole = shown.line(counts)
     assert whole.startswith("listed 3000 | planned 3000 of 3000 | written 45 of 3000 images")
     assert shown.line(counts, width=len(whole)) == whole
-    narrow = shown.line(counts, width=39)
-    assert narrow.startswith("written 45 of 3000 images") and len(narrow) <= 39
     wider = shown.line(counts, width=79)  # all of it, but the steps before
-    assert wider.startswith("written 45 of 3000 images") and ", ETA " in wider
+    assert wider.startswith("written 45 of 3000 images, ") and ", ETA " in wider
+    narrow = shown.line(counts, width=50)  # then the bytes and rate, before the time
+    assert narrow.startswith("written 45 of 3000 images | 0:00 elapsed, ETA "), narrow
+    assert len(shown.line(counts, width=20)) == 20
+    # While it lists and plans, what moves is at the start: cut from the end.
+    listing = collections.Counter(listed=48213)
+    assert shown.line(listing, width=39).startswith("listed 48213 | planned 0 | written 0")
 
 
 def test_a_terminal_whose_width_no_one_knows_gets_the_whole_line(monkeypatch):
