@@ -372,8 +372,9 @@ def _index_lines(
 
 
 def _index_count(url: str, storage_options: Mapping[str, Any]) -> tuple[int, str] | None:
-    """The records a shard's record index lists, and the index's path; None if it has none."""
-    found = _index_lines(url, storage_options, (FileNotFoundError,))
+    """The records a shard's record index lists, and the index's path; None if it has none
+    (another tool's file of that name that is not text is none)."""
+    found = _index_lines(url, storage_options, (FileNotFoundError, UnicodeDecodeError))
     return None if found is None else (len(found[0]), found[1])
 
 
@@ -592,9 +593,11 @@ class Dataset:
         for part in self._parts:
             if part.url not in self._indexed:
                 self._indexed[part.url] = _index_count(part.url, self.storage_options)
+            if self._indexed[part.url] is None:
+                # No count from one shard: none is used, and the rest are not looked for (a
+                # folder of another tool's shards costs a look or two a pass, not a shard).
+                return list(self._parts)
         counts = [self._indexed[part.url] for part in self._parts]
-        if None in counts:
-            return list(self._parts)
         return [
             dataclasses.replace(part, examples=examples, counted_by=index)
             for part, (examples, index) in zip(self._parts, counts, strict=True)  # type: ignore[misc]

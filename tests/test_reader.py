@@ -643,3 +643,30 @@ def test_a_folder_of_shards_named_otherwise_is_said_to_hold_none_by_that_naming(
         with pytest.raises(FileNotFoundError) as refused:
             read()
         assert str(refused.value) == f"{tmp_path}: no manifest.json and no {what}: {naming}"
+
+
+def test_a_folder_of_shards_without_indexes_is_read_with_a_look_or_two_for_them(
+    built, tmp_path, monkeypatch
+):
+    """Every pass is held to the shards' record indexes where they all have one: a folder of
+    another tool's shards, with none, is looked at for one once or twice a pass, not for each
+    of its shards, and a binary file named as an index is none (found in review)."""
+    import beam_tfrecord.reader as reader
+
+    out, _, manifest = built
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    _as_another_tool_writes_it(copy)
+    shards = sorted(copy.glob("pets-train.tfrecord-*"))
+    (copy / f"{shards[0].name}.index").write_bytes(b"\xff\xfe binary")
+    looked: list[str] = []
+    real = reader._index_lines
+
+    def counted(url, *args):
+        looked.append(url)
+        return real(url, *args)
+
+    monkeypatch.setattr(reader, "_index_lines", counted)
+    dataset = Dataset(str(copy), "train")
+    assert sum(1 for _ in dataset) == manifest["splits"]["train"]["examples"]
+    assert len(set(looked)) == 1 < len(shards)
