@@ -583,7 +583,7 @@ def _labels(setting: Setting, value: Any, config: BuildConfig) -> Any:
     if not labels.startswith("regex:"):
         # Quoted as given, not as repr: a pattern's backslashes would show doubled.
         hint = ""
-        if labels.startswith(("regex=", "regex ")):
+        if labels.lower().startswith(("regex=", "regex ")):
             hint = f"; did you mean 'regex:{labels[len('regex=') :]}'?"
         raise ConfigError(setting.key, f"expected dir, none or regex:PATTERN, got '{labels}'{hint}")
     _check_regex(setting, labels[len("regex:") :], "mark the label with (...) or (?P<label>...)")

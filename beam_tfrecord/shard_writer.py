@@ -335,8 +335,9 @@ class ShardOutput:
         it: a full disk fails the shard, not its index once the shard is there."""
         self.writer.close()
         fs = self._fs
-        index = Staged(fs, self._index_path, "".join(self._index).encode("ascii"))
+        index: Staged | None = None
         try:
+            index = Staged(fs, self._index_path, "".join(self._index).encode("ascii"))
             # Before the shard: a shard under its final name always has its report lines.
             report = "".join(r.to_json() + "\n" for r in self.report)
             publish(fs, self._report_path, report.encode("utf-8"))
@@ -346,7 +347,8 @@ class ShardOutput:
                 self._out.close()
                 fs.mv(self._temp, self._final)
         except BaseException:
-            index.discard()
+            if index is not None:
+                index.discard()
             raise
         self._committed = True
         self._tally.flush()

@@ -224,7 +224,7 @@ def _raw_pixels(features: dict[str, tuple[str | None, list[Any]]]) -> str | None
     height, width, channels = shape
     # Width by height, as an encoded image's size shows; then the array a reshape makes.
     return (
-        f"raw {width}x{height}, {channels} channels ({height}x{width}x{channels} array), "
+        f"raw {width}x{height}, {count(channels, 'channel')} ({height}x{width}x{channels} array), "
         f"{_size(len(data))}"
     )
 
