@@ -10,6 +10,7 @@ from beam_tfrecord.config import BuildConfig, format_size
 from beam_tfrecord.wording import count
 
 __all__ = [
+    "duplicates_labelled_apart",
     "empty_classes",
     "empty_splits",
     "folder_class",
@@ -25,6 +26,7 @@ def of_build(manifest: Mapping, counters: Mapping[str, int], config: BuildConfig
     order; `counters`, the build's Beam counters (empty where the runner reports none)."""
     warnings = out_of_bounds(manifest.get("shards", ()), config)
     warnings += [folder_class(manifest["classes"], config), split_by_unmatched(counters, config)]
+    warnings.append(duplicates_labelled_apart(counters))
     warnings += empty_splits(manifest) + empty_classes(manifest)
     warnings.append(skipped_inputs(manifest, config.output))
     return [warning for warning in warnings if warning]
@@ -77,6 +79,20 @@ def empty_classes(manifest: Mapping) -> list[str]:
         ),
     ]
     return [warning for warning in found if warning]
+
+
+def duplicates_labelled_apart(counters: Mapping[str, int]) -> str | None:
+    """Copies --dedup left out that were labelled otherwise than the copy written (which keeps
+    its own label): a sign of mislabelled images, said only in the report otherwise."""
+    from beam_tfrecord.beam.transforms import DUPLICATES_LABELLED_APART
+
+    apart = counters.get(DUPLICATES_LABELLED_APART, 0)
+    if not apart:
+        return None
+    return (
+        f"{count(apart, 'duplicate')} left out by --dedup had another label than the copy "
+        "written, which keeps its own (report.jsonl, reason duplicate, says which)"
+    )
 
 
 def split_by_unmatched(counters: Mapping[str, int], config: BuildConfig) -> str | None:

@@ -730,6 +730,8 @@ class Batched(beam.PTransform):
 
 
 # The planned images --split-by's pattern matched (in a group) and did not (each alone).
+# The copies --dedup left out whose label is not the label of the copy written.
+DUPLICATES_LABELLED_APART = "duplicates_labelled_apart"
 SPLIT_BY_GROUPED = "split_by_grouped"
 SPLIT_BY_ALONE = "split_by_alone"
 
@@ -899,6 +901,7 @@ class _KeepOneCopyFn(beam.DoFn):
     def __init__(self):
         self._skipped = metric_counter("images_skipped")
         self._duplicates = metric_counter("duplicates_dropped")
+        self._relabelled = metric_counter(DUPLICATES_LABELLED_APART)
 
     def process(self, element: tuple[tuple[str, int], Iterable[Held]]):
         _, packed = element
@@ -928,6 +931,7 @@ class _KeepOneCopyFn(beam.DoFn):
             message = f"byte-identical to {kept.relpath!r}, which was written instead"
             if copy.label != kept.label:
                 message += f" (labelled {kept.label!r} there, {copy.label!r} here)"
+                self._relabelled.inc()
             reports.append(
                 ReportEntry(
                     copy.url, copy.relpath, Reason.DUPLICATE, message,

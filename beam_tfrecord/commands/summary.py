@@ -53,6 +53,7 @@ def print_summary(
     _warn([build_warnings.folder_class(manifest["classes"], config)], out)
     _note_other_extensions(counters, config, out)
     _warn([build_warnings.split_by_unmatched(counters, config)], out)
+    _warn([build_warnings.duplicates_labelled_apart(counters)], out)
     _note_split_by(counters, config, out)
     if config.image.validate in ("header", "none"):
         # Documented, but a user who wrote a truncated download without a word should hear it.

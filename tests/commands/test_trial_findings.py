@@ -60,3 +60,20 @@ def test_an_image_too_wide_for_jpeg_is_reported_as_such(tmp_path):
         "unsupported",
         "a 70000x4 image is larger than a JPEG can be (65,500 pixels a side); PNG can hold it",
     )
+
+
+def test_dedup_says_when_a_copy_left_out_had_another_label(shapes, tmp_path):
+    """--dedup keeps the copy of the smallest relative path with its own label: a copy filed
+    under another class (a mislabelled image) was said only in report.jsonl."""
+    data = tmp_path / "data"
+    shutil.copytree(shapes, data)
+    shutil.copy(data / "square" / "square_0001.jpg", data / "circle" / "zz_copy.jpg")
+    shutil.copy(data / "square" / "square_0002.jpg", data / "square" / "zz_same.jpg")
+    done = run("build", "--input", "data", "--output", "out", "--dedup", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "WARNING: 1 duplicate left out by --dedup had another label than the copy written, "
+        "which keeps its own (report.jsonl, reason duplicate, says which)"
+    ) in done.stdout.splitlines()
+    report = _report(tmp_path / "out")
+    assert report["circle/zz_copy.jpg"][0] == "duplicate"
