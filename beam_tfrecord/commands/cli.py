@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import itertools
 import os
+import re
 import signal
 import sys
 import threading
@@ -37,7 +39,16 @@ class _Parser(argparse.ArgumentParser):
     """Refuses bad arguments in one line, as every other error of the tool is given."""
 
     def error(self, message: str):
+        missing = re.fullmatch(r"argument (-[-\w]+)(?:/-[-\w]+)*: expected one argument", message)
+        if missing and _followed_by_a_dash(missing[1], sys.argv[1:]):
+            # argparse takes a value that starts with '-' (`--min-shard-size -5MB`) for a flag.
+            message += f"; a value that starts with '-' is given as {missing[1]}=VALUE"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _followed_by_a_dash(flag: str, argv: Sequence[str]) -> bool:
+    """Whether `flag` is followed in `argv` by an argument that starts with '-'."""
+    return any(arg == flag and after.startswith("-") for arg, after in itertools.pairwise(argv))
 
 
 def _command_word(argv: Sequence[str]) -> str | None:

@@ -77,3 +77,20 @@ def test_dedup_says_when_a_copy_left_out_had_another_label(shapes, tmp_path):
     ) in done.stdout.splitlines()
     report = _report(tmp_path / "out")
     assert report["circle/zz_copy.jpg"][0] == "duplicate"
+
+
+def test_a_value_starting_with_a_dash_gets_a_hint_not_only_argparse_s_words(tmp_path):
+    """`--min-shard-size -5MB` said only "expected one argument": argparse takes the value for
+    a flag. Given with '=', it gets the size's own refusal."""
+    done = run("build", "--input", "x", "--output", "y", "--min-shard-size", "-5MB", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == (
+        "beam-tfrecord build: error: argument --min-shard-size: expected one argument; a value "
+        "that starts with '-' is given as --min-shard-size=VALUE (see beam-tfrecord build --help)\n"
+    )
+    done = run("build", "--input", "x", "--output", "y", "--min-shard-size=-5MB", cwd=tmp_path)
+    assert done.returncode == 2 and "got '-5MB'" in done.stderr
+    done = run("build", "--input", cwd=tmp_path)  # no value at all: no such hint
+    assert done.stderr.endswith(
+        "argument --input: expected one argument (see beam-tfrecord build --help)\n"
+    )
