@@ -203,3 +203,73 @@ def test_a_transformed_image_is_refused_for_its_records_size_not_an_estimate(tmp
         label_text="c",
     )
     assert f"its record is {record} bytes" in refused["message"]
+
+
+def _photos(src: Path, count: int = 40) -> None:
+    for n in range(count):
+        path = src / ("cat" if n % 2 else "dog") / f"{n:03d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(_jpeg(photo(200, 150, seed=n)))
+
+
+def _shards(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.glob("*.tfrecord-*")}
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["in the launcher", "in processes"])
+def test_a_resume_sizes_images_by_the_records_its_finished_shards_hold(
+    tmp_path, monkeypatch, processes
+):
+    """A --resume of a resized build transformed every image again to measure it, the kept
+    shards' too: resuming cost about what building did (found by a new-user trial). The sizes
+    of the records finished shards hold are taken, where each is the record this build makes;
+    the images of changed files, and all of a build whose settings changed, are measured."""
+    from beam_tfrecord.beam.measuring import SIZES_FROM_FINISHED_SHARDS
+
+    src = tmp_path / "src"
+    _photos(src)
+    settings = {"inputs": [str(src)], "resize": 64, "encode": "jpeg", "max_shard_size": "60KB"}
+    settings["min_shard_size"] = "20KB"
+    out = tmp_path / "out"
+    config = BuildConfig.from_settings({**settings, "output": str(out)})
+    if processes:
+        monkeypatch.setattr(pipeline, "PROCESSES_MIN_BYTES", 1)  # start them for a small build
+        monkeypatch.setattr(writing, "PROCESSES_MIN_BYTES", 1)
+        if not pipeline.shard_processes(config, PipelineOptions([])):
+            pytest.skip("this machine gives the build no shard processes")
+    first = pipeline.build(config)
+    built = _shards(out)
+    assert len(built) > 3 and first.counters.get(SIZES_FROM_FINISHED_SHARDS, 0) == 0
+
+    resumed = BuildConfig.from_settings({**settings, "output": str(out), "resume": True})
+    again = pipeline.build(resumed)
+    assert again.counters[SIZES_FROM_FINISHED_SHARDS] == 40
+    assert again.counters.get("images_measured", 0) == 0
+    assert again.counters["shards_kept"] == len(built) and _shards(out) == built
+
+    # One file changed (a new photograph): it alone is measured, and the shards are what a
+    # clean build of the files as they are now makes.
+    (src / "dog" / "004.jpg").write_bytes(_jpeg(photo(150, 200, seed=99)))
+    changed = pipeline.build(resumed)
+    assert changed.counters[SIZES_FROM_FINISHED_SHARDS] == 39
+    assert changed.counters["images_measured"] == 1
+    clean = tmp_path / "clean"
+    pipeline.build(
+        BuildConfig.from_settings({**settings, "output": str(clean), "name": config.name})
+    )
+    assert _shards(out) == _shards(clean)
+
+    # Another --resize: no record is what it makes, and every image is measured.
+    smaller = BuildConfig.from_settings(
+        {**settings, "resize": 48, "output": str(out), "resume": True}
+    )
+    other = pipeline.build(smaller)
+    assert other.counters.get(SIZES_FROM_FINISHED_SHARDS, 0) == 0
+    assert other.counters["images_measured"] == 40
+    fresh = tmp_path / "fresh"
+    pipeline.build(
+        BuildConfig.from_settings(
+            {**settings, "resize": 48, "output": str(fresh), "name": config.name}
+        )
+    )
+    assert _shards(out) == _shards(fresh)
