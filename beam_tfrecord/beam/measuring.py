@@ -126,8 +126,8 @@ class _MeasureFn(beam.DoFn):
         """The entry sized by the record a finished shard holds for it (a --resume), counted
         as measured; None to measure it."""
         size = None if self._finished is None else self._finished.size_of(entry)
-        if size is None or size > self._max_record_size:
-            return None  # measured, and one over this build's --max-shard-size refused there
+        if size is None:
+            return None
         self._from_shards.inc()
         self._tally.add("measured")
         self._tally.add("to_write_bytes", size - entry.record_size)
