@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 import fsspec
 
 from beam_tfrecord import progress
-from beam_tfrecord.build_folder import finished_shards
 from beam_tfrecord.codec.example import decode_example
 from beam_tfrecord.codec.framing import ChecksummedReader, framed_size
 from beam_tfrecord.codec.reader import read_records
@@ -23,7 +22,7 @@ from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.storage import publish, sequential_read_options, written_at
 from beam_tfrecord.wording import count
 
-__all__ = ["FinishedRecords", "keep_finished"]
+__all__ = ["keep_finished"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -294,11 +293,13 @@ def _disagreement(features: dict, entry: ImageEntry, policy: ImagePolicy) -> str
             f"its records are not the images this build plans for it, in its order (at "
             f"{entry.relpath}: inputs, seed, splits or shard sizes changed)"
         )
-    label, text = features.get("image/class/label"), features.get("image/class/text")
-    if _class_differs(label, text, entry):
-        if entry.class_id is None:
+    if entry.class_id is None:
+        if "image/class/label" in features:
             return f"its record of {entry.relpath} has a class, and this build has no labels"
-        (held,) = label or [None]
+    elif features.get("image/class/label") != [entry.class_id] or features.get(
+        "image/class/text"
+    ) != [(entry.label or "").encode("utf-8")]:
+        (held,) = features.get("image/class/label") or [None]
         return (
             f"its record of {entry.relpath} has class id {held}, where this build gives "
             f"{entry.class_id} ({entry.label}): labels or --classes changed"
@@ -309,14 +310,6 @@ def _disagreement(features: dict, entry: ImageEntry, policy: ImagePolicy) -> str
             "(--encode, --store, --color or --resize changed)"
         )
     return None
-
-
-def _class_differs(label: list | None, text: list | None, entry: ImageEntry) -> bool:
-    """Whether a record's class (its `image/class/label` and `image/class/text` values, None
-    where it has none) is not the one this build gives `entry`."""
-    if entry.class_id is None:
-        return label is not None
-    return label != [entry.class_id] or text != [(entry.label or "").encode("utf-8")]
 
 
 def _settings_show(features: dict, policy: ImagePolicy) -> bool:
@@ -345,75 +338,3 @@ def _settings_show(features: dict, policy: ImagePolicy) -> bool:
     if resize.mode == "short":
         return min(width, height) == resize.size
     return width <= resize.width and height <= resize.height  # fit: within, never larger
-
-
-@dataclass(frozen=True)
-class _Kept:
-    """A record a finished shard holds for an image: its framed size, when its shard was
-    written (`st_mtime_ns`), and whether the record shows what this build would make of it."""
-
-    size: int
-    written: int
-    features: tuple  # (class id list, class text list): what `_disagreement` compares
-
-
-class FinishedRecords:
-    """The records the finished shards of a local build's output hold, by image, for a
-    `--resume` of a transformed build: where its record's size can be taken from the shard that
-    holds it rather than measured again, which transforms the image (all of a resized build's
-    work). See `size_of`.
-
-    Read from the shards themselves (a record's `image/filename`, class and image fields; its
-    framed size), each finished shard once, on this machine's disk only: on a store each look at
-    a source would be a request. Held in memory: about 200 bytes an image.
-    """
-
-    def __init__(self, output: str, policy: ImagePolicy):
-        self._policy = policy
-        self._by_relpath: dict[str, _Kept | None] = {}
-        shards = finished_shards(output) if not has_protocol(output) else None
-        for name in shards or ():
-            self._read(posixpath.join(output, name))
-
-    def __len__(self) -> int:
-        return sum(1 for kept in self._by_relpath.values() if kept is not None)
-
-    def _read(self, path: str) -> None:
-        try:
-            written = os.stat(path).st_mtime_ns
-            for record in read_records(path, compression="NONE"):
-                features = decode_example(record)
-                (name,) = features.get("image/filename") or [b""]
-                relpath = name.decode("utf-8", "surrogateescape")
-                if not _settings_show(features, self._policy):
-                    kept = None
-                else:
-                    shown = (features.get("image/class/label"), features.get("image/class/text"))
-                    kept = _Kept(framed_size(len(record)), written, shown)
-                # Two records of one relative path (two --input roots): neither is taken.
-                self._by_relpath[relpath] = None if relpath in self._by_relpath else kept
-        except (OSError, ValueError):  # damaged, or not a build's: its images are measured
-            return
-
-    def size_of(self, entry: ImageEntry) -> int | None:
-        """The framed size of the record a finished shard holds for `entry`'s image, when it is
-        the record this build would make: its class and image settings as this build's
-        (`_disagreement`), and the image's file on this machine's disk unchanged since that
-        shard was written (its status-change time, as `_changed_since_written` reads it); else
-        None, and the image is measured.
-
-        As with a kept shard, what a record cannot show (`--jpeg-quality`, `--background`...)
-        is taken as unchanged: docs/guide/resume.md says to rebuild with --overwrite after
-        changing those.
-        """
-        kept = self._by_relpath.get(entry.relpath)
-        if kept is None or has_protocol(entry.url):
-            return None
-        if _class_differs(*kept.features, entry):
-            return None
-        try:
-            if os.stat(entry.url).st_ctime_ns > kept.written:
-                return None
-        except OSError:
-            return None
-        return kept.size

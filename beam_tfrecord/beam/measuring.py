@@ -3,7 +3,6 @@ before the shards are planned (`beam_tfrecord.measurement`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
 import os
@@ -29,14 +28,10 @@ from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.measurement import measured, needs_measuring
 from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import Fetches
-from beam_tfrecord.resume import FinishedRecords
 from beam_tfrecord.shard_processes import started
 from beam_tfrecord.shard_writer import segment_runs
 
-__all__ = ["SIZES_FROM_FINISHED_SHARDS", "MeasureImages", "discard_kept_records"]
-
-# Images a --resume sized by the records finished shards hold, not by transforming them.
-SIZES_FROM_FINISHED_SHARDS = "sizes_from_finished_shards"
+__all__ = ["MeasureImages", "discard_kept_records"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -57,24 +52,16 @@ class _MeasureFn(beam.DoFn):
     threads as the worker has cores (Pillow lets go of the GIL), keeping only its record's
     size; an image that keeps its bytes passes through, its size already exact."""
 
-    def __init__(
-        self, policy: ImagePolicy, max_record_size: int, read_ahead: int, resumed: str | None
-    ):
+    def __init__(self, policy: ImagePolicy, max_record_size: int, read_ahead: int):
         self._policy = policy
         self._max_record_size = max_record_size
         self._read_ahead = read_ahead
-        self._resumed = resumed
         self._skipped = metric_counter("images_skipped")
         self._measured = metric_counter("images_measured")
-        self._from_shards = metric_counter(SIZES_FROM_FINISHED_SHARDS)
 
     def setup(self):
         self._cores = usable_cores()
         self._pool = ThreadPoolExecutor(self._cores, thread_name_prefix="measure")
-        # Read here, not carried in the DoFn: an image a line of memory, not of its graph.
-        self._finished = (
-            None if self._resumed is None else FinishedRecords(self._resumed, self._policy)
-        )
 
     def start_bundle(self):
         # Per bundle: a bundle that failed must not hand its work to the retry.
@@ -90,10 +77,6 @@ class _MeasureFn(beam.DoFn):
         if not needs_measuring(entry, self._policy):
             self._tally.add("measured")  # its size is exact already
             yield entry
-            return
-        taken = self._from_finished(entry)
-        if taken is not None:
-            yield taken
             return
         fetches = self._fetches
         fetches.start(entry, entry.url, entry.source_size)
@@ -121,17 +104,6 @@ class _MeasureFn(beam.DoFn):
     def _submit(self, entry: ImageEntry, data: bytes | OSError) -> None:
         future = self._pool.submit(measured, entry, data, self._policy, self._max_record_size)
         self._measuring.append((entry, future))
-
-    def _from_finished(self, entry: ImageEntry) -> ImageEntry | None:
-        """The entry sized by the record a finished shard holds for it (a --resume), counted
-        as measured; None to measure it."""
-        size = None if self._finished is None else self._finished.size_of(entry)
-        if size is None:
-            return None
-        self._from_shards.inc()
-        self._tally.add("measured")
-        self._tally.add("to_write_bytes", size - entry.record_size)
-        return dataclasses.replace(entry, record_size=size)
 
     def _output(self, planned: ImageEntry, future: Future):
         return self._counted(planned, future.result())
@@ -178,13 +150,11 @@ class _KeepingMeasureFn(_MeasureFn):
             return
         wanted = []
         for entry in batch:
-            if not needs_measuring(entry, self._policy):
+            if needs_measuring(entry, self._policy):
+                wanted.append(entry)
+            else:
                 self._tally.add("measured")  # its size is exact already
                 yield entry
-            elif (taken := self._from_finished(entry)) is not None:
-                yield taken
-            else:
-                wanted.append(entry)
         for run in segment_runs(wanted):
             path = os.path.join(self._folder, f"{next(self._names):09d}.records")
             future = self._processes.submit_measure(run, self._policy, self._max_record_size, path)
@@ -229,16 +199,13 @@ class MeasureImages(beam.PTransform):
         read_ahead: int = 16,
         *,
         keep_records: bool = False,
-        resumed: str | None = None,
     ):
         """`keep_records`: measure on the build's shard processes, once started, and keep each
         record for the shard writer (`measure_into`); only where the shards are written on this
-        machine, which can read the files it keeps them in. `resumed`: the local output folder
-        of a --resume, whose finished shards give the sizes of the records they hold
-        (`resume.FinishedRecords`): those images are not transformed again to be measured."""
+        machine, which can read the files it keeps them in."""
         super().__init__()
         kind = _KeepingMeasureFn if keep_records else _MeasureFn
-        self._fn = kind(policy, max_record_size, read_ahead, resumed)
+        self._fn = kind(policy, max_record_size, read_ahead)
 
     def expand(self, entries):
         results = (

@@ -256,9 +256,6 @@ class ConvertImages(beam.PTransform):
                 config.max_shard_size,
                 read_ahead=read_ahead,
                 keep_records=here,  # and the shards written here copy the records it made
-                # A --resume into a folder on this machine takes the sizes of the records its
-                # finished shards hold, rather than transforming each image again.
-                resumed=config.output if config.resume and is_local_url(config.output) else None,
             )
             entries = measured["entries"]
             reports.append(measured["report"])
