@@ -35,7 +35,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-__all__ = ["CONNECTIONS", "KEEP_IDLE", "BadResponse", "Decoded", "Timeouts", "decoded", "get"]
+__all__ = [
+    "CONNECTIONS",
+    "KEEP_IDLE",
+    "BadResponse",
+    "Decoded",
+    "Timeouts",
+    "decodable",
+    "decoded",
+    "get",
+]
 
 # Requests in flight per origin unless told (aiohttp's connector allows 100).
 CONNECTIONS = 64
@@ -123,6 +132,18 @@ class Decoded(bytes):
 
     coded_size: int
 
+    @classmethod
+    def of(cls, plain: bytes, coded_size: int) -> Decoded:
+        made = cls(plain)
+        made.coded_size = coded_size
+        return made
+
+
+def decodable(coding: bytes | str) -> bool:
+    """Whether a `Content-Encoding` is one aiohttp decodes a body from, and so `decoded`."""
+    name = coding.encode("latin-1") if isinstance(coding, str) else coding
+    return name.strip().lower() in (b"gzip", b"x-gzip", b"deflate")
+
 
 def decoded(body: bytes, coding: bytes | str) -> bytes:
     """`body` decoded as aiohttp decodes it (gzip, or deflate with zlib's wrapping or without),
@@ -131,17 +152,15 @@ def decoded(body: bytes, coding: bytes | str) -> bytes:
     Raises:
         BadResponse: the body is not in the coding it says.
     """
-    name = coding.encode("latin-1") if isinstance(coding, str) else coding
-    if not body or name.strip().lower() not in (b"gzip", b"x-gzip", b"deflate"):
+    if not body or not decodable(coding):
         return body
     for wbits in (47, -15):  # zlib's or gzip's wrapping (told by its header), then raw deflate
         try:
-            plain = Decoded(zlib.decompress(body, wbits))
+            return Decoded.of(zlib.decompress(body, wbits), len(body))
         except zlib.error:
             continue
-        plain.coded_size = len(body)
-        return plain
-    raise BadResponse(f"a body that is not the {name.decode('latin-1')} it says it is")
+    name = coding.decode("latin-1") if isinstance(coding, bytes) else coding
+    raise BadResponse(f"a body that is not the {name} it says it is")
 
 
 def _request(parts, headers: Mapping[str, str]) -> bytes:

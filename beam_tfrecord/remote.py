@@ -222,11 +222,9 @@ async def _through_gcsfs_session(fs, url: str, headers: dict) -> tuple[int, byte
     await fs._set_session()
     async with fs.session.get(url, headers=headers, timeout=fs.requests_timeout) as response:
         body = await response.read()  # decoded by aiohttp, if coded gzip or deflate
-        coding = response.headers.get("Content-Encoding", "").strip().lower()
         length = response.headers.get("Content-Length", "")
-        if coding in ("gzip", "x-gzip", "deflate") and length.isdigit():
-            body = http_get.Decoded(body)
-            body.coded_size = int(length)
+        if http_get.decodable(response.headers.get("Content-Encoding", "")) and length.isdigit():
+            body = http_get.Decoded.of(body, int(length))
         return response.status, body
 
 
