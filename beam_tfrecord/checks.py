@@ -60,18 +60,23 @@ def _check_list_entries_outside(config: BuildConfig, output: str) -> None:
     """Refuses an --input-list that names a file inside the output folder.
 
     Only a rebuild into a folder that holds files (--overwrite, --resume) can be hit, so only
-    then is the list read here, once more: a fresh output folder holds nothing to name.
+    then is the list read here, once more: a fresh output folder holds nothing to name. It runs
+    after `_check_input_list`, which says a list missing or unreadable as the setting's; a bad
+    line past what that reads is said here as it is, before the pipeline would.
     """
     if config.input_list is None or not (config.overwrite or config.resume):
         return
-    for chunk in input_list_chunks(config.input_list):
-        for source in read_input_list_chunk(chunk):
-            if _inside(_canonical(source.url), output):
-                raise ConfigError(
-                    "input_list",
-                    f"{config.input_list!r} names {source.url!r}, inside --output "
-                    f"{config.output!r}; the build would read its own output",
-                )
+    try:
+        for chunk in input_list_chunks(config.input_list):
+            for source in read_input_list_chunk(chunk):
+                if _inside(_canonical(source.url), output):
+                    raise ConfigError(
+                        "input_list",
+                        f"{config.input_list!r} names {source.url!r}, inside --output "
+                        f"{config.output!r}; the build would read its own output",
+                    )
+    except InputListError as err:
+        raise ConfigError("input_list", str(err)) from None
 
 
 # How long the checks may wait on an object store before the build is refused: long enough for
@@ -169,7 +174,6 @@ def _preflight(
                 "output",
                 f"{config.output!r} is inside input {pattern!r}; the build would read its own output",
             )
-    _check_list_entries_outside(config, output)
     # Each check is a few round trips to a store; they run at once, and the first failing one,
     # in this order, is the error. The output is checked after: its check writes (a probe),
     # and a build refused for its inputs must leave no trace.
@@ -182,6 +186,7 @@ def _preflight(
     setting = "input_list" if remote == [config.input_list] else "input"
     checking.append((setting, remote or sources))
     run_concurrently(checks)
+    _check_list_entries_outside(config, output)
     checking.append(("output", [config.output]))
     _check_output(config, lock)
 

@@ -228,6 +228,42 @@ def test_a_bad_input_list_line_is_one_line_naming_it_and_nothing_is_left(
     assert not out.exists()
 
 
+@pytest.mark.parametrize("again", ["--overwrite", "--resume"])
+@pytest.mark.parametrize("checked_bytes", [1 << 20, 16], ids=["checked", "past-the-checks"])
+def test_a_bad_input_list_of_a_rebuild_is_one_line_and_the_build_is_left(
+    src, tmp_path, capsys, monkeypatch, checked_bytes, again
+):
+    """A scheduled rebuild (--overwrite, --resume) reads the list once more, for a file inside
+    the output, before the list's own checks: a bad line ended in a traceback of
+    InputListError, and a missing list in "error: [Errno 2] No such file..." naming no
+    setting."""
+    from beam_tfrecord import checks
+
+    monkeypatch.setattr(checks, "_LIST_CHECKED_BYTES", checked_bytes)
+    images = sorted(p.relative_to(src) for p in src.rglob("*.jpg"))
+    listing = tmp_path / "list.csv"
+    listing.write_text("".join(f"{src / p},{p.parent}\n" for p in images))
+    out = tmp_path / "out"
+    args = ["build", "--input-list", str(listing), "--output", str(out), "--splits", "train=1"]
+    assert main(args) == 0
+    built = _snapshot(out)
+    capsys.readouterr()
+    lines = [f"{src / p},{p.parent}" for p in images] + [",cat"]
+    listing.write_text("\n".join(lines) + "\n")
+    assert main([*args, again]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input-list: {listing}: line {len(lines)}: expected "
+        '`path` or `path,label` (a path with a comma is quoted: "my,photo.jpg",cat), got '
+        "',cat'\n"
+    )
+    listing.unlink()
+    assert main([*args, again]) == 2
+    assert capsys.readouterr().err == (
+        f"beam-tfrecord build: error: --input-list: {str(listing)!r} does not exist\n"
+    )
+    assert _snapshot(out) == built
+
+
 def test_a_folder_whose_name_reads_as_a_wildcard_says_how_to_take_it(tmp_path, capsys):
     """`Photos [2023]` is a glob (`[2023]`: one of 2, 0, 3) that matches nothing: it was refused
     as matching no image file, with no word of the escape that takes the folder."""
