@@ -186,6 +186,30 @@ def test_resume_or_overwrite_as_a_flag_answers_for_the_file(tmp_path, in_file, f
         ("input: [a]\noutput: o\n", ["--overwrite", "--resume"], "--resume", "cannot go with"),
         ("- a\n- b\n", [], "--config", "must hold a mapping"),
         ("input: [a\n", [], "--config", "cannot be read, line 2: expected ',' or ']'"),
+        # A glob or regex written as in a shell read as YAML's own syntax: an alias (`*`) and a
+        # double-quoted escape (`\d`). The parser's words alone ("expected alphabetic or
+        # numeric character, but found '*'") said nothing of quoting.
+        (
+            "input: **/*.jpg\noutput: o\n",
+            [],
+            "--config",
+            "line 1: expected alphabetic or numeric character, but found '*' (a value that "
+            "starts with * is an alias to YAML: quote it, as in input: '**/*.jpg')",
+        ),
+        (
+            "input:\n  - *.jpg\noutput: o\n",
+            [],
+            "--config",
+            "(a value that starts with * is an alias to YAML: quote it, as in input: '**/*.jpg')",
+        ),
+        (
+            'input: [a]\noutput: o\nlabels: "regex:([a-z]+)\\d+"\n',
+            [],
+            "--config",
+            "line 3: found unknown escape character 'd' (in double quotes YAML reads a backslash "
+            "as an escape: write a regex in single quotes, as in labels: 'regex:([a-z]+)\\d+', "
+            "or with none)",
+        ),
         (
             "input: [a]\nseed: 1\noutput: o\nseed: 2\n",
             [],

@@ -139,8 +139,9 @@ def _load_yaml(path: str) -> dict[str, Any]:
     except yaml.MarkedYAMLError as err:  # one line: where, and what is wrong there
         mark = err.problem_mark
         where = f", line {mark.line + 1}" if mark is not None else ""
+        hint = _yaml_hint(err.context, err.problem)
         raise ConfigError(
-            "config", f"{path!r} cannot be read{where}: {err.problem or err.context}"
+            "config", f"{path!r} cannot be read{where}: {err.problem or err.context}{hint}"
         ) from None
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError("config", f"{path!r} cannot be read: {err}") from None
@@ -162,6 +163,23 @@ def _load_yaml(path: str) -> dict[str, Any]:
             )
         named[setting] = str(key)
     return data
+
+
+def _yaml_hint(context: str | None, problem: str | None) -> str:
+    """How to write what YAML read as its own syntax (the parser's error's `context` and
+    `problem`): a glob or a regex typed as in a shell is the mistake most likely in this file,
+    and the parser's words do not say to quote."""
+    problem = problem or ""
+    if context == "while scanning an alias" or problem.startswith("found undefined alias"):
+        return (
+            " (a value that starts with * is an alias to YAML: quote it, as in input: '**/*.jpg')"
+        )
+    if context == "while scanning a double-quoted scalar" and "escape" in problem:
+        return (
+            " (in double quotes YAML reads a backslash as an escape: write a regex in single "
+            r"quotes, as in labels: 'regex:([a-z]+)\d+', or with none)"
+        )
+    return ""
 
 
 @functools.cache
