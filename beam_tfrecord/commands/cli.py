@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import io
 import itertools
 import os
 import re
@@ -248,11 +249,15 @@ def entry() -> None:
 def _open_closed_streams() -> None:
     """A command started with stdout or stderr closed (`>&-`) has None there: what it would
     print goes nowhere, as to /dev/null, rather than failing on the first print. And an error
-    writing to stdout is told apart from one writing the build (`_GuardedStdout`)."""
+    writing to stdout is told apart from one writing the build (`_GuardedStdout`). A character
+    the stream's encoding lacks (a class `café` under PYTHONIOENCODING=ascii) is written as an
+    escape, `caf\\xe9`, as Python writes it on stderr, not a UnicodeEncodeError's traceback."""
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115  # for the life of the process
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")  # noqa: SIM115
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(errors="backslashreplace")
     sys.stdout = _GuardedStdout(sys.stdout)
 
 

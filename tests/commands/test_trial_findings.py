@@ -94,3 +94,16 @@ def test_a_value_starting_with_a_dash_gets_a_hint_not_only_argparse_s_words(tmp_
     assert done.stderr.endswith(
         "argument --input: expected one argument (see beam-tfrecord build --help)\n"
     )
+
+
+def test_a_name_the_terminal_cannot_show_is_escaped_not_a_traceback(shapes, tmp_path):
+    """With an output encoding that has no 'é' (PYTHONIOENCODING=ascii, a cron job's or an old
+    container's locale), `inspect` of a class named `café` ended in a UnicodeEncodeError
+    traceback."""
+    shutil.copytree(shapes / "circle", tmp_path / "data" / "café")
+    done = run("build", "--input", "data", "--output", "out", "--splits", "train=1", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shard = "out/out-train.tfrecord-00000-of-00001"
+    done = run("inspect", "-n", "1", shard, cwd=tmp_path, env={"PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 0, done.stderr
+    assert '    image/class/text   bytes  "caf\\xe9"' in done.stdout.splitlines()
