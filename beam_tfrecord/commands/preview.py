@@ -8,6 +8,7 @@ import math
 import os
 import posixpath
 import random
+import sys
 import textwrap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -224,8 +225,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         default="preview.png",
         metavar="FILE",
-        help="where to write the sheet: a PNG, or a JPEG or WebP by its suffix (.jpg, .webp) "
-        "(default: %(default)s)",
+        help="where to write the sheet: a PNG, or a JPEG or WebP by its suffix (.jpg, .webp); "
+        "- for a PNG on standard output (default: %(default)s)",
     )
     parser.add_argument(
         "--overwrite",
@@ -280,6 +281,9 @@ def _size(text: str) -> int:
 _MOST_COLUMNS = 64
 _MOST_PIXELS = 1024
 
+# -o's name for standard output, as other tools take it: the sheet goes there as a PNG.
+_STDOUT = "-"
+
 # What the sheet is written as, by -o's suffix; any other suffix (or none) gets a PNG.
 _FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".webp": "WEBP", ".png": "PNG"}
 
@@ -295,7 +299,14 @@ def _format_of(out: str) -> str | None:
 
 def _refusal(out: str, overwrite: bool) -> str | None:
     """Why the sheet cannot go to `out` (it is a folder; its folder is not there; it exists
-    and --overwrite is not given), or None."""
+    and --overwrite is not given; `-`, standard output, is a terminal), or None."""
+    if out == _STDOUT:
+        if sys.stdout.isatty():  # a PNG's bytes would scramble the terminal, and show nothing
+            return (
+                "-o -: standard output is a terminal; send it to a file or a program "
+                "(> sheet.png, | display), or name a file"
+            )
+        return None
     if is_memory_url(out):  # written, and gone with the command, which said it wrote it
         return (
             f"-o {out}: is in memory (fsspec's memory filesystem), gone when the command ends; "
@@ -428,19 +439,26 @@ def run(args: argparse.Namespace, extra: list[str]) -> int:
         sheet.save(buffer, "PNG", optimize=True)
     else:
         sheet.convert("RGB").save(buffer, image_format)
-    try:
-        # No folder made on the way: `_refusal` found it there, and a store has none to make.
-        with fsspec.open(args.out, "wb", auto_mkdir=False) as f:
-            f.write(buffer.getvalue())
-    except OSError as error:  # no permission, the folder gone since: the user's to fix
-        print_error("preview", f"-o {args.out}: cannot write: {error}")
-        return 2
+    if args.out == _STDOUT:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(buffer.getvalue())
+        sys.stdout.flush()
+    else:
+        try:
+            # No folder made on the way: `_refusal` found it there, and a store has none.
+            with fsspec.open(args.out, "wb", auto_mkdir=False) as f:
+                f.write(buffer.getvalue())
+        except OSError as error:  # no permission, the folder gone since: the user's to fix
+            print_error("preview", f"-o {args.out}: cannot write: {error}")
+            return 2
     columns = min(args.columns, len(tiles))
     rows = math.ceil(len(tiles) / columns)
     grid = f"{rows} {'row' if rows == 1 else 'rows'} of {columns}"
-    print(
-        f"wrote {args.out}: {count(len(tiles), 'image')} of split {split!r} "
-        f"({grid}, {sheet.width}x{sheet.height} pixels)"
+    print(  # beside the sheet on standard output, said where it cannot mix with the image
+        f"wrote {'the sheet to standard output' if args.out == _STDOUT else args.out}: "
+        f"{count(len(tiles), 'image')} of split {split!r} "
+        f"({grid}, {sheet.width}x{sheet.height} pixels)",
+        file=sys.stderr if args.out == _STDOUT else sys.stdout,
     )
     problems = sum(tile.image is None or tile.warn for tile in tiles)
     if problems:

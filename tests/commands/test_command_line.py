@@ -7,6 +7,7 @@ and what it left on disk.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import pty
@@ -910,6 +911,52 @@ def test_12_preview_sizes_are_bounded_and_named(built, tmp_path, flags, says):
     assert done.returncode == 2
     assert f"beam-tfrecord preview: error: {says}" in done.stderr
     assert not (tmp_path / "s.png").exists()
+
+
+def test_12_preview_to_standard_output_writes_the_png_there(built, tmp_path):
+    """`-o -` wrote a file named `-`; it is standard output, as to other tools."""
+    done = subprocess.run(
+        [*COMMAND, "preview", str(built), "-o", "-", "-n", "3"],
+        cwd=tmp_path, capture_output=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(b"\x89PNG\r\n\x1a\n")
+    from PIL import Image
+
+    with Image.open(io.BytesIO(done.stdout)) as sheet:
+        assert sheet.format == "PNG" and sheet.size == (3 * 128, 148)
+    assert done.stderr.decode().splitlines() == [
+        "wrote the sheet to standard output: 3 images of split 'train' (1 row of 3, 384x148 pixels)"
+    ]
+    assert files_below(tmp_path) == []
+
+
+def test_12_preview_to_standard_output_refuses_a_terminal(built, tmp_path):
+    """A PNG's bytes on a terminal scramble it and show nothing: refused, nothing read."""
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [*COMMAND, "preview", str(built), "-o", "-"],
+            cwd=tmp_path, stdout=follower, stderr=subprocess.PIPE, timeout=300,
+        )  # fmt: skip
+        os.close(follower)
+        shown = b""
+        while select.select([leader], [], [], 0.5)[0]:
+            try:
+                piece = os.read(leader, 65536)
+            except OSError:  # the terminal's other end closed: all of it read
+                break
+            if not piece:
+                break
+            shown += piece
+    finally:
+        os.close(leader)
+    assert done.returncode == 2
+    assert shown == b""
+    assert done.stderr.decode().splitlines() == [
+        "beam-tfrecord preview: error: -o -: standard output is a terminal; send it to a file "
+        "or a program (> sheet.png, | display), or name a file"
+    ]
 
 
 def test_12_inspect_names_a_count_that_is_not_one(built, tmp_path):
