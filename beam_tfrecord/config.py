@@ -69,7 +69,7 @@ class ConfigError(ValueError):
     def __init__(self, setting: str, message: str):
         self.setting = setting
         self.message = message
-        super().__init__(f"--{setting.replace('_', '-')}: {message}")
+        super().__init__(f"--{setting.lstrip('-').replace('_', '-')}: {message}")
 
     def for_python(self) -> ConfigError:
         """The same refusal as a Python caller reads it: the settings its words name (the

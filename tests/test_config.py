@@ -643,3 +643,10 @@ def test_an_output_folder_that_makes_no_dataset_name_is_refused_as_the_output(ou
     )
     named = BuildConfig.from_settings({"input": ["a"], "output": output, "name": "staging"})
     assert named.name == "staging"
+
+
+def test_a_setting_given_with_its_dashes_is_named_with_two():
+    """`from_settings({"--seed": 3})` was refused as `----seed: ...`."""
+    with pytest.raises(ConfigError) as refused:
+        BuildConfig.from_settings({"input": ["a"], "output": "o", "--seed": 3})
+    assert str(refused.value).startswith("--seed: unknown setting '--seed'; did you mean 'seed'?")
