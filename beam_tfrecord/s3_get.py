@@ -65,7 +65,7 @@ S3_TRIES = 5
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _ALGORITHM = "AWS4-HMAC-SHA256"
 # Reads in flight on one filesystem's connections at most, unless its `max_pool_connections`
-# says otherwise: a build keeps 64 in flight per worker (remote.OBJECT_STORE_DEPTH).
+# says otherwise (a build reads remote.OBJECT_STORE_DEPTH ahead per worker, the rest queued).
 _CONNECTIONS = 64
 # What a filesystem may be set up with and still be read here.
 _PLAIN_CLIENT_KWARGS = frozenset({"endpoint_url", "region_name"})
