@@ -89,6 +89,11 @@ class Setting:
         repeatable: the flag may be given more than once, each value kept.
         key: the setting as flags and config files spell it, where it differs from `name`.
         policy_field: for an image setting, the ImagePolicy field it sets.
+        resume_may_change: a `--resume` may give it another value than the build it goes on
+            with was started with: it changes nothing a finished shard holds, nor the plan (where
+            and how fast to work, when to publish), or each shard shows its change (the
+            inputs). Every other setting is in the build's record of its settings, and a
+            `--resume` with another value of it is refused (`settings_record`).
     """
 
     name: str
@@ -107,6 +112,7 @@ class Setting:
     repeatable: bool = False
     key: str = ""
     policy_field: str | None = None
+    resume_may_change: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -125,13 +131,19 @@ class Setting:
         value = self.default
         if value is None or value is False or value in ((), ""):
             return None
+        return self.shown(value)
+
+    def shown(self, value: Any) -> str:
+        """A value of the setting as a flag takes it (`100MB`, `train=0.8,test=0.2`, `a,b`), as
+        BuildConfig or its `to_dict` holds it."""
         if self.kind == "size":
             return _shown_size(value)
         if self.kind == "splits":
-            return ",".join(f"{name}={ratio:g}" for name, ratio in value)
+            pairs = value.items() if isinstance(value, dict) else value
+            return ",".join(f"{name}={ratio:g}" for name, ratio in pairs)
         if self.kind == "extensions":
             return ", ".join(value)
-        if isinstance(value, tuple):
+        if isinstance(value, (tuple, list)):
             return ",".join(str(v) for v in value)
         return str(value)
 
@@ -161,29 +173,32 @@ SETTINGS: tuple[Setting, ...] = (
         about="fsspec glob patterns (`**` is recursive); a plain directory means every file "
         "below it.",
         default=(), key="input", metavar="PATTERN", repeatable=True,
+        resume_may_change=True,  # each finished shard shows whether its images are the plan's
     ),
     Setting(
         "input_list", "text", _READ,
         "file of `path` or `path,label` lines (CSV) instead of --input",
         about="a file listing the inputs instead (`path` or `path,label` lines, CSV).",
-        metavar="FILE",
+        metavar="FILE", resume_may_change=True,  # as --input
     ),
     Setting(
         "extensions", "extensions", _READ, "comma-separated suffixes to take, case-insensitive",
         about="file suffixes to take (case-insensitive); hidden files and folders are never "
         "taken.",
-        default=DEFAULT_EXTENSIONS,
+        default=DEFAULT_EXTENSIONS, resume_may_change=True,  # which files are inputs: as --input
     ),
     Setting(
         "listing", "choice", _READ,
         "who expands the patterns: the workers, in parallel by folder, or this machine",
         about="`pipeline` (workers list the patterns in parallel, by folder) or `launcher`.",
         default="pipeline", choices=("pipeline", "launcher"),
+        resume_may_change=True,  # who lists, not what is listed
     ),
     Setting(
         "output", "output", _WRITE, "output folder, any fsspec URL",
         about="the output folder, any fsspec URL.",
         default="", metavar="DIR",
+        resume_may_change=True,  # a folder moved or copied holds the same build
     ),
     Setting(
         "name", "name", _WRITE, "dataset name in shard file names",
@@ -229,13 +244,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "overwrite", "switch", _WRITE, "replace an earlier build in --output",
         about="replace an earlier build in `output`.",
-        default=False,
+        default=False, resume_may_change=True,  # what becomes of an earlier build
     ),
     Setting(
         "resume", "switch", _WRITE,
         "keep the shards an interrupted run of the same build (same settings and inputs) finished",
         about="keep shards an interrupted run of the same build already finished.",
-        default=False,
+        default=False, resume_may_change=True,
     ),
     _image(
         "validate", "choice",
@@ -266,6 +281,7 @@ SETTINGS: tuple[Setting, ...] = (
         about="fail the build when more inputs are skipped: it writes the report and its "
         "shards, and publishes nothing (no manifest), as an interrupted build.",
         bounds=(0, 1), default_words="off, never fail for it",
+        resume_may_change=True,  # when to publish: --resume publishes a withheld build
     ),
     Setting(
         "allow_missing_classes", "switch", _CHECKS,
@@ -274,6 +290,7 @@ SETTINGS: tuple[Setting, ...] = (
         "keeps its id and gets no image); by default such a build fails, as "
         "`max_skipped_fraction` does, since the name is most often a typo.",
         default=False, default_words="such a build fails, publishing nothing",
+        resume_may_change=True,  # when to publish, as --max-skipped-fraction
     ),
     _image(
         "resize", "resize",
@@ -321,12 +338,14 @@ SETTINGS: tuple[Setting, ...] = (
         "round trip, shallow for local disk).",
         bounds=(0, 1024), unit="images", metavar="N",
         default_words="64 when an input is on an object store, else 16",
+        resume_may_change=True,  # how fast
     ),
     Setting(
         "planning_bucket_records", "integer", _THROUGHPUT,
         "records per planning bucket",
         about="records per planning bucket; bounds the metadata one worker holds.",
         default=200_000, bounds=(1, None), hidden=True,
+        resume_may_change=True,  # how planning is spread: the plan is the same (sharding.py)
     ),
 )
 # fmt: on
