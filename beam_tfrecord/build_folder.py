@@ -10,7 +10,7 @@ import posixpath
 from collections import Counter
 from collections.abc import Iterable
 
-from beam_tfrecord.manifest import BUILD_FOLDERS, REPORT_FILE
+from beam_tfrecord.manifest import BUILD_FOLDERS, REPORT_FILE, SETTINGS_FILE
 from beam_tfrecord.output_lock import LOCK_FILE
 from beam_tfrecord.shard_names import is_shard_name, parse_shard_name, shard_order
 
@@ -89,12 +89,13 @@ def mixed_sets(names: Iterable[str]) -> dict[str, dict[int, int]]:
 def build_traces(files: Iterable[str], folders: Iterable[str]) -> list[str]:
     """What a build of this tool leaves in its output folder before it writes manifest.json, among
     the names of the folder's `files` and `folders`: its shards' `index/` and `reports/` folders
-    (each shard's report lines are published before the shard itself), its `report.jsonl`, and
-    the lock a local build holds. Shards another tool wrote come with none of them.
+    (each shard's report lines are published before the shard itself), its `report.jsonl`, the
+    record of its settings it writes as it starts, and the lock a local build holds. Shards
+    another tool wrote come with none of them.
 
     Returns:
         The traces found, as a listing names them (`index/`, `report.jsonl`...).
     """
     files, folders = set(files), set(folders)
     found = [f"{name}/" for name in BUILD_FOLDERS if name in folders]
-    return found + [name for name in (REPORT_FILE, LOCK_FILE) if name in files]
+    return found + [name for name in (REPORT_FILE, SETTINGS_FILE, LOCK_FILE) if name in files]

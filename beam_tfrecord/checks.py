@@ -33,9 +33,10 @@ from beam_tfrecord.locations import (
     is_store_url,
     protocol_problem,
 )
-from beam_tfrecord.manifest import MANIFEST_FILE, REPORT_FILE
+from beam_tfrecord.manifest import MANIFEST_FILE, REPORT_FILE, SETTINGS_FILE
 from beam_tfrecord.output_lock import LOCK_FILE, lock_output
 from beam_tfrecord.remote import run_concurrently
+from beam_tfrecord.settings_record import check_resumed
 from beam_tfrecord.storage import is_store_refusal, remove, special_file_kind, store_reason
 from beam_tfrecord.wording import count
 
@@ -352,8 +353,15 @@ def _check_output(config: BuildConfig, lock: bool) -> None:
         _check_output_here(config, lock)
 
 
-def _check_output_here(config: BuildConfig, lock: bool) -> None:
-    fs, path = fsspec.core.url_to_fs(config.output)
+def _output_listing(
+    config: BuildConfig, fs: fsspec.AbstractFileSystem, path: str, lock: bool
+) -> list[dict]:
+    """What the output folder holds (fsspec's listing entries), less the files no earlier build
+    is to be replaced or finished for; a --resume refused if the folder's record of its
+    settings names others (`settings_record.check_resumed`).
+
+    With `lock`, the output's lock is taken first (a local folder's).
+    """
     if is_object_store(fs):
         # One listing says both whether the output is a file and what it holds: asked apart,
         # each question is a round trip or two (no lock to take first: `output_lock`).
@@ -372,15 +380,28 @@ def _check_output_here(config: BuildConfig, lock: bool) -> None:
             listed = fs.ls(path, detail=True) if fs.isdir(path) else []
         except FileNotFoundError:
             listed = []
+    if config.resume and any(_name_of(e) == SETTINGS_FILE for e in listed):
+        # Before anything is written or removed: the shards there were made with those.
+        check_resumed(config, fs.cat_file(posixpath.join(path, SETTINGS_FILE)))
     # A killed build's lock file (unlocked, or it would have refused this build) is not a file
-    # of a build.
-    listed = [e for e in listed if posixpath.basename(e["name"].rstrip("/")) != LOCK_FILE]
+    # of a build, nor the record of the settings a build writes as it starts (it may have been
+    # stopped before it wrote anything else).
+    listed = [e for e in listed if _name_of(e) not in (LOCK_FILE, SETTINGS_FILE)]
     # A build that published nothing (no image written, or none accepted) leaves its
     # report.jsonl alone, for the user to read why; a build run again after the fix replaces it.
-    if [(posixpath.basename(e["name"].rstrip("/")), e.get("type")) for e in listed] == [
-        (REPORT_FILE, "file")
-    ]:
+    if [(_name_of(e), e.get("type")) for e in listed] == [(REPORT_FILE, "file")]:
         listed = []
+    return listed
+
+
+def _name_of(entry: dict) -> str:
+    """The name of a file or folder in an fsspec listing entry."""
+    return posixpath.basename(entry["name"].rstrip("/"))
+
+
+def _check_output_here(config: BuildConfig, lock: bool) -> None:
+    fs, path = fsspec.core.url_to_fs(config.output)
+    listed = _output_listing(config, fs, path, lock)
     existing = [e["name"] for e in listed]
     if existing and not (config.overwrite or config.resume):
         has_build = any(posixpath.basename(p.rstrip("/")) == MANIFEST_FILE for p in existing)

@@ -129,8 +129,8 @@ def start_before_beam(config: BuildConfig) -> bool:
         ConfigError: as `checks.preflight`, before anything is written.
     """
     from beam_tfrecord.checks import preflight
-    from beam_tfrecord.manifest import discard_manifest
     from beam_tfrecord.output_lock import is_lockable, release_output
+    from beam_tfrecord.settings_record import start_output
 
     processes = usable_cores()
     start = head_start_for(config) if processes > 1 else None
@@ -142,13 +142,12 @@ def start_before_beam(config: BuildConfig) -> bool:
         return False
     try:
         preflight(config, lock=True)
+        # Before the first shard: the record of the settings every shard is made with.
+        start_output(config)
     except BaseException:
         release_output(config.output)
         raise
     _early[:] = [config]
-    if config.overwrite:
-        # A folder half-way through being replaced must not claim to be a finished build.
-        discard_manifest(config.output)
     # Planned here, while the processes start (half a second: Python, Pillow, fsspec): the
     # first shards go to them as soon as they can take them, and Beam's import comes after.
     head_start(start_early(processes), config, start=start, here=True)
@@ -168,22 +167,21 @@ def taken_before_beam(config: BuildConfig) -> bool:
 
 def check_before_beam(config: BuildConfig) -> bool:
     """For a plain build that reaches an object store (no Beam flags: the DirectRunner in this
-    process), starts its checks (`checks.preflight`) and, with --overwrite, the removal of an
-    earlier build's manifest, on a thread while Beam is imported; whether it did. The pipeline
-    waits for them and raises what they raised (`checked_before_beam`) before it runs."""
+    process), starts its checks (`checks.preflight`) and its output's start (with --overwrite,
+    the removal of an earlier build's manifest; the record of its settings:
+    `settings_record.start_output`), on a thread while Beam is imported; whether it did. The
+    pipeline waits for them and raises what they raised (`checked_before_beam`) before it runs."""
     if not config.reaches_a_store():
         return False
     from beam_tfrecord.checks import preflight
-    from beam_tfrecord.manifest import discard_manifest
+    from beam_tfrecord.settings_record import start_output
 
     outcome: list[BaseException | None] = []
 
     def check() -> None:
         try:
             preflight(config)
-            if config.overwrite:
-                # A folder half-way through being replaced must not claim to be a finished build.
-                discard_manifest(config.output)
+            start_output(config)
             outcome.append(None)
         except BaseException as err:  # raised by the thread that waits for it
             outcome.append(err)
@@ -197,8 +195,8 @@ def check_before_beam(config: BuildConfig) -> bool:
 
 
 def checked_before_beam(config: BuildConfig) -> bool:
-    """Whether `check_before_beam` checked this build (and, with --overwrite, removed an earlier
-    build's manifest), once they have ended. Once: the pipeline takes it.
+    """Whether `check_before_beam` checked this build and started its output (with --overwrite,
+    removed an earlier build's manifest), once they have ended. Once: the pipeline takes it.
 
     Raises:
         ConfigError: what the checks refused, as `checks.preflight`.

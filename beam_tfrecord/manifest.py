@@ -41,6 +41,7 @@ __all__ = [
     "LABELS_FILE",
     "MANIFEST_FILE",
     "REPORT_FILE",
+    "SETTINGS_FILE",
     "BuildFailed",
     "GivenClasses",
     "Inputs",
@@ -72,7 +73,10 @@ __all__ = [
 MANIFEST_FILE = "manifest.json"
 LABELS_FILE = "labels.txt"
 REPORT_FILE = "report.jsonl"
-_METADATA_FILES = (MANIFEST_FILE, LABELS_FILE, REPORT_FILE)
+# The record of the settings a build's shards are made with, written as it starts: --resume
+# refuses other settings (`settings_record`).
+SETTINGS_FILE = "build-settings.json"
+_METADATA_FILES = (MANIFEST_FILE, LABELS_FILE, REPORT_FILE, SETTINGS_FILE)
 # What a build writes beside its shards, none of it a TFRecord file (and the folders of its
 # shards' record indexes and report parts).
 BUILD_FILES = (*_METADATA_FILES, *TFDS_FILES)
@@ -397,7 +401,8 @@ def withdraw_build(
     output_dir: str, report: Iterable[ReportEntry] | None = None, keep: Iterable[str] = ()
 ) -> None:
     """Leaves a build that must not be published as a folder holding its report.jsonl and the
-    files in `keep` (its finished shards, for `--resume`), and nothing else.
+    files in `keep` (its finished shards, for `--resume`, and then the record of the settings
+    they were made with), and nothing else.
 
     Nothing may claim a dataset: no manifest.json, no labels.txt, no TFDS files, and no shard or
     index of an earlier build (which --overwrite or --resume asked to replace), so that neither
@@ -408,7 +413,11 @@ def withdraw_build(
     discard_manifest(output_dir)
     if report is not None:
         publish_text(posixpath.join(output_dir, REPORT_FILE), _report_text(report))
-    for name in (LABELS_FILE, *TFDS_FILES):
+    keep = list(keep)
+    # With no shard kept there is nothing for a --resume to go on with: the record of the
+    # settings goes too, and the folder holds the report alone, which a build may replace.
+    gone = (LABELS_FILE, *TFDS_FILES) if keep else (LABELS_FILE, *TFDS_FILES, SETTINGS_FILE)
+    for name in gone:
         fs, path = fsspec.core.url_to_fs(posixpath.join(output_dir, name))
         if fs.exists(path):
             remove(fs, path)

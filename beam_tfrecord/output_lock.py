@@ -26,6 +26,7 @@ import fsspec
 
 from beam_tfrecord.config import ConfigError
 from beam_tfrecord.locations import is_local_url
+from beam_tfrecord.manifest import SETTINGS_FILE
 
 try:
     import fcntl
@@ -191,7 +192,8 @@ def release_output(output: str, *, failed: bool = False) -> None:
     thread's build; else nothing (a build refused on one thread leaves another's lock alone).
 
     A build that `failed`, in a folder its lock created, removes the folder too if nothing is
-    left in it: a job its runner refused (an unreachable cluster, say) leaves no trace.
+    left in it but the record of its settings: a job its runner refused (an unreachable
+    cluster, say) leaves no trace.
     """
     path = _lock_path(output)
     with _guard:
@@ -210,5 +212,10 @@ def release_output(output: str, *, failed: bool = False) -> None:
         finally:
             os.close(fd)
         if failed and made:
+            folder = os.path.dirname(path)
+            with contextlib.suppress(OSError):
+                # The record of the build's settings, written as it started, alone: no work.
+                if os.listdir(folder) == [SETTINGS_FILE]:
+                    os.unlink(os.path.join(folder, SETTINGS_FILE))
             with contextlib.suppress(OSError):  # not empty: what the build wrote stays
-                os.rmdir(os.path.dirname(path))
+                os.rmdir(folder)

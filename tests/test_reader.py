@@ -298,11 +298,12 @@ def test_shuffled_shard_order_is_seeded_and_still_exact(built):
 
 def _as_another_tool_writes_it(copy: Path) -> None:
     """A build's folder left as a folder of shards from elsewhere: no manifest, and none of what
-    this tool writes on its way (index/, reports/, report.jsonl)."""
+    this tool writes on its way (index/, reports/, report.jsonl, build-settings.json)."""
     (copy / "manifest.json").unlink()
     shutil.rmtree(copy / "index")
     shutil.rmtree(copy / "reports")
     (copy / "report.jsonl").unlink()
+    (copy / "build-settings.json").unlink()
 
 
 def test_without_a_manifest_shards_are_found_by_name(built, tmp_path):
@@ -350,7 +351,8 @@ def test_a_failed_builds_folder_is_refused_by_every_reader(failed):
 
     said = (
         rf"^{failed}: a build that did not finish \(no manifest\.json beside its index/, "
-        r"reports/ and report\.jsonl\): it failed, was stopped, or is still running"
+        r"reports/, report\.jsonl and build-settings\.json\): it failed, was stopped, or is "
+        r"still running"
     )
     for read in (
         lambda: Dataset(failed, "train"),
@@ -393,7 +395,9 @@ def test_a_failed_builds_copy_in_a_store_is_refused_too(failed):
         memory.rm("/failed-copy", recursive=True)
 
 
-@pytest.mark.parametrize("trace", ["index", "reports", "report.jsonl", ".beam-tfrecord.lock"])
+@pytest.mark.parametrize(
+    "trace", ["index", "reports", "report.jsonl", "build-settings.json", ".beam-tfrecord.lock"]
+)
 def test_any_one_trace_of_a_build_makes_a_folder_without_manifest_unfinished(
     built, tmp_path, trace
 ):

@@ -58,7 +58,6 @@ from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, re
 from beam_tfrecord.manifest import (
     REPORT_FILE,
     build_manifest,
-    discard_manifest,
     forget_written_here,
     manifest_written_here,
     read_manifest,
@@ -75,6 +74,7 @@ from beam_tfrecord.readahead import usable_cores
 from beam_tfrecord.remote import read_depth
 from beam_tfrecord.report import PARTS_DIR, compose_report, remove_parts, shard_report_name
 from beam_tfrecord.settings import in_python_names
+from beam_tfrecord.settings_record import start_output
 from beam_tfrecord.shard_processes import (
     PROCESSES_MIN_BYTES,
     PROCESSES_MIN_IMAGES,
@@ -738,9 +738,9 @@ def _build(
     checked = early or checked_before_beam(config)
     if not checked:
         preflight(config, lock=lock)
-    if config.overwrite and not dry_run and not checked:
-        # A folder half-way through being replaced must not claim to be a finished build.
-        discard_manifest(config.output)
+    if not dry_run and not checked:
+        # Before anything else is written there (`early` started its own).
+        start_output(config)
     forget_written_here(config.output)  # an earlier build's, in this process: not this one's
     started = time.monotonic()
     processes = shard_processes(config, options)  # none for a dry run: that is Dataflow's

@@ -449,6 +449,9 @@ def test_9_a_large_local_build_writes_in_worker_processes_the_same_bytes(large_s
     # Resumed with another seed: each shard a shard process replaces is named on the build's
     # stderr, as the summary says (a shard process's own log went nowhere the user sees).
     (tmp_path / "pooled" / "manifest.json").unlink()
+    # Its record of its settings would refuse another seed (tests/test_resume_settings.py): as
+    # a folder an earlier version built, which has none.
+    (tmp_path / "pooled" / "build-settings.json").unlink()
     resumed = run("build", "--input", str(large_src), "--output", str(tmp_path / "pooled"),
                   *LARGE_FLAGS, "--name", "ds", "--resume", "--seed", "3", cwd=tmp_path)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
