@@ -18,6 +18,7 @@ from beam_tfrecord.codec.record_index import index_file_name, index_line
 from beam_tfrecord.entries import ImageEntry, Reason, ReportEntry, ShardResult, ShardSpec
 from beam_tfrecord.images import ImagePolicy
 from beam_tfrecord.locations import has_protocol, is_local
+from beam_tfrecord.manifest import SETTINGS_FILE
 from beam_tfrecord.report import shard_report_name
 from beam_tfrecord.storage import publish, sequential_read_options, written_at
 from beam_tfrecord.wording import count
@@ -57,8 +58,9 @@ def _verify_existing(
     """The result, index and report lines of a shard already written by an earlier run of the
     same build, if it is intact; else why it is not (None: it is not there).
 
-    Intact means: its report lines are there, and none says an image could not be read (the
-    store may answer now); every record's CRCs check; the records are the planned images in the
+    Intact means: it was written after the record of the build's settings, where there is one
+    (`_written_before_its_build`); its report lines are there, and none says an image could not
+    be read (the store may answer now); every record's CRCs check; the records are the planned images in the
     planned order, less exactly those its report says were left out; and each record says what
     this build would: the image's class id and name, and, of the image settings, what a record
     shows (`_settings_show`).
@@ -69,6 +71,12 @@ def _verify_existing(
     except OSError:  # most often not there: not written yet
         return None
     with shard:
+        if _written_before_its_build(fs, final_path):
+            return (
+                f"it was written before this build began (before its {SETTINGS_FILE}): a "
+                "shard of the build an --overwrite was replacing, whose settings its records "
+                "may not show"
+            )
         report = _finished_report(fs, report_path, spec)
         if isinstance(report, str):
             return report
@@ -206,6 +214,22 @@ def _record_disagreement(
     return None
 
 
+def _written_before_its_build(fs, shard_path: str) -> bool:
+    """Whether the shard was written before the record of the build's settings beside it was
+    (`settings_record`), which a build publishes before its first shard: it is then a shard of
+    the build an --overwrite was replacing, left when that was stopped, whose records may show
+    nothing of the settings it differs in (another --jpeg-quality). False where there is no
+    record (a folder an earlier version wrote) or a time is not told (fsspec's memory
+    filesystem)."""
+    record = posixpath.join(posixpath.dirname(shard_path), SETTINGS_FILE)
+    try:
+        started = written_at(fs.info(record))
+        written = written_at(fs.info(shard_path))
+    except OSError:  # most often no record
+        return False
+    return started is not None and written is not None and written < started
+
+
 def _changed_since_written(fs, shard_path: str, ordered: list[ImageEntry]) -> ImageEntry | None:
     """The first planned image on this machine's disk whose file changed after the shard on
     this machine's disk was written (its status-change time, which a content change moves and
@@ -316,8 +340,8 @@ def _settings_show(features: dict, policy: ImagePolicy) -> bool:
     """Whether a record's format, channels and size fit the build's image settings.
 
     What a record cannot show (`--jpeg-quality`, `--background`, `--exif-orientation`, a resize
-    of an image it left as it was) is not checked: docs/guide/resume.md says to rebuild with --overwrite
-    after changing those.
+    of an image it left as it was) the record of the build's settings does: a --resume with
+    other settings is refused before it starts (`settings_record.check_resumed`).
     """
     (image_format,) = features.get("image/format") or [b""]
     if policy.store == "raw":
