@@ -44,7 +44,8 @@ UNSTABLE = ("created", "versions")
 # on each record's measured size (other cuts, the same records). The manifests' digests changed
 # once, when two settings (transformed_sizes, allow_missing_classes) joined their config, and
 # once more when `work.reads` and `bytes_read` came to count the sources the shard writers read
-# and refused (the truncated JPEG among them): every other byte the same.
+# and refused (the truncated JPEG among them): every other byte the same. The record of the
+# build's settings joined them later, a file of its own: every other digest the same.
 VARIANTS = {
     "plain": {},
     "resize": {"resize": "40", "transformed_sizes": "estimate"},
@@ -53,6 +54,7 @@ VARIANTS = {
 }
 GOLDEN: dict[str, dict[str, str]] = {
     "plain": {
+        "build-settings.json": ("69463ef66b6c615247fac0fd890e2fdd7d6d54ddc1b882bce9b6354d28c0f8cd"),
         "golden-test.tfrecord-00000-of-00001": (
             "9316c187744e4259fa3cfeb1e1f5347cb78f8326fc49fcb6b90250a992f22c48"
         ),
@@ -97,6 +99,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "report.jsonl": "14c949a68fde24c48e51c80fcf2d25d07411aea15ae0fc27fda78a51d47f2510",
     },
     "resize": {
+        "build-settings.json": ("639ced4f9186cfc7e1b7677dde4c9ce18532fe2c7bf094238a1752d229e15907"),
         "golden-test.tfrecord-00000-of-00001": (
             "2df81f2c987dbce9e7f0ad69eaa30861a1b4683bc1d0b715ca7c345575b4fde5"
         ),
@@ -123,6 +126,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "report.jsonl": "15ff7ddb87f61d8403e0bb4e3cba5d6ee582209aed1ee49ff2f58aff8ed8a594",
     },
     "header": {
+        "build-settings.json": ("0342f1969f6f53ac7526a52285a833974e9eb51737405b2e0630f66d6e8ae3c2"),
         "golden-test.tfrecord-00000-of-00001": (
             "9316c187744e4259fa3cfeb1e1f5347cb78f8326fc49fcb6b90250a992f22c48"
         ),
@@ -167,6 +171,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "report.jsonl": "b7b8ff422fe3f4d9059ae6cb5d39f679af9d2fe7ee611fe158e6e159fad9b237",
     },
     "resize_measured": {
+        "build-settings.json": ("2a0588540126ca36f822c5a9f82db3588399b68c6cc764c005649a006deb12bd"),
         "golden-test.tfrecord-00000-of-00001": (
             "2df81f2c987dbce9e7f0ad69eaa30861a1b4683bc1d0b715ca7c345575b4fde5"
         ),
