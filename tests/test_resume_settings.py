@@ -15,8 +15,12 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import fsspec
 import numpy as np
 import pytest
+
+# The fixtures are imported for pytest to find them; tests ask for them by name.
+from cloud_servers import gcs_store, s3_store  # noqa: F401
 from imagegen import make_collection
 from PIL import Image
 
@@ -270,6 +274,34 @@ def test_a_resume_into_a_folder_with_no_shard_records_its_settings(src, tmp_path
     assert _build(src, out, "--resume") == 0
     assert (out / SETTINGS_FILE).exists()
     assert _build(src, out, "--seed", "1", "--resume") == EXIT_CONFIG
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_on_a_store_too(request, protocol, src, capsys):
+    """On a store the record is an object written whole (no rename), checked as on a disk."""
+    store = request.getfixturevalue({"s3": "s3_store", "gs": "gcs_store"}[protocol])
+    out = f"{store.new_bucket('datasets')}/resume/ds"
+    assert _build(src, out, "--resize", "32x32") == 0
+    before = _objects(out)
+    assert json.loads(before[SETTINGS_FILE])["settings"]["resize"] == "32x32"
+    capsys.readouterr()
+    assert _build(src, out, "--resize", "40x40", "--resume") == EXIT_CONFIG
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"'{out}' was built with other settings ({SETTINGS_FILE}): --resize 32x32 -> 40x40" in (
+        line
+    )
+    assert _objects(out) == before
+    assert _build(src, out, "--resize", "32x32", "--resume") == 0
+    shards = [name for name in before if ".tfrecord-" in name and "/" not in name]
+    assert f"resumed: kept {len(shards)} of {len(shards)}" in capsys.readouterr().out
+
+
+def _objects(url: str) -> dict[str, bytes]:
+    """Every object below a URL, by path relative to it, read fresh."""
+    fs, root = fsspec.core.url_to_fs(url)
+    fs.invalidate_cache()
+    root = root.rstrip("/")
+    return {name[len(root) + 1 :]: fs.cat_file(name) for name in sorted(fs.find(root))}
 
 
 # --- which settings are recorded: all of them, but those a --resume may change ---------------
