@@ -60,10 +60,10 @@ def _verify_existing(
 
     Intact means: it was written after the record of the build's settings, where there is one
     (`_written_before_its_build`); its report lines are there, and none says an image could not
-    be read (the store may answer now); every record's CRCs check; the records are the planned images in the
-    planned order, less exactly those its report says were left out; and each record says what
-    this build would: the image's class id and name, and, of the image settings, what a record
-    shows (`_settings_show`).
+    be read (the store may answer now); every record's CRCs check; the records are the planned
+    images in the planned order, less exactly those its report says were left out; and each
+    record says what this build would: the image's class id and name, and, of the image
+    settings, what a record shows (`_settings_show`).
     """
     fs.invalidate_cache(posixpath.dirname(final_path))  # object stores cache listings
     try:

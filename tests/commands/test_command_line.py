@@ -1241,9 +1241,10 @@ def test_16_too_many_skipped_publishes_nothing_and_resume_publishes_it(
     assert "--overwrite" not in command
     shards = shards_in(out)
     assert shards
-    # Only what an interrupted build leaves: shards, their indexes and report lines, the report.
+    # Only what an interrupted build leaves: shards, their indexes and report lines, the report,
+    # and the record of the settings the shards were made with (for the --resume to hold to).
     assert files_below(out) == sorted(
-        ["report.jsonl"]
+        ["build-settings.json", "report.jsonl"]
         + shards
         + [f"index/{name}.index" for name in shards]
         + [f"reports/{name}.jsonl" for name in shards]

@@ -313,7 +313,7 @@ def test_spec_and_preview_refuse_a_failed_builds_folder_unless_loose(tmp_path, c
         [line] = capsys.readouterr().err.splitlines()
         assert line.startswith(
             f"beam-tfrecord {args[0]}: error: {out}: a build that did not finish (no "
-            "manifest.json beside its index/, reports/ and report.jsonl)"
+            "manifest.json beside its index/, reports/, report.jsonl and build-settings.json)"
         ), line
         assert "--loose" in line and "--resume" in line
         assert main([*args, "--loose"]) == 0
@@ -327,7 +327,7 @@ def test_spec_and_preview_read_a_folder_of_shards_another_tool_wrote(built, tmp_
 
     out = tmp_path / "pets"
     shutil.copytree(built, out)
-    for name in ("manifest.json", "report.jsonl"):
+    for name in ("manifest.json", "report.jsonl", "build-settings.json"):
         (out / name).unlink()
     for name in ("index", "reports"):
         shutil.rmtree(out / name)
