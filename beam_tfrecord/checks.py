@@ -380,8 +380,10 @@ def _output_listing(
             listed = fs.ls(path, detail=True) if fs.isdir(path) else []
         except FileNotFoundError:
             listed = []
-    if config.resume and any(_name_of(e) == SETTINGS_FILE for e in listed):
-        # Before anything is written or removed: the shards there were made with those.
+    names = [_name_of(e) for e in listed]
+    if config.resume and SETTINGS_FILE in names and shard_names(names):
+        # Before anything is written or removed: the shards there were made with those. With
+        # none, the record is of a start that made nothing to keep: this build replaces it.
         check_resumed(config, fs.cat_file(posixpath.join(path, SETTINGS_FILE)))
     # A killed build's lock file (unlocked, or it would have refused this build) is not a file
     # of a build, nor the record of the settings a build writes as it starts (it may have been

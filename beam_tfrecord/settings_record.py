@@ -57,10 +57,12 @@ def start_output(config: BuildConfig) -> None:
     must not claim to be a finished build); then the record of this build's settings is
     published, so that every shard published after it was made with them.
 
-    A --resume writes none where the folder has one (`checks.preflight` found its settings to
-    be these), nor where it holds shards with none (written by an earlier version of this
-    tool): they would pass for this record's (`resume.keep_finished`), and what made them is
-    not known, which a warning says.
+    A --resume writes none where the folder holds finished shards: with a record there,
+    `checks.preflight` found its settings to be these (and its time is what the shards are
+    older than, `resume`); with none, they were written by an earlier version of this tool and
+    would pass for this record's (`resume.keep_finished`), what made them not known, which a
+    warning says. With no shard to keep, a record there (of a start that made none) is
+    replaced.
 
     Raises:
         ConfigError: the folder could not be written or asked (nothing of the build is written).
@@ -83,16 +85,16 @@ def start_output(config: BuildConfig) -> None:
 
 def _to_record_on_resume(fs, path: str, output: str) -> bool:
     """Whether a --resume into `output` writes the record of its settings: only into a folder
-    that has none and holds no finished shard (an interrupted build that had written nothing,
-    or a build that published nothing and left its report alone)."""
+    that holds no finished shard (an interrupted build that had written nothing, its record
+    then replaced, or a build that published nothing and left its report alone)."""
     fs.invalidate_cache(path)  # object stores cache listings
     try:
         names = [posixpath.basename(p.rstrip("/")) for p in fs.ls(path, detail=False)]
     except FileNotFoundError:
         return True
-    if SETTINGS_FILE in names:
-        return False
-    if shard_names(names):
+    if not shard_names(names):
+        return True
+    if SETTINGS_FILE not in names:
         _LOG.warning(
             "%s holds finished shards and no %s (an earlier version of beam-tfrecord wrote "
             "them, or it was removed): --resume checks what their records show, not every "
@@ -101,8 +103,7 @@ def _to_record_on_resume(fs, path: str, output: str) -> bool:
             output,
             SETTINGS_FILE,
         )
-        return False
-    return True
+    return False
 
 
 def check_resumed(config: BuildConfig, text: bytes) -> None:

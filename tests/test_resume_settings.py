@@ -268,6 +268,22 @@ def test_a_folder_holding_only_a_record_is_built_into_without_overwrite(src, tmp
     assert json.loads((out / SETTINGS_FILE).read_text())["settings"]["seed"] == 4
 
 
+def test_a_resume_with_other_settings_goes_on_where_no_shard_was_finished(src, tmp_path):
+    """A build stopped before its first shard (or whose job was refused) leaves its record with
+    nothing made by it: a --resume, which a scheduler may give every time, has nothing to keep,
+    and builds with its own settings, recording them."""
+    out = tmp_path / "out"
+    first = BuildConfig.from_settings(
+        {"input": str(src), "output": str(out), "name": "ds", "resize": "32x32"}
+    )
+    start_output(first)  # and stopped there
+    (out / "report.jsonl").write_text("")  # an unfinished shard's traces are no shard either
+    assert _build(src, out, "--resize", "40x40", "--resume") == 0
+    assert json.loads((out / SETTINGS_FILE).read_text())["settings"]["resize"] == "40x40"
+    assert _build(src, tmp_path / "fresh", "--resize", "40x40") == 0
+    assert _shards(out) == _shards(tmp_path / "fresh")
+
+
 def test_a_resume_into_a_folder_with_no_shard_records_its_settings(src, tmp_path):
     """`build ... --resume` run every time, as a scheduler may: the first run records too."""
     out = tmp_path / "out"
