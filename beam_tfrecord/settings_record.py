@@ -169,15 +169,18 @@ def _comparable(value: Any) -> Any:
 
 def _change(declared: Setting, before: Any, now: Any) -> str:
     """A setting's change as a refusal names it, by its flag: `--jpeg-quality 95 -> 80`, a
-    switch's as `--dedup given -> not given`."""
-    return f"{declared.flags[0]} {_shown(declared, before)} -> {_shown(declared, now)}"
+    switch's as `with --dedup -> without` (`with dedup=True -> without` to a Python caller,
+    `config.in_python_names`)."""
+    flag = declared.flags[0]
+    if declared.kind == "switch":
+        given = before != declared.default
+        return f"{'with' if given else 'without'} {flag} -> {'without' if given else 'with'}"
+    return f"{flag} {_shown(declared, before)} -> {_shown(declared, now)}"
 
 
 def _shown(declared: Setting, value: Any) -> str:
-    """A setting's value as a flag gives it (quoted for a shell where it must be), or whether
-    it is given."""
-    if declared.kind == "switch":
-        return "not given" if value == declared.default else "given"
+    """A setting's value as a flag gives it (quoted for a shell where it must be), or that it
+    is not given."""
     if value is None:
         return "not given"
     return shlex.quote(declared.shown(value))

@@ -256,8 +256,9 @@ class Verdict:
         return (
             f"--classes names {count(len(missing), 'class', 'classes')} no input is labelled "
             f"with: {named}{more}; nothing was published (the finished shards are kept), see "
-            f"{url}{hint}. Correct --classes, or pass --allow-missing-classes to publish "
-            f"{'it' if one else 'them'} with no image (--resume keeps the finished shards)"
+            f"{url}{hint}. Correct --classes (and build with --overwrite), or pass "
+            f"--allow-missing-classes to publish {'it' if one else 'them'} with no image "
+            "(--resume keeps the finished shards)"
         )
 
     def _unaccounted_message(self, url: str, hint: str) -> str:

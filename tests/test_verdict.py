@@ -113,9 +113,9 @@ def test_the_messages_word_for_word():
     missing = decide(Counts(10, 10, {}), None, ("sqare",))
     assert missing.message(URL) == (
         "--classes names 1 class no input is labelled with: 'sqare'; nothing was published "
-        "(the finished shards are kept), see out/report.jsonl. Correct --classes, or pass "
-        "--allow-missing-classes to publish it with no image (--resume keeps the finished "
-        "shards)"
+        "(the finished shards are kept), see out/report.jsonl. Correct --classes (and build "
+        "with --overwrite), or pass --allow-missing-classes to publish it with no image "
+        "(--resume keeps the finished shards)"
     )
 
 
@@ -125,9 +125,9 @@ def test_a_failure_for_python_names_the_settings_as_fields():
     assert isinstance(python, BuildFailed)
     assert str(python) == (
         "classes names 1 class no input is labelled with: 'sqare'; nothing was published "
-        "(the finished shards are kept), see out/report.jsonl. Correct classes, or pass "
-        "allow_missing_classes=True to publish it with no image (resume=True keeps the "
-        "finished shards)"
+        "(the finished shards are kept), see out/report.jsonl. Correct classes (and build "
+        "with overwrite=True), or pass allow_missing_classes=True to publish it with no image "
+        "(resume=True keeps the finished shards)"
     )
     assert (python.resumable, python.retry, python.exit_code) == (
         failure.resumable,
@@ -201,7 +201,8 @@ def test_the_command_offers_to_publish_anyway_only_past_the_skipped_bound(tmp_pa
     assert main([*flags, "--classes", "a,bb"]) == EXIT_FAILED
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("beam-tfrecord build: error: --classes names 1 class no input ")
-    assert line.endswith("pass --allow-missing-classes to publish it with no image (--resume "
+    assert line.endswith("Correct --classes (and build with --overwrite), or pass "
+                         "--allow-missing-classes to publish it with no image (--resume "
                          "keeps the finished shards)")  # fmt: skip
     assert main([*flags, "--overwrite", "--max-skipped-fraction", "0.1"]) == EXIT_OK
     assert main([*flags, "--overwrite", "--classes", "a", "--max-skipped-fraction", "0.1"]) == 1
