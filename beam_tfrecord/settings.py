@@ -337,7 +337,7 @@ SETTINGS: tuple[Setting, ...] = (
         "None to choose by the inputs' store (deep for object stores, where every read waits a "
         "round trip, shallow for local disk).",
         bounds=(0, 1024), unit="images", metavar="N",
-        default_words="64 when an input is on an object store, else 16",
+        default_words="256 when an input is on an object store, else 16",
         resume_may_change=True,  # how fast
     ),
     Setting(

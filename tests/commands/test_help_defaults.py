@@ -115,7 +115,7 @@ def test_a_documented_build_default_is_the_config_default(setting, documented):
         else:
             assert _resolved(default, setting) is None, f"{setting} now has a default"
         if setting == "read_ahead":
-            assert default_depth(["gs://bucket/photos/**"]) == 64
+            assert default_depth(["gs://bucket/photos/**"]) == 256
             assert default_depth(["photos/**"]) == 16
     else:
         # Given as the flag's value, the documented default changes nothing: a list shown with
