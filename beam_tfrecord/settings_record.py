@@ -175,7 +175,33 @@ def _change(declared: Setting, before: Any, now: Any) -> str:
     if declared.kind == "switch":
         given = before != declared.default
         return f"{'with' if given else 'without'} {flag} -> {'without' if given else 'with'}"
-    return f"{flag} {_shown(declared, before)} -> {_shown(declared, now)}"
+    return (
+        f"{flag} {' -> '.join(_around_difference(_shown(declared, before), _shown(declared, now)))}"
+    )
+
+
+# A value shown longer than this (a --classes list of a thousand names) is shown around where
+# the two differ, not whole twice on the refusal's one line.
+_LONGEST_SHOWN = 60
+_CONTEXT = 20
+
+
+def _around_difference(before: str, now: str) -> tuple[str, str]:
+    """The two values as shown, each cut to the stretch around the first character where they
+    differ when either is long, with `...` where it was cut."""
+    if max(len(before), len(now)) <= _LONGEST_SHOWN:
+        return before, now
+    same = next(
+        (i for i, (a, b) in enumerate(zip(before, now, strict=False)) if a != b),
+        min(len(before), len(now)),
+    )
+    start = max(0, same - _CONTEXT)
+
+    def cut(text: str) -> str:
+        end = start + 2 * _CONTEXT
+        return f"{'...' if start else ''}{text[start:end]}{'...' if end < len(text) else ''}"
+
+    return cut(before), cut(now)
 
 
 def _shown(declared: Setting, value: Any) -> str:

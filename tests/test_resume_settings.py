@@ -450,3 +450,19 @@ def test_a_head_start_publishes_no_shard_before_the_record(tmp_path, monkeypatch
     assert len(shards) > 2
     assert all(p.stat().st_mtime_ns >= record.stat().st_mtime_ns for p in shards)
     assert multiprocessing.active_children() == []
+
+
+def test_a_long_value_is_shown_around_where_it_changed():
+    """A --classes list of a thousand names was printed whole, twice, on the refusal's line."""
+    names = [f"class{i:04d}" for i in range(1000)]
+    record = settings_text(BuildConfig.from_settings({**_BASE, "classes": ",".join(names)}))
+    names[500] = "klass0500"
+    changed = BuildConfig.from_settings({**_BASE, "classes": ",".join(names), "resume": True})
+    with pytest.raises(ConfigError) as refused:
+        check_resumed(changed, record.encode())
+    message = str(refused.value)
+    assert len(message) < 400
+    assert (
+        ": --classes ...class0498,class0499,class0500,class0501,... -> "
+        "...class0498,class0499,klass0500,class0501,.... To go on"
+    ) in message
