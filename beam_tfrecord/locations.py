@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import posixpath
+import re
 
 import fsspec
 from fsspec.registry import known_implementations, registry
@@ -40,6 +41,10 @@ _LOCAL = frozenset({"file", "local"})
 _NOT_STORES = _LOCAL | {"memory"}
 # What a process this one starts reaches as this one does (memory is each process's own).
 _SHARED = _LOCAL | {"gs", "gcs", "s3", "s3a"}
+# A URL with a slash or its colon left out (`s3:/bucket/x`, `s3//bucket/x`): a plain path to
+# fsspec, which a build would take for a folder on this machine's disk.
+# Without the colon only a store's (a folder `data//x` is no `data://` URL).
+_MISTYPED = re.compile(r"^(?P<protocol>[A-Za-z][A-Za-z0-9+.-]*)(?P<sep>:/|//)(?P<rest>[^/].*)$")
 
 
 def has_protocol(url: str) -> bool:
@@ -51,9 +56,10 @@ def has_protocol(url: str) -> bool:
 def protocol_problem(url: str) -> str | None:
     """Why no filesystem on this machine opens `url`: a protocol fsspec does not know, or one
     whose package is not installed (`az://` without adlfs); None when one does. Nothing is
-    imported to tell."""
+    imported to tell. A plain path that is a store's URL mistyped (`s3:/b/x`, `gs//b/x`) is
+    refused too: taken as it is, it names a folder here, and a build's output went there."""
     if not has_protocol(url):
-        return None
+        return _mistyped(url)
     protocol = get_protocol(url)
     if protocol in registry:
         return None
@@ -64,6 +70,24 @@ def protocol_problem(url: str) -> str | None:
     if importlib.util.find_spec(package) is None:
         return known.get("err") or f"{protocol}:// needs the package {package}, not installed"
     return None
+
+
+def _mistyped(path: str) -> str | None:
+    """Why a plain path looks like a URL with a slash or its colon left out; None if not."""
+    match = _MISTYPED.match(path)
+    if match is None:
+        return None
+    protocol = match["protocol"]
+    if match["sep"] == "//":
+        known = protocol in _SHARED - _LOCAL
+    else:  # `file:/x` is a file URI; `C:/x` a Windows path
+        known = protocol not in _LOCAL and (
+            protocol in registry or protocol in known_implementations
+        )
+    if not known:
+        return None
+    fixed = f"{protocol}://{match['rest']}"
+    return f"a mistyped URL, taken for a path on this disk; did you mean {fixed!r}?"
 
 
 def without_protocol(url: str) -> str:

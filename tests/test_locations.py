@@ -99,3 +99,27 @@ def test_a_protocol_no_filesystem_here_opens_is_told_without_importing_it():
     assert protocol_problem("az://container/ds") == (
         "Install adlfs to access Azure Datalake Gen2 and Azure Blob Storage"
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "meant"),
+    [
+        ("s3:/bucket/x", "s3://bucket/x"),
+        ("s3//bucket/x", "s3://bucket/x"),
+        ("gcs//bucket", "gcs://bucket"),
+        ("http:/host/x", "http://host/x"),
+        ("file:/tmp/x", None),  # a file URI
+        ("C:/photos", None),  # a Windows path
+        ("data//photos", None),  # a doubled slash in a folder's path
+        ("photos/s3//x", None),
+        ("gs:///bucket/x", None),  # a URL; fsspec judges the rest
+    ],
+)
+def test_a_store_url_with_a_slash_or_colon_left_out_is_a_problem(path, meant):
+    problem = protocol_problem(path)
+    if meant is None:
+        assert problem is None
+    else:
+        assert problem == (
+            f"a mistyped URL, taken for a path on this disk; did you mean {meant!r}?"
+        )
