@@ -41,6 +41,7 @@ __all__ = [
     "head_start_for",
     "start_before_beam",
     "taken_before_beam",
+    "wrote_nothing_yet",
 ]
 
 _LOG = logging.getLogger(__name__)
@@ -49,6 +50,9 @@ _LOG = logging.getLogger(__name__)
 _early: list[BuildConfig] = []
 # The build whose checks `check_before_beam` started, with their thread and outcome.
 _checking: list[tuple[BuildConfig, threading.Thread, list[BaseException | None]]] = []
+# The build whose checks `check_before_beam` started, and whether they got as far as writing
+# to its output (its record of settings, the manifest an --overwrite removes).
+_writing: list[tuple[BuildConfig, threading.Event]] = []
 
 
 def head_start_for(config: BuildConfig) -> HeadStart | None:
@@ -177,10 +181,12 @@ def check_before_beam(config: BuildConfig) -> bool:
     from beam_tfrecord.settings_record import start_output
 
     outcome: list[BaseException | None] = []
+    writing = threading.Event()
 
     def check() -> None:
         try:
             preflight(config)
+            writing.set()
             start_output(config)
             outcome.append(None)
         except BaseException as err:  # raised by the thread that waits for it
@@ -190,8 +196,16 @@ def check_before_beam(config: BuildConfig) -> bool:
     # up on one that does not answer in time, after which the pipeline raises that).
     thread = threading.Thread(target=check, name="checks", daemon=True)
     _checking[:] = [(config, thread, outcome)]
+    _writing[:] = [(config, writing)]
     thread.start()
     return True
+
+
+def wrote_nothing_yet(config: BuildConfig) -> bool:
+    """Whether `config`'s build is still in the checks `check_before_beam` started, short of
+    writing to its output: a build stopped now has started nothing (a store that does not
+    answer holds its checks for up to their time limit, long after Beam's import)."""
+    return bool(_writing) and _writing[0][0] is config and not _writing[0][1].is_set()
 
 
 def checked_before_beam(config: BuildConfig) -> bool:

@@ -695,6 +695,46 @@ def test_an_interrupted_build_ends_when_the_store_stops_answering(gcs_store, col
 
 
 @pytest.mark.parametrize("protocol", ["gs", "s3"])
+def test_a_build_stopped_while_its_checks_wait_for_the_store_says_it_wrote_nothing(
+    request, protocol, collection, link
+):
+    """Ctrl-C while the checks before a build waited for a store that had stopped answering
+    (up to 8 s, past Beam's import) waited 10 s more to tidy up, then said "the store did not
+    answer... what the build was writing may be left", "the finished shards kept" and a
+    --resume command, of a build that had written nothing. It ends at once, in one line, as a
+    build stopped before it started anything does."""
+    store = _store(request, protocol)
+    src, _ = collection
+    source, output = _buckets(store, src, "unchecked")
+    proxy = link(store)
+    proxy.fault = lambda method, target: "stall"
+    command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
+               "--output", output, "-v"]  # fmt: skip
+    build_process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in build_process.stderr:  # Beam is imported: the command's handling is on
+            if "Beam options:" in line:
+                break
+        time.sleep(0.5)
+        assert proxy.counts, "the checks asked the store nothing"
+        assert build_process.poll() is None, "the checks ended before the build was stopped"
+        build_process.send_signal(signal.SIGINT)
+        signalled = time.monotonic()
+        err = build_process.stderr.read()
+        build_process.wait(30)
+        waited = time.monotonic() - signalled
+    finally:
+        build_process.kill()
+        proxy.fault = None
+    assert build_process.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "beam-tfrecord build: interrupted", err
+    assert "did not answer" not in err and "--resume" not in err and "Traceback" not in err
+    assert waited < 5, waited
+    store.fs.invalidate_cache()
+    assert not store.fs.exists(output)
+
+
+@pytest.mark.parametrize("protocol", ["gs", "s3"])
 def test_verify_and_resume_read_a_bucket_shard_in_a_request_not_a_request_a_record(
     request, protocol, collection, link, capsys
 ):

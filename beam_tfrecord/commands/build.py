@@ -28,7 +28,7 @@ from beam_tfrecord.commands.console import (
     stop_on_signals,
     terminal_stream,
 )
-from beam_tfrecord.commands.starting import is_the_command
+from beam_tfrecord.commands.starting import is_the_command, stopped_before_starting
 from beam_tfrecord.commands.summary import print_submitted, print_summary
 from beam_tfrecord.compat import option_strings, release_named_semaphores, reuse_image_memory
 from beam_tfrecord.config import (
@@ -463,7 +463,12 @@ def _run_build(
 
 def _end_interrupted(config: BuildConfig, interruption: Interruption, started: float) -> NoReturn:
     """Tidies up after an interrupted build, says what it finished, and ends the process."""
+    from beam_tfrecord.early_start import wrote_nothing_yet
     from beam_tfrecord.output_lock import release_output
+
+    if wrote_nothing_yet(config):
+        # Stopped while its checks waited for a store: nothing to tidy, count or go on from.
+        stopped_before_starting(interruption.signum)
 
     # Tidying up and counting share one wait for a store that stopped answering.
     deadline = time.monotonic() + _TIDY_SECONDS

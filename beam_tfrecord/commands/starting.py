@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 
-__all__ = ["is_the_command", "quiet_while_starting", "started"]
+__all__ = ["is_the_command", "quiet_while_starting", "started", "stopped_before_starting"]
 
 _COMMANDS = ("build", "inspect", "verify", "spec", "preview")
 _installed: dict[int, object] = {}
@@ -28,6 +28,11 @@ def is_the_command() -> bool:
 
 
 def _stopped(signum, frame) -> None:
+    stopped_before_starting(signum)
+
+
+def stopped_before_starting(signum: int) -> None:
+    """Ends a command stopped by `signum` before it wrote anything, in one line."""
     command = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
     name = f"beam-tfrecord {command}" if command in _COMMANDS else "beam-tfrecord"
     # Nothing was written yet: no output to tidy, no buffered line worth flushing.
