@@ -67,7 +67,7 @@ from beam_tfrecord.shard_writer import (
     write_segments,
     write_shard,
 )
-from beam_tfrecord.storage import read_source, remove
+from beam_tfrecord.storage import read_source, remove, with_its_words
 
 __all__ = [
     "PROCESSES_MIN_BYTES",
@@ -707,6 +707,14 @@ def _write(
                 inline=_worker["cores"] == 1,
                 **_threads(read_ahead),
             )
+    except Exception as err:
+        # Sent to the launcher pickled, without what it was raised from: a store's timeout
+        # that fsspec's `sync` wrapped in a wordless FSTimeoutError said nothing but its
+        # remote traceback, which the build's one line then quoted whole.
+        worded = with_its_words(err)
+        if worded is err:
+            raise
+        raise worded from None
     finally:
         folder = os.environ.get(progress.ENV)
         if folder:  # the launcher's progress line sees this shard's last images at once

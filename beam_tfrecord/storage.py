@@ -33,6 +33,7 @@ __all__ = [
     "temporary_name",
     "to_url",
     "whole_read_options",
+    "with_its_words",
     "written_at",
 ]
 
@@ -73,12 +74,39 @@ def is_store_refusal(error: BaseException) -> bool:
 def store_reason(error: BaseException) -> str:
     """An error as one line for a refusal: its message, and its kind where the message alone
     ('Unable to locate credentials') does not say whose it is."""
-    while not str(error) and error.__cause__ is not None:
+    first = error
+    while not str(error) and _words_below(error) is not None:
         # A wrapper without words of its own (fsspec's `sync` raises a bare FSTimeoutError
         # from the store's own timeout): the words are in what it was raised from.
         error = error.__cause__
+    if not str(error) and isinstance(first, TimeoutError):
+        # None below has words either (asyncio's timeout is raised from a CancelledError).
+        return f"a request to the store timed out ({type(first).__name__})"
     message = " ".join(str(error).split()) or type(error).__name__
     return message if isinstance(error, OSError) else f"{message} ({type(error).__name__})"
+
+
+def _words_below(error: BaseException) -> BaseException | None:
+    """What `error` was raised from, unless that is another process's traceback as text
+    (concurrent.futures' _RemoteTraceback, which a worker process's error is raised from in the
+    process that waited for it): a whole traceback is no reason to print in one line."""
+    cause = error.__cause__
+    if cause is None or type(cause).__name__ == "_RemoteTraceback":
+        return None
+    return cause
+
+
+def with_its_words(error: Exception) -> Exception:
+    """`error` as it may go to another process: a wrapper without words of its own given those
+    of what it was raised from (`store_reason`), which pickling leaves behind; as it is when it
+    has words, or its type will not take them."""
+    if str(error) or error.__cause__ is None:
+        return error
+    try:
+        worded = type(error)(store_reason(error))
+    except Exception:  # a constructor of its own arguments
+        return error
+    return worded
 
 
 def to_url(fs: fsspec.AbstractFileSystem, path: str) -> str:

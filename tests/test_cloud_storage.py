@@ -1262,6 +1262,43 @@ def test_a_shard_the_store_refuses_ends_the_build_in_two_lines_and_resume_goes_o
     assert "kept" in capsys.readouterr().out
 
 
+def test_a_shard_upload_that_times_out_in_a_shard_process_is_one_line_not_its_traceback(
+    gcs_store,  # noqa: F811
+    collection,
+    link,
+):
+    """A shard's upload that timed out, in one of the command's shard processes, ended the build
+    with "writing the shards failed: \"\"\" Traceback (most recent call last): File ..." and
+    some 30 frames on one line: fsspec's FSTimeoutError has no words of its own, and the
+    launcher's copy of it is raised from the worker's traceback as text."""
+    src, _ = collection
+    source, output = _buckets(gcs_store, src, "upload-silent")
+    link(gcs_store).fault = lambda method, target: (
+        "stall" if request_kind(method, target) == "upload" and ".tfrecord-" in target else None
+    )
+    command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
+               "--output", output, "--name", "pets", "--min-shard-size", "10KB",
+               "--max-shard-size", "20KB"]  # fmt: skip
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "FSSPEC_GS": '{"requests_timeout": 2}'},
+        )
+    finally:
+        gcs_store.proxy.fault = None
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert lines[-2] == (
+        "beam-tfrecord build: error: writing the shards failed: a request to the store timed "
+        f"out (FSTimeoutError); the shards it finished are kept in {output}"
+    ), lines
+    assert lines[-1].startswith("To go on from them: ") and lines[-1].endswith(" --resume")
+
+
 def test_a_listing_the_store_stops_answering_ends_the_build_saying_nothing_was_written(
     request, collection, link, capsys, monkeypatch
 ):
