@@ -1,5 +1,6 @@
-"""What a new-user trial of local builds found broken (2026-11-29), each through the command
-line as the trial ran it: the command that showed it, and the promise it broke."""
+"""What the trials of 2026-11-29 (a new user's local builds, a data engineer's tooling,
+scheduled bucket builds) found broken, each through the command line as the trial ran it: the
+command that showed it, and the promise it broke."""
 
 from __future__ import annotations
 
@@ -107,3 +108,27 @@ def test_a_name_the_terminal_cannot_show_is_escaped_not_a_traceback(shapes, tmp_
     done = run("inspect", "-n", "1", shard, cwd=tmp_path, env={"PYTHONIOENCODING": "ascii"})
     assert done.returncode == 0, done.stderr
     assert '    image/class/text   bytes  "caf\\xe9"' in done.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("setting", "typed", "meant"),
+    [
+        ("--output", "s3:/bucket/ds", "s3://bucket/ds"),
+        ("--output", "gs//bucket/ds", "gs://bucket/ds"),
+        ("--input", "gs:/bucket/photos", "gs://bucket/photos"),
+    ],
+)
+def test_a_store_url_missing_a_slash_is_refused_not_built_on_this_disk(
+    shapes, tmp_path, setting, typed, meant
+):
+    """Bucket trial: `build --input photos --output s3:/bucket/ds` (or `s3//bucket/ds`) built, exit status 0,
+    into a folder `s3:/bucket/ds` below the current one: a nightly build into a bucket went to
+    the launching machine's disk, and said "Built 'ds' in s3:/bucket/ds"."""
+    places = {"--input": str(shapes), "--output": "out"} | {setting: typed}
+    done = run("build", "--input", places["--input"], "--output", places["--output"], cwd=tmp_path)
+    assert done.returncode == 2, done.stdout
+    assert done.stderr.strip().splitlines() == [
+        f"beam-tfrecord build: error: {setting}: {typed!r}: a mistyped URL, taken for a path on "
+        f"this disk; did you mean {meant!r}?"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
