@@ -10,6 +10,7 @@ import fsspec
 
 from beam_tfrecord.codec.compression import COMPRESSION_TYPES
 from beam_tfrecord.codec.reader import begins_as_tfrecord
+from beam_tfrecord.locations import protocol_problem
 from beam_tfrecord.manifest import MANIFEST_FILE
 from beam_tfrecord.settings import DEFAULT_EXTENSIONS
 from beam_tfrecord.verification import expand_paths
@@ -143,4 +144,5 @@ def _why_nothing(pattern: str) -> str:
         folder = False
     if folder:
         return "a folder with no TFRecord files below it (hidden files and sidecars are skipped)"
-    return "no such file or directory"
+    # Not there, and perhaps meant for a store (`s3:/b/x`): then say which URL was meant.
+    return protocol_problem(pattern) or "no such file or directory"

@@ -132,3 +132,15 @@ def test_a_store_url_missing_a_slash_is_refused_not_built_on_this_disk(
         f"this disk; did you mean {meant!r}?"
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_a_reading_command_names_the_url_a_mistyped_one_meant(tmp_path, command):
+    """Bucket trial: `verify s3:/dst/ds1` said only 'no such file or directory', where a build
+    given the same says which URL was meant."""
+    done = run(command, "s3:/dst/ds1", cwd=tmp_path)
+    assert done.returncode == 1
+    assert (
+        f"beam-tfrecord {command}: error: s3:/dst/ds1: a mistyped URL, taken for a path on this "
+        "disk; did you mean 's3://dst/ds1'?"
+    ) in done.stderr.splitlines()
