@@ -37,6 +37,7 @@ from beam_tfrecord.shard_processes import (
 __all__ = [
     "check_before_beam",
     "checked_before_beam",
+    "checking_here",
     "head_start",
     "head_start_for",
     "start_before_beam",
@@ -199,6 +200,15 @@ def check_before_beam(config: BuildConfig) -> bool:
     _writing[:] = [(config, writing)]
     thread.start()
     return True
+
+
+def checking_here(config: BuildConfig) -> threading.Event:
+    """Notes that `config`'s checks run in this thread (a build with Beam flags, or one whose
+    checks did not start before Beam's import); the event given is to be set once they have
+    passed, before the build writes anything to its output (`wrote_nothing_yet`)."""
+    writing = threading.Event()
+    _writing[:] = [(config, writing)]
+    return writing
 
 
 def wrote_nothing_yet(config: BuildConfig) -> bool:

@@ -694,22 +694,24 @@ def test_an_interrupted_build_ends_when_the_store_stops_answering(gcs_store, col
     assert after < signalled - started + 2, (after, signalled - started)
 
 
+@pytest.mark.parametrize("beam_flags", [[], ["--runner", "DirectRunner"]], ids=["plain", "beam"])
 @pytest.mark.parametrize("protocol", ["gs", "s3"])
 def test_a_build_stopped_while_its_checks_wait_for_the_store_says_it_wrote_nothing(
-    request, protocol, collection, link
+    request, protocol, collection, link, beam_flags
 ):
     """Ctrl-C while the checks before a build waited for a store that had stopped answering
     (up to 8 s, past Beam's import) waited 10 s more to tidy up, then said "the store did not
     answer... what the build was writing may be left", "the finished shards kept" and a
     --resume command, of a build that had written nothing. It ends at once, in one line, as a
-    build stopped before it started anything does."""
+    build stopped before it started anything does. With Beam flags (the checks in the
+    pipeline's own thread) it said "0 finished shards kept" and a --resume command."""
     store = _store(request, protocol)
     src, _ = collection
     source, output = _buckets(store, src, "unchecked")
     proxy = link(store)
     proxy.fault = lambda method, target: "stall"
     command = [sys.executable, "-m", "beam_tfrecord.cli", "build", "--input", f"{source}/**",
-               "--output", output, "-v"]  # fmt: skip
+               "--output", output, "-v", *beam_flags]  # fmt: skip
     build_process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         for line in build_process.stderr:  # Beam is imported: the command's handling is on

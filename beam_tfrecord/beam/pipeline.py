@@ -51,7 +51,12 @@ from beam_tfrecord.build_folder import finished_shard_names
 from beam_tfrecord.checks import preflight
 from beam_tfrecord.compat import BEAM_TRANSFORM_ERROR_LOGGER
 from beam_tfrecord.config import COMMAND_LINE, BuildConfig, ConfigError, for_the_caller
-from beam_tfrecord.early_start import checked_before_beam, head_start, taken_before_beam
+from beam_tfrecord.early_start import (
+    checked_before_beam,
+    checking_here,
+    head_start,
+    taken_before_beam,
+)
 from beam_tfrecord.entries import ShardResult
 from beam_tfrecord.listing import InputListError, local_bytes_reach
 from beam_tfrecord.locations import has_protocol, is_local_url, is_store_url, reached_alike
@@ -737,7 +742,9 @@ def _build(
     # The command checked a plain build before Beam was imported, or while it was.
     checked = early or checked_before_beam(config)
     if not checked:
+        checks = checking_here(config)  # a build stopped in them has written nothing
         preflight(config, lock=lock)
+        checks.set()
     if not dry_run and not checked:
         # Before anything else is written there (`early` started its own).
         start_output(config)

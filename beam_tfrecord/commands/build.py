@@ -467,7 +467,9 @@ def _end_interrupted(config: BuildConfig, interruption: Interruption, started: f
     from beam_tfrecord.output_lock import release_output
 
     if wrote_nothing_yet(config):
-        # Stopped while its checks waited for a store: nothing to tidy, count or go on from.
+        # Stopped while its checks waited for a store: nothing to tidy, count or go on from
+        # (but the lock of a local output, and the folder it made, where the checks took it).
+        release_output(config.output, failed=True)
         stopped_before_starting(interruption.signum)
 
     # Tidying up and counting share one wait for a store that stopped answering.
