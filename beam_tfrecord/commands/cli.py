@@ -119,8 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command != "build":  # which sets up its own logging
         quiet_libraries(sys.stderr)
     # SIGTERM stops a command as Ctrl-C does, and says so: by default it would end the process
-    # without a word. A build replaces this with its own handling once it starts.
-    with stop_on_signals((signal.SIGTERM,)) as stopped:
+    # without a word. And a Ctrl-C that lands in an import's lock, whose KeyboardInterrupt
+    # Python prints as "Exception ignored" and drops (a build then ran on to its end, exit
+    # status 0), is raised again once the import is done. A build replaces this with its own
+    # handling once it starts.
+    with stop_on_signals((signal.SIGINT, signal.SIGTERM)) as stopped:
         try:
             started()  # a Ctrl-C from here on is the command's to handle
             status = int(args._module.run(args, extra) or 0)
