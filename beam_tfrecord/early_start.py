@@ -182,7 +182,7 @@ def check_before_beam(config: BuildConfig) -> bool:
     from beam_tfrecord.settings_record import start_output
 
     outcome: list[BaseException | None] = []
-    writing = threading.Event()
+    writing = checking_here(config)  # the checks' thread is this build's: it sets it
 
     def check() -> None:
         try:
@@ -197,15 +197,14 @@ def check_before_beam(config: BuildConfig) -> bool:
     # up on one that does not answer in time, after which the pipeline raises that).
     thread = threading.Thread(target=check, name="checks", daemon=True)
     _checking[:] = [(config, thread, outcome)]
-    _writing[:] = [(config, writing)]
     thread.start()
     return True
 
 
 def checking_here(config: BuildConfig) -> threading.Event:
-    """Notes that `config`'s checks run in this thread (a build with Beam flags, or one whose
-    checks did not start before Beam's import); the event given is to be set once they have
-    passed, before the build writes anything to its output (`wrote_nothing_yet`)."""
+    """Notes that `config`'s checks are under way (on this thread or on one started for them);
+    the event given is to be set once they have passed, before the build writes anything to its
+    output (`wrote_nothing_yet`)."""
     writing = threading.Event()
     _writing[:] = [(config, writing)]
     return writing
